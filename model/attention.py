@@ -1,0 +1,236 @@
+"""CSA2 attention: a 128-row local window plus sparsely selected, shared compressed entries.
+
+Follows reference-brief.md §4.3 (attention core) and §5.2 (CSA2 modes).
+- Low-rank query: q = wq_b(q_norm(wq_a(x))) split into H heads of head_dim; RoPE on the trailing
+  qk_rope_head_dim channels (`main` kind for window-only layers, `compress` otherwise).
+- One K = V latent head: kv = fp8(rope(kv_norm(wkv(x)))); a query at t sees window rows (t-W, t].
+- Compressed branch (ratio > 0): a KV source makes entries with its compressor (Full), an index
+  source selects among them (Full or Reindex), other layers reuse the last selection (Reuse).
+  Entries are fp4(rope(latent)) at the group's first position.
+- Softmax over [window logits, selected-entry logits, per-head sink]; the sink only enlarges the
+  denominator. The output's rope slice is rotated back by -t, then the grouped low-rank output
+  projection: o_groups blocks of wo_a, then wo_b.
+
+Two equivalent ways to read compressed entries: `dense` (all entries with a mask, used in one-shot
+forwards and training) and `gathered` (only the selected rows, used with a cache, where the
+context can be long). Tests check that both give the same logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .compressor import Compressor
+from .config import V41Config
+from .context import Context
+from .indexer import (NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, topk_mask,
+                      visible_counts)
+from .norm import RMSNorm
+from .quant import fake_fp8, fake_latent
+from .rope import apply_rope
+
+
+@dataclass
+class DenseTable:
+    """Compressed entries and index keys of one KV source, as fp32 tensors (no cache)."""
+
+    entries: torch.Tensor  # [B, G, d]   rotated, FP4-quantised
+    keys: torch.Tensor     # [B, G, d_i] FP4-quantised
+
+    def __len__(self) -> int:
+        return self.entries.shape[1]
+
+    def all_entries(self) -> torch.Tensor:
+        return self.entries
+
+    def all_keys(self) -> torch.Tensor:
+        return self.keys
+
+    def gather(self, idx: torch.Tensor) -> torch.Tensor:
+        b, s, k = idx.shape
+        flat = idx.clamp_min(0).reshape(b, s * k, 1).expand(-1, -1, self.entries.shape[-1])
+        return self.entries.gather(1, flat).reshape(b, s, k, -1)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, cfg: V41Config, layer_id: int):
+        super().__init__()
+        self.cfg = cfg
+        self.layer_id = layer_id
+        self.ratio = cfg.backbone_ratios[layer_id] if layer_id < cfg.num_hidden_layers else 0
+        self.n_heads, self.head_dim, self.window = cfg.num_attention_heads, cfg.head_dim, cfg.sliding_window
+        self.kind = "compress" if self.ratio else "main"
+        self.wq_a = torch.nn.Linear(cfg.hidden_size, cfg.q_lora_rank, bias=False)
+        self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)
+        self.wq_b = torch.nn.Linear(cfg.q_lora_rank, self.n_heads * self.head_dim, bias=False)
+        self.wkv = torch.nn.Linear(cfg.hidden_size, self.head_dim, bias=False)
+        self.kv_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.o_groups = cfg.o_groups
+        self.wo_a = torch.nn.Linear(self.n_heads * self.head_dim // cfg.o_groups, cfg.o_groups * cfg.o_lora_rank,
+                                    bias=False)
+        self.wo_b = torch.nn.Linear(cfg.o_groups * cfg.o_lora_rank, cfg.hidden_size, bias=False)
+        self.attn_sink = torch.nn.Parameter(torch.zeros(self.n_heads))
+        back = layer_id < cfg.num_hidden_layers
+        self.is_kv_source = back and layer_id in cfg.kv_source_layer_ids
+        self.is_index_source = back and layer_id in cfg.index_source_layer_ids
+        c = cfg.candidate_source_layer_id
+        self.is_candidate_source = back and c is not None and c >= 0 and layer_id == c
+        self.uses_candidates = back and c is not None and 0 <= c < layer_id and self.ratio > 0
+        self.compressor = Compressor(cfg, self.ratio) if self.is_kv_source else None
+        self.indexer = Indexer(cfg, layer_id, owns_keys=self.is_kv_source) if self.is_index_source else None
+
+    # ---------------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, ctx: Context, rope: dict) -> torch.Tensor | None:
+        if ctx.publish_only:  # bounded prefill: only publish this source's entries and keys
+            if self.is_kv_source:
+                self._make_entries(x, ctx)
+            return None
+        b, s, _ = x.shape
+        cos, sin = rope[self.kind]
+        q_res = self.q_norm(self.wq_a(x))
+        q = apply_rope(self.wq_b(q_res).view(b, s, self.n_heads, self.head_dim), cos, sin)
+        kv = fake_fp8(apply_rope(self.kv_norm(self.wkv(x)), cos, sin))
+
+        comp = self._compressed_branch(x, q_res, ctx, rope) if self.ratio else None
+
+        prev = None
+        if ctx.cache is not None:
+            store = ctx.cache.window(self.layer_id)
+            prev = store.last(self.window - 1)
+            store.append(kv)
+        out, probs = self._attend(q, kv, prev, comp)
+        if ctx.indexer_loss and comp is not None and comp.get("kl_scores") is not None:
+            self._indexer_loss(probs, comp, ctx)
+        if ctx.trace is not None:
+            ctx.trace.attention(self.layer_id, ctx, probs, prev, comp, self.window)
+        out = apply_rope(out, cos, sin, inverse=True)
+        grouped = out.reshape(b, s, self.o_groups, -1)
+        w = self.wo_a.weight.view(self.o_groups, -1, grouped.shape[-1])
+        z = torch.einsum("bsgi,goi->bsgo", grouped, w)
+        return self.wo_b(z.flatten(2))
+
+    # ---------------------------------------------------------------------------------------------
+    def _compressed_branch(self, x: torch.Tensor, q_res: torch.Tensor, ctx: Context, rope: dict) -> dict:
+        shared, cache, lid = ctx.shared, ctx.cache, self.layer_id
+        if self.is_kv_source:
+            self._make_entries(x, ctx)
+        table = shared.get("table")
+        if table is None or len(table) == 0 or ctx.ablation.window_only:
+            shared.pop("topk", None)
+            return {"n": 0}
+        # ---- selection: Full and Reindex choose; Reuse keeps the last choice --------------------
+        indexer = self.indexer
+        if self.is_index_source:
+            shared["indexer"] = indexer
+        elif ctx.ablation.reselect_all:
+            indexer = shared.get("indexer")
+        kl_scores = None
+        if indexer is not None:
+            xi, qi = x.detach(), q_res.detach()
+            cos, sin = rope["compress"]
+            raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
+            scores = mask_visible(raw, ctx.positions, self.ratio)
+            if self.is_candidate_source:
+                pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,
+                                                    self.cfg.candidate_block_size)
+                shared["candidates"] = pool
+                if ctx.trace is not None:
+                    ctx.trace.record(lid, "candidates", pool)
+                    ctx.trace.record(lid, "block_scores", block_scores)
+            elif self.uses_candidates and "candidates" in shared and not ctx.ablation.no_candidates:
+                scores = scores.masked_fill(~shared["candidates"], NEG_INF)
+            k = ctx.ablation.index_topk or self.cfg.index_topk
+            idx, _ = select_topk(scores, k)
+            shared["topk"] = idx
+            if ctx.trace is not None:
+                ctx.trace.record(lid, "index_scores", scores)
+                ctx.trace.record(lid, "topk", idx)
+            if ctx.indexer_loss:
+                kl_scores = scores
+        idx = shared["topk"]
+        n = len(table)
+        vis = torch.arange(n, device=x.device).view(1, 1, -1) < visible_counts(ctx.positions, self.ratio).view(1, -1, 1)
+        if ctx.ablation.dense_compressed or cache is None:
+            mask = vis if ctx.ablation.dense_compressed else topk_mask(idx, n)
+            return {"n": n, "dense": table.all_entries(), "mask": mask.expand(x.shape[0], -1, -1), "idx": idx,
+                    "kl_scores": kl_scores, "visible": vis}
+        return {"n": n, "gathered": table.gather(idx), "valid": idx >= 0, "idx": idx, "kl_scores": None}
+
+    def _make_entries(self, x: torch.Tensor, ctx: Context) -> None:
+        shared, cache, lid = ctx.shared, ctx.cache, self.layer_id
+        if cache is not None:
+            src = cache.source(lid)
+            if lid not in ctx.skip_compress:
+                kvp, gate = self.compressor.project(x)
+                chunk_kv, chunk_gate, g0 = src.take_groups(kvp, gate)
+                if chunk_kv.shape[1]:
+                    latent = self.compressor.pool(chunk_kv, chunk_gate, x.dtype)
+                    entries, keys = self._entries_and_keys(latent, g0, ctx)
+                    src.append(entries, keys)
+                    if ctx.trace is not None:
+                        ctx.trace.record(lid, "latent", latent, g0=g0)
+            shared["table"] = src
+        else:
+            latent = self.compressor.forward_full(x)
+            entries, keys = self._entries_and_keys(latent, 0, ctx)
+            shared["table"] = DenseTable(entries, keys)
+            if ctx.trace is not None:
+                ctx.trace.record(lid, "latent", latent, g0=0)
+        if ctx.trace is not None:
+            ctx.trace.record(lid, "source_len", len(shared["table"]))
+
+    def _entries_and_keys(self, latent: torch.Tensor, g0: int, ctx: Context) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = g0 + self.ratio * torch.arange(latent.shape[1], device=latent.device)
+        cos, sin = ctx.shared["rotary"].cos_sin(pos, "compress")
+        keys = self.indexer.keys(latent.detach(), cos, sin)
+        entries = fake_latent(apply_rope(latent, cos, sin))
+        return entries, keys
+
+    # ---------------------------------------------------------------------------------------------
+    def _attend(self, q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None,
+                comp: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (output [B, S, H, d], probs [B, S, H, W + n_comp + 1] incl. the sink column)."""
+        b, s, h, d = q.shape
+        w = self.window
+        p = 0 if prev is None else prev.shape[1]
+        parts = [kv.new_zeros(b, w - 1 - p, d)] + ([prev.to(kv.dtype)] if p else []) + [kv]
+        ext = torch.cat(parts, dim=1)                       # [B, W-1+S, d]
+        win = ext.unfold(1, w, 1)                           # [B, S, d, W]; slot j = key at t-(W-1)+j
+        scale = d ** -0.5
+        logits = [torch.einsum("bshd,bsdw->bshw", q, win).float() * scale]
+        rows = torch.arange(s, device=q.device).view(-1, 1)
+        slot_ok = torch.arange(w, device=q.device).view(1, -1) >= (w - 1 - p) - rows      # [S, W]
+        logits[0] = logits[0].masked_fill(~slot_ok.view(1, s, 1, w), NEG_INF)
+        values = None
+        if comp is not None and comp.get("n", 0):
+            if "dense" in comp:
+                values = comp["dense"]
+                lc = torch.einsum("bshd,btd->bsht", q, values.to(q.dtype)).float() * scale
+                lc = lc.masked_fill(~comp["mask"].unsqueeze(2), NEG_INF)
+            else:
+                values = comp["gathered"]
+                lc = torch.einsum("bshd,bskd->bshk", q, values.to(q.dtype)).float() * scale
+                lc = lc.masked_fill(~comp["valid"].unsqueeze(2), NEG_INF)
+            logits.append(lc)
+        logits.append(self.attn_sink.float().view(1, 1, h, 1).expand(b, s, h, 1))
+        z = torch.cat(logits, dim=-1)
+        z = z - z.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(z, dim=-1)
+        pv = probs.to(q.dtype)
+        out = torch.einsum("bshw,bsdw->bshd", pv[..., :w], win)
+        if values is not None:
+            pc = pv[..., w:-1]
+            if "dense" in comp:
+                out = out + torch.einsum("bsht,btd->bshd", pc, values.to(q.dtype))
+            else:
+                out = out + torch.einsum("bshk,bskd->bshd", pc, values.to(q.dtype))
+        return out, probs
+
+    def _indexer_loss(self, probs: torch.Tensor, comp: dict, ctx: Context) -> None:
+        """KL from the main attention's distribution over compressed entries to the index scores."""
+        w = self.window
+        attn = probs[..., w:-1].detach().sum(dim=2)  # [B, S, T] summed over heads
+        support = comp["mask"]
+        ctx.indexer_losses.append(indexer_kl(attn, comp["kl_scores"], support))

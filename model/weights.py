@@ -1,0 +1,173 @@
+"""Loading and saving weights under the NATIVE checkpoint tensor names (reference-brief.md §5.10).
+
+A checkpoint directory holds `config.json` (flat or composite), one `model.safetensors` or several
+shards with `model.safetensors.index.json`, and optionally `tokenizer.json`. Loading is strict:
+a missing, unexpected or mis-shaped tensor raises `CheckpointError` naming the tensor and file.
+Only safetensors are read: nothing in a checkpoint can execute code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .config import ConfigError, V41Config
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be loaded; the message names the file and the tensor."""
+
+
+def shard_map(path: Path) -> dict[str, Path]:
+    """tensor name -> shard file, from the index when present, else from the single file(s)."""
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            wm = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
+        out = {}
+        for name, fname in wm.items():
+            f = path / fname
+            if not f.exists():
+                raise CheckpointError(f"{index}: tensor {name!r} is in shard {fname!r}, which does not exist")
+            out[name] = f
+        return out
+    single = path / "model.safetensors"
+    files = [single] if single.exists() else sorted(path.glob("model*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{path}: no *.safetensors files")
+    out = {}
+    for f in files:
+        try:
+            with safe_open(str(f), "pt") as sf:
+                for k in sf.keys():
+                    out[k] = f
+        except Exception as e:  # safetensors raises several types for a damaged header
+            raise CheckpointError(f"{f}: not a readable safetensors file ({e})") from None
+    return out
+
+
+def read_tensor(f: Path, name: str) -> torch.Tensor:
+    try:
+        with safe_open(str(f), "pt") as sf:
+            if name not in sf.keys():
+                raise CheckpointError(f"{f}: tensor {name!r} is listed in the index but not in the file")
+            return sf.get_tensor(name)
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"{f}: tensor {name!r} cannot be read ({e}); the file may be truncated") from None
+
+
+def load_state_dict(model: torch.nn.Module, path: str | Path, prefix_filter=None, strict: bool = True,
+                    dequantize=None) -> list[str]:
+    """Copy tensors from a checkpoint dir into `model`'s parameters (by native name).
+
+    `dequantize(name, tensor, shards)` may turn a stored low-precision tensor into the compute form;
+    returns the checkpoint names that were not used (empty when strict).
+    """
+    path = Path(path)
+    shards = shard_map(path)
+    own = dict(model.state_dict())
+    want = {k for k in own if prefix_filter is None or prefix_filter(k)}
+    aux = {k for k in shards if k.endswith(".scale") and k[:-6] in shards and k[:-6] not in own}
+    aux |= {k for k in shards if k.endswith(("_scale_inv", ".weight_scale"))}
+    have = {k for k in shards if k not in aux}
+    missing = sorted(want - have)
+    extra = sorted(k for k in have - set(own) if prefix_filter is None or prefix_filter(k))
+    if strict and missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise CheckpointError(f"{path}: missing tensor {missing[0]!r}{more}")
+    if strict and extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise CheckpointError(f"{path}: unexpected tensor {extra[0]!r} in {shards[extra[0]].name}{more}: "
+                              f"the checkpoint does not match the config")
+    params = dict(model.named_parameters())
+    params.update(dict(model.named_buffers()))
+    with torch.no_grad():
+        for name in sorted(want & have):
+            t = read_tensor(shards[name], name)
+            if dequantize is not None:
+                t = dequantize(name, t, shards)
+            target = params[name]
+            if tuple(t.shape) != tuple(target.shape):
+                raise CheckpointError(f"{shards[name].name}: tensor {name!r} has shape {tuple(t.shape)}, "
+                                      f"the config needs {tuple(target.shape)}")
+            if not (t.is_floating_point() or t.dtype == target.dtype):
+                raise CheckpointError(f"{shards[name].name}: tensor {name!r} has dtype {t.dtype}, "
+                                      f"expected a floating-point tensor")
+            if target.device.type == "meta":
+                continue
+            target.copy_(t.to(target.dtype))
+    return sorted(have - set(own))
+
+
+def save_checkpoint(model: torch.nn.Module, path: str | Path, cfg: V41Config | None = None,
+                    tokenizer=None, extra_tensors: dict[str, torch.Tensor] | None = None,
+                    metadata: dict[str, str] | None = None) -> Path:
+    """Write config.json + model.safetensors (+ tokenizer.json) with native names."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = cfg or model.cfg
+    cfg.save_json(path / "config.json")
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tensors.update(extra_tensors or {})
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt", **(metadata or {})})
+    if tokenizer is not None:
+        tokenizer.save(str(path / "tokenizer.json"))
+    return path
+
+
+def load(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+         strict: bool = True):
+    """Load a V41Model (with its tokenizer and drafter when present) from a checkpoint directory."""
+    from .model import V41Model
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a directory")
+    try:
+        cfg = V41Config.from_json(path / "config.json")
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
+    if cfg.quantization_config or (path / "model.safetensors.index.json").exists():
+        from .release import load_release  # sharded / FP8 / MXFP4 checkpoints, optionally layer-streamed
+
+        return load_release(path, device=device, dtype=dtype)
+    device = torch.device(device) if device is not None else default_device()
+    model = V41Model(cfg)
+    shards = shard_map(path)
+    has_mtp = any(k.startswith("mtp.") for k in shards)
+    has_vision = any(k.startswith(("vision.", "aligner.")) for k in shards)
+    if has_mtp and cfg.num_nextn_predict_layers:
+        from .dspark import Drafter
+
+        model.mtp = Drafter(cfg)
+    if has_vision and cfg.vision_config is not None:
+        from .vision import VisionModel
+
+        model.vision = VisionModel(cfg)
+    load_state_dict(model, path, strict=strict)
+    if dtype is not None:
+        model.to(dtype)
+    model.to(device)
+    model.eval()
+    tok = path / "tokenizer.json"
+    if tok.exists():
+        from tokenizers import Tokenizer
+
+        try:
+            model.bind_tokenizer(Tokenizer.from_file(str(tok)))
+        except Exception as e:
+            raise CheckpointError(f"{tok}: {e}") from None
+    model.source_path = str(path)
+    return model
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
