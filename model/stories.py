@@ -22,7 +22,8 @@ held-out set from :data:`HELDOUT_SEED_BASE`, app prompts from :data:`PROMPT_SEED
 
 ``python -m model.stories --n 5 --seed 0`` prints examples;
 ``python -m model.stories --write-heldout data/heldout/stories.jsonl --tokenizer
-data/weights/tiny/tokenizer.json`` writes the held-out set (100 stories per bucket).
+data/weights/tiny/tokenizer.json`` writes the held-out set (100 stories per bucket), and
+``--write-prompts data/prompts.json`` (with ``--tokenizer``) the app's sample prompts.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def _fill_to(rng: random.Random, budget: int, who: str, others: Sequence[str],
     out: list[str] = []
     used = 0
     tries = 0
-    while used < budget and tries < 400:
+    while used < budget and tries < 100 + 4 * budget:
         tries += 1
         s = _filler(rng, who, others)
         if s in out:  # no repeated sentences
@@ -394,6 +395,36 @@ def load_heldout_stories(path: str | Path | None = None) -> list[dict[str, Any]]
         return [json.loads(line) for line in f if line.strip()]
 
 
+SHORT_PROMPTS: tuple[dict[str, str], ...] = (
+    {"name": "Key in the blue box", "text": "The key is in the blue box. The box is", "answer": "blue",
+     "kind": "short"},
+    {"name": "Where is the coin?", "text": "Tom put the coin in the red bag. Where is the coin? The coin is in the",
+     "answer": "red", "kind": "short"},
+    {"name": "A small house", "text": "Anna lived in a small house near the river. One morning,", "kind": "short"},
+    {"name": "Shakespeare-style opening",
+     "text": "ACT I.\n\nSCENE I. A room in the palace.\n\n[Enter the KING and a LORD.]\n\nKING.\n"
+             "What news, my lord? Speak, and be brief.\n\nLORD.\n", "kind": "shakespeare"},
+    {"name": "Bible-style verse", "text": "In the beginning, God created the heavens and the earth. Then God said,",
+     "kind": "bible"},
+)
+LONG_PROMPT_DISTANCES = (280, 700, 1400)
+
+
+def app_prompts(tokenizer: Any) -> list[dict[str, Any]]:
+    """Prompts for the app: the fixed short ones plus three long recall stories (seeds from
+    :data:`PROMPT_SEED_BASE`), cut right before the answer colour, with the expected answer."""
+    out: list[dict[str, Any]] = [dict(p) for p in SHORT_PROMPTS]
+    for i, dist in enumerate(LONG_PROMPT_DISTANCES):
+        seed = PROMPT_SEED_BASE + i
+        s = generate_story(seed, dist, n_distractors=2, tokenizer=tokenizer, ending=False)
+        text = s.prompt()
+        out.append({"name": f"Long recall: where is the {s.obj}? (~{s.distance_tokens} tokens back)",
+                    "text": text, "answer": s.answer, "kind": "long", "seed": seed,
+                    "distance_tokens": s.distance_tokens,
+                    "n_tokens": len(tokenizer.encode(text, add_special_tokens=False).ids)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m model.stories", description="print or write generated stories")
     p.add_argument("--n", type=int, default=5)
@@ -403,12 +434,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", type=Path, help="tokenizer.json for exact distances")
     p.add_argument("--write-heldout", type=Path, metavar="JSONL", help="write the held-out set here")
     p.add_argument("--per-bucket", type=int, default=100)
+    p.add_argument("--write-prompts", type=Path, metavar="JSON", help="write the app prompts here")
     args = p.parse_args(argv)
     tok = None
     if args.tokenizer:
         from model.tokenizer import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
+    if args.write_prompts:
+        if tok is None:
+            p.error("--write-prompts needs --tokenizer")
+        prompts = app_prompts(tok)
+        args.write_prompts.write_text(json.dumps(prompts, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {len(prompts)} prompts to {args.write_prompts}")
+        return 0
     if args.write_heldout:
         stories = heldout_stories(args.per_bucket, tok)
         args.write_heldout.parent.mkdir(parents=True, exist_ok=True)
