@@ -241,19 +241,21 @@ def _fact(rng: random.Random, who: str, obj: str, col: str, con: str) -> tuple[s
 
 
 def _fill_to(rng: random.Random, budget: int, who: str, others: Sequence[str],
-             count: Callable[[str], int]) -> list[str]:
-    """Filler sentences whose total (approximate) token count is close to ``budget``."""
+             count: Callable[[str], int], seen: set[str]) -> list[str]:
+    """Filler sentences whose total (approximate) token count is close to ``budget``;
+    sentences already in ``seen`` are skipped (and new ones added to it)."""
     out: list[str] = []
     used = 0
     tries = 0
     while used < budget and tries < 100 + 4 * budget:
         tries += 1
         s = _filler(rng, who, others)
-        if s in out:  # no repeated sentences
+        if s in seen:  # no repeated sentences within a story
             continue
         n = count(" " + s)
         if used + n <= budget + 1:
             out.append(s)
+            seen.add(s)
             used += n
         elif budget - used <= 3:
             break
@@ -304,14 +306,15 @@ def generate_story(rng_or_seed: random.Random | int, target_distance_tokens: int
     best: Story | None = None
     for _attempt in range(max_attempts):
         b = _Builder()
+        seen: set[str] = set()
         b.add(rng.choice(INTROS).format(who=who, other=others[0], place=rng.choice(PLACES),
                                         animal=rng.choice(ANIMALS)))
-        for _ in range(n_intro - 1):
-            b.add(_filler(rng, who, others))
+        for s in _fill_to(rng, 6 * (n_intro - 1), who, others, count, seen)[: n_intro - 1]:
+            b.add(s)
         for k in range(n_fx):
             if where[k] == "before":
                 b.add(_fact(rng, rng.choice(names), objs[k + 1], cols[k + 1], cons[k + 1])[0])
-                for s in _fill_to(rng, rng.randint(0, 20), who, others, count):
+                for s in _fill_to(rng, rng.randint(0, 20), who, others, count, seen):
                     b.add(s)
         fact, col_off = _fact(rng, who, objs[0], cols[0], cons[0])
         fact_start = b.add(fact)
@@ -323,7 +326,7 @@ def generate_story(rng_or_seed: random.Random | int, target_distance_tokens: int
         after_facts = [_fact(rng, rng.choice(names), objs[k + 1], cols[k + 1], cons[k + 1])[0]
                        for k in range(n_fx) if where[k] == "after"]
         budget = max(0, round((target - overhead) * budget_scale) - sum(count(" " + f) for f in after_facts))
-        gap = _fill_to(rng, budget, who, others, count)
+        gap = _fill_to(rng, budget, who, others, count, seen)
         for f in after_facts:  # insert distractor facts at random points of the gap
             gap.insert(rng.randint(0, len(gap)), f)
         for s in gap:
