@@ -1,0 +1,289 @@
+"""Inference engine: exact and bounded prefill, decode, sampling, generate.
+
+Follows ARCHITECTURE.md §3.1 and reference-brief.md §5.9.
+- `exact` prefill runs every layer over every prompt row (in chunks through the cache).
+- `bounded` prefill (the seeds' "bounded replay") runs the encoder layers over every row, has the
+  decoder's first layer publish its ratio-1 latents and index keys for every row, and runs the
+  decoder layers over the last `sliding_window` rows only (the replay segment), whose windows
+  start at the segment. It equals `exact` when the prompt fits in the window; `compare_prefill`
+  measures how far apart they are beyond that.
+- Decode runs each new token through both halves.
+A persistent prefix cache (model/prefix_cache.py) can supply the state of a known prompt prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .cache import Cache
+from .context import Ablation, Context
+from .model import InputError, V41Model
+
+DEFAULT_CHUNK = 256
+MAX_NEW_TOKENS = 4096
+
+
+@dataclass
+class Prefill:
+    cache: Cache
+    logits: torch.Tensor          # [B, V] at the last prompt row
+    replay_logits: torch.Tensor | None = None  # [B, R, V] of the replay segment (bounded) / last rows (exact)
+    reused: int = 0               # prompt tokens served by the prefix cache
+    seconds: float = 0.0
+
+
+def _chunks(n: int, size: int, start: int = 0, extra_cuts: tuple = (), tail: int | None = None):
+    """Chunk boundaries over [start, n); extra cut points (a prefix-cache save point) are always
+    boundaries, and with `tail` the rows [tail, n) form one last chunk."""
+    cuts = set(range(start, n, size)) | {n} | {c for c in extra_cuts if c is not None and start < c < n}
+    if tail is not None:
+        tail = max(tail, start)
+        cuts = {c for c in cuts if not tail < c < n} | {tail}
+    cuts = sorted(cuts)
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: int = DEFAULT_CHUNK,
+            progress: Callable[[float, str], None] | None = None, rollback: int = 1,
+            prefix_cache=None, ablation: Ablation | None = None, replay_logits: bool = False,
+            max_prompt_tokens: int | None = None, trace=None) -> Prefill:
+    """Read a prompt into a fresh cache; returns the cache and the next-token logits."""
+    if mode not in ("bounded", "exact"):
+        raise InputError(f"prefill mode must be 'bounded' or 'exact', got {mode!r}")
+    ids = model.check_ids(input_ids)
+    cfg = model.cfg
+    t0 = time.perf_counter()
+    total = ids.shape[1]
+    limit = max_prompt_tokens or cfg.max_position_embeddings
+    if total > limit:
+        raise InputError(f"the prompt has {total} tokens; the maximum is {limit}")
+    dec, n_layers, w = cfg.decoder_start, cfg.num_hidden_layers, cfg.sliding_window
+    bounded = mode == "bounded" and dec < n_layers
+    cache, reused = None, 0
+    if prefix_cache is not None:
+        hit = prefix_cache.lookup(ids, mode="bounded" if bounded else "exact", rollback=rollback)
+        if hit is not None:
+            cache, reused = hit
+    if cache is None:
+        cache = Cache(cfg, device=model.device, batch=ids.shape[0], rollback=rollback,
+                      mode="bounded" if bounded else "exact")
+    save_at = prefix_cache.save_point(total) if prefix_cache is not None else None
+    if save_at is not None and save_at <= reused:
+        save_at = None
+    tail = total - w if replay_logits else None  # exact: the last W rows in one chunk, to compare with bounded
+    spans = _chunks(total, chunk_size, start=reused, extra_cuts=(save_at,), tail=tail)
+    steps = len(spans) + (1 if bounded else 0)
+    carry = cache.carry if bounded else None
+    out_logits, rl = None, None
+    with torch.no_grad():
+        for ci, (a, b) in enumerate(spans):
+            if not bounded:
+                last = b == total
+                out = model(ids[:, a:b], cache, ablation=ablation, last_only=not (last and replay_logits), trace=trace)
+                if last:
+                    out_logits = out.logits[:, -1]
+                    rl = out.logits[:, -w:] if replay_logits else None
+            else:
+                streams, pre, ctx, rope, hash_ids = model.prepare(ids[:, a:b], cache, ablation=ablation, trace=trace)
+                streams, pre = model.run_layers(streams, pre, 0, dec, ctx, rope, hash_ids)
+                ctx.publish_only = True
+                model.layers[dec](streams, pre, ctx, rope, hash_ids)
+                carry = _append_carry(carry, streams, pre, w)
+                cache.advance(b - a)
+                cache.carry = carry
+            if prefix_cache is not None and b == save_at:
+                prefix_cache.save(ids[:, :b], cache)
+            if progress is not None:
+                progress((ci + 1) / steps, f"read tokens {a}-{b} of {total}")
+        if bounded:
+            out_logits, rl = _replay(model, cache, carry, ablation, replay_logits, trace)
+            if progress is not None:
+                progress(1.0, f"replayed the last {carry[0].shape[1]} rows through the decoder")
+    return Prefill(cache=cache, logits=out_logits, replay_logits=rl, reused=reused,
+                   seconds=time.perf_counter() - t0)
+
+
+def _append_carry(carry, streams, pre, w):
+    if carry is None:
+        return streams[:, -w:].clone(), pre[:, -w:].clone()
+    return torch.cat([carry[0], streams], 1)[:, -w:].clone(), torch.cat([carry[1], pre], 1)[:, -w:].clone()
+
+
+def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trace=None):
+    """Run the decoder over the replay segment (the last W rows), windows floored at its start."""
+    cfg = model.cfg
+    dec, n_layers = cfg.decoder_start, cfg.num_hidden_layers
+    streams, pre = carry
+    seg = streams.shape[1]
+    start = cache.length - seg
+    cache.decoder_floor = start
+    positions = torch.arange(start, cache.length, device=model.device)
+    ctx = Context(positions=positions, cache=cache, ablation=ablation or Ablation(), skip_compress=frozenset({dec}),
+                  trace=trace)
+    ctx.shared["rotary"] = model.rotary
+    rope = {k: model.rotary.cos_sin(positions, k) for k in ("main", "compress")}
+    hash_ids = None
+    if model.hasher is not None:
+        n = cfg.engram_max_ngram_size - 1
+        hist = cache.compressed[:, max(0, start - n):start] if start > 0 else None
+        hash_ids = model.hasher(cache.compressed[:, start:], hist)
+    streams, pre = model.run_layers(streams, pre, dec, n_layers, ctx, rope, hash_ids)
+    hidden, logits = model.finish(streams, pre, last_only=not keep_all)
+    if trace is not None:
+        trace.end(hidden, logits)
+    cache.carry = None  # decode does not need it; the prefix cache keeps its own copy
+    return logits[:, -1], (logits if keep_all else None)
+
+
+def decode_step(model: V41Model, cache: Cache, token_ids, ablation: Ablation | None = None, trace=None,
+                tap_layers=()) -> torch.Tensor:
+    """Feed one (or a few) new tokens through both halves; returns logits [B, S_new, V]."""
+    with torch.no_grad():
+        out = model(token_ids, cache, ablation=ablation, trace=trace, tap_layers=tap_layers)
+    return out.logits
+
+
+# ------------------------------------------------------------------------------------------------
+# Sampling
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Sampler:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.temperature < 0 or not (0 < self.top_p <= 1):
+            raise InputError("temperature must be >= 0 and top_p in (0, 1]")
+        self.generator = torch.Generator()
+        self.generator.manual_seed(0 if self.seed is None else int(self.seed))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """[..., V] logits -> the distribution this sampler draws from (top-p applied)."""
+        if self.greedy:
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        p = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1:
+            sp, si = p.sort(dim=-1, descending=True)
+            keep = sp.cumsum(-1) - sp < self.top_p
+            sp = sp * keep
+            p = torch.zeros_like(p).scatter_(-1, si, sp)
+            p = p / p.sum(-1, keepdim=True)
+        return p
+
+    def sample(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.greedy:
+            return logits.argmax(-1)
+        p = self.probs(logits).cpu()
+        return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=self.generator).reshape(p.shape[:-1]).to(
+            logits.device)
+
+
+@dataclass
+class GenerateResult:
+    tokens: list[int]                       # generated ids (batch row 0)
+    prompt_tokens: int
+    prefill_seconds: float
+    decode_seconds: float
+    target_passes: int                      # forward passes of the target model during decode
+    cache: Cache | None = None
+    stopped: str = "length"                 # "length" | "eos"
+    reused_prompt_tokens: int = 0
+    stats: object | None = None             # speculative decoding statistics (model/dspark.py)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return len(self.tokens) / max(1, self.target_passes)
+
+
+def _eos_ids(model: V41Model) -> set[int]:
+    e = model.cfg.eos_token_id
+    return set(e) if isinstance(e, list) else ({e} if e is not None else set())
+
+
+def generate(model: V41Model, input_ids, max_new_tokens: int = 32, *, prefill_mode: str | None = None,
+             prefill: str = "bounded", temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
+             stop_at_eos: bool = True, stream: Callable[[int], None] | None = None, draft=None,
+             draft_length: int | str | None = None, confidence_threshold: float = 0.3,
+             prefix_cache=None, progress=None, ablation: Ablation | None = None,
+             chunk_size: int = DEFAULT_CHUNK, keep_cache: bool = False) -> GenerateResult:
+    """Prefill then decode token by token (or draft-and-verify with a DSpark drafter)."""
+    mode = prefill_mode or prefill
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or not (
+            0 <= max_new_tokens <= MAX_NEW_TOKENS):
+        raise InputError(f"max_new_tokens must be an integer in [0, {MAX_NEW_TOKENS}], got {max_new_tokens!r}")
+    ids = model.check_ids(input_ids)
+    if ids.shape[1] + max_new_tokens > model.cfg.max_position_embeddings:
+        raise InputError("prompt + max_new_tokens exceed max_position_embeddings")
+    sampler = Sampler(temperature, top_p, seed)
+    if draft is not None:
+        from .dspark import speculative_generate
+
+        return speculative_generate(model, draft, ids, max_new_tokens, sampler=sampler, prefill_mode=mode,
+                                    draft_length=draft_length, confidence_threshold=confidence_threshold,
+                                    stop_at_eos=stop_at_eos, stream=stream, prefix_cache=prefix_cache,
+                                    chunk_size=chunk_size, keep_cache=keep_cache)
+    pf = globals()["prefill"](model, ids, mode, chunk_size=chunk_size, progress=progress, prefix_cache=prefix_cache,
+                              ablation=ablation)
+    cache, logits = pf.cache, pf.logits
+    eos = _eos_ids(model)
+    out: list[int] = []
+    t0 = time.perf_counter()
+    passes, stopped = 0, "length"
+    for _ in range(max_new_tokens):
+        nxt = sampler.sample(logits)
+        tok = int(nxt[0])
+        out.append(tok)
+        if stream is not None:
+            stream(tok)
+        if stop_at_eos and tok in eos:
+            stopped = "eos"
+            break
+        if len(out) == max_new_tokens:
+            break
+        logits = decode_step(model, cache, nxt.view(-1, 1), ablation=ablation)[:, -1]
+        passes += 1
+    return GenerateResult(tokens=out, prompt_tokens=ids.shape[1], prefill_seconds=pf.seconds,
+                          decode_seconds=time.perf_counter() - t0, target_passes=max(1, passes + 1),
+                          cache=cache if keep_cache else None, stopped=stopped, reused_prompt_tokens=pf.reused)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bounded vs exact
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class PrefillDivergence:
+    prompt_tokens: int
+    rows_compared: int
+    kl_last: float            # KL(exact || bounded) at the last prompt row, nats
+    kl_mean: float            # mean over the replay rows
+    top1_agreement: float     # fraction of replay rows whose argmax agrees
+    top1_last_agrees: bool
+    exact_seconds: float
+    bounded_seconds: float
+
+
+def compare_prefill(model: V41Model, input_ids, chunk_size: int = DEFAULT_CHUNK) -> PrefillDivergence:
+    """How far bounded prefill's logits are from exact ones, over the replay segment."""
+    ex = prefill(model, input_ids, "exact", chunk_size=chunk_size, replay_logits=True)
+    bo = prefill(model, input_ids, "bounded", chunk_size=chunk_size, replay_logits=True)
+    be = bo.replay_logits if bo.replay_logits is not None else ex.replay_logits[:, -1:]
+    r = be.shape[1]
+    ee = ex.replay_logits[:, -r:]
+    lp, lq = torch.log_softmax(ee.float(), -1), torch.log_softmax(be.float(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1)[0]
+    agree = (ee.argmax(-1) == be.argmax(-1))[0]
+    return PrefillDivergence(prompt_tokens=model.check_ids(input_ids).shape[1], rows_compared=r,
+                             kl_last=float(kl[-1]), kl_mean=float(kl.mean()), top1_agreement=float(agree.float().mean()),
+                             top1_last_agrees=bool(agree[-1]), exact_seconds=ex.seconds, bounded_seconds=bo.seconds)

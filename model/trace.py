@@ -1,0 +1,276 @@
+"""Trace: per-layer records of what the running model did, collected only when asked.
+
+Implements ARCHITECTURE.md §3.7 / §4 (`m.trace`). An untraced forward pays one `is None` test per
+site. A traced forward records, per layer and per row: the layer's role; attention shares over the
+window rows, the selected compressed entries (with the tokens each entry packs) and the sink; the
+selected entries, the candidate pool, the index scores; router scores, chosen experts and weights;
+Engram gates and hashed n-grams; mHC pre/post/comb; hidden-state norms; and the logit lens (the top
+tokens if the model stopped after this layer). `detail=FULL` also keeps the residual streams,
+sublayer outputs, latents and entries (used by the parity tests).
+
+Records accumulate over several forward calls (chunked prefill, bounded replay, decode steps), so
+a trace can cover a prompt read in chunks and the tokens generated after it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .indexer import topk_mask
+from .layer_map import LayerSpec, layer_map
+from .mhc import Mix, collapse
+
+FULL = "full"
+SUMMARY = "summary"
+
+
+@dataclass
+class Shares:
+    """Attention shares of the recorded rows: window slots, selected entries, sink (sum to 1 per head)."""
+
+    window: torch.Tensor        # [B, S, H, W]; slot j is the key at position t - (W-1) + j
+    entries: torch.Tensor       # [B, S, H, k]; aligned with `entry_ids`
+    entry_ids: torch.Tensor     # [B, S, k] compressed entry index (-1 = empty slot)
+    sink: torch.Tensor          # [B, S, H]
+    ratio: int                  # an entry e packs tokens [e*ratio, (e+1)*ratio)
+
+    def window_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        w = self.window.shape[-1]
+        return positions.view(-1, 1) - (w - 1) + torch.arange(w).view(1, -1)
+
+
+@dataclass
+class LayerRecord:
+    spec: LayerSpec
+    positions: torch.Tensor                   # [S_l] absolute positions this layer processed
+    shares: Shares | None = None
+    hc_attn: Mix | None = None
+    hc_ffn: Mix | None = None
+    pre_mix: torch.Tensor | None = None       # [B, S, n]
+    stream_norms: torch.Tensor | None = None  # [B, S, n] RMS of each stream after the layer
+    router_logits: torch.Tensor | None = None
+    router_scores: torch.Tensor | None = None
+    router_experts: torch.Tensor | None = None
+    router_weights: torch.Tensor | None = None
+    engram_gate: torch.Tensor | None = None   # [B, S, n]
+    engram_hash: torch.Tensor | None = None   # [B, S, cols]
+    topk: torch.Tensor | None = None          # [B, S, k] selected entries (-1 = none), selecting layers only
+    index_scores: torch.Tensor | None = None  # [B, S, T] (-inf: not visible / outside the pool)
+    candidates: torch.Tensor | None = None    # [B, S, T] pool (candidate source only)
+    block_scores: torch.Tensor | None = None  # [B, S, n_blocks]
+    source_len: int = 0                       # entries of this layer's KV group when it ran
+    lens_ids: torch.Tensor | None = None      # [B, S, k] logit-lens top tokens
+    lens_probs: torch.Tensor | None = None
+    # FULL detail
+    streams: torch.Tensor | None = None
+    attn_out: torch.Tensor | None = None
+    ffn_out: torch.Tensor | None = None
+    engram_out: torch.Tensor | None = None
+    latent: torch.Tensor | None = None
+    entries: torch.Tensor | None = None
+    index_keys: torch.Tensor | None = None
+
+    @property
+    def topk_mask(self) -> torch.Tensor | None:
+        if self.topk is None or self.index_scores is None:
+            return None
+        return topk_mask(self.topk, self.index_scores.shape[-1])
+
+    def row(self, position: int) -> int | None:
+        hit = (self.positions == position).nonzero()
+        return int(hit[0, 0]) if len(hit) else None
+
+
+@dataclass
+class Trace:
+    ids: torch.Tensor                  # [B, S_total] token ids of every traced row
+    positions: torch.Tensor            # [S_total]
+    layers: list[LayerRecord]
+    logits: torch.Tensor | None        # [B, S_last, V] final logits of the last call
+    mode: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _cat(parts: list[torch.Tensor], dim: int = 1, pad_value: float | bool = 0) -> torch.Tensor | None:
+    if not parts:
+        return None
+    width = max(p.shape[-1] for p in parts)
+    if parts[0].ndim >= 3 and any(p.shape[-1] != width for p in parts):
+        parts = [torch.nn.functional.pad(p, (0, width - p.shape[-1]), value=pad_value) for p in parts]
+    return torch.cat(parts, dim=dim)
+
+
+class Tracer:
+    """Collects records during forwards; `result()` assembles the Trace."""
+
+    def __init__(self, detail: str = SUMMARY, lens_topk: int = 5, keep_scores: bool = True, lens: bool = True):
+        self.detail, self.lens_topk, self.keep_scores, self.lens = detail, lens_topk, keep_scores, lens
+        self.data: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.ids: list[torch.Tensor] = []
+        self.pos: list[torch.Tensor] = []
+        self.logits: torch.Tensor | None = None
+        self.specs: list[LayerSpec] = []
+
+    @property
+    def full(self) -> bool:
+        return self.detail == FULL
+
+    # ---- hooks called by the model ---------------------------------------------------------------
+    def begin(self, model, ids: torch.Tensor, positions: torch.Tensor, hash_ids) -> None:
+        if not self.specs:
+            self.specs = layer_map(model.cfg)
+        self.ids.append(ids.detach().cpu())
+        self.pos.append(positions.detach().cpu())
+
+    def record(self, layer: int, key: str, value, **meta) -> None:
+        if key in ("latent", "source_len"):
+            if key == "source_len":
+                self.data[layer]["source_len"].append(int(value))
+            elif self.full:
+                self.data[layer]["latent"].append(value.detach().float().cpu())
+            return
+        if key == "index_scores" and not self.keep_scores:
+            return
+        if key in ("engram_out",) and not self.full:
+            return
+        self.data[layer][key].append(value.detach().cpu())
+
+    def attention(self, layer: int, ctx, probs: torch.Tensor, prev, comp: dict | None, window: int) -> None:
+        d = self.data[layer]
+        d["positions"].append(ctx.positions.detach().cpu())
+        p = probs.detach().float().cpu()
+        wshare, sink = p[..., :window], p[..., -1]
+        if comp is not None and comp.get("n", 0):
+            idx = comp["idx"].detach().cpu()
+            if "dense" in comp:
+                full_c = p[..., window:-1]                        # [B, S, H, T]
+                if "visible" in comp and ctx.ablation.dense_compressed:
+                    t = full_c.shape[-1]
+                    idx = torch.arange(t).view(1, 1, -1).expand(full_c.shape[0], full_c.shape[1], -1)
+                    idx = torch.where(comp["visible"].cpu().expand_as(idx), idx, torch.full_like(idx, -1))
+                g = idx.clamp_min(0).unsqueeze(2).expand(-1, -1, full_c.shape[2], -1)
+                eshare = full_c.gather(-1, g) * (idx >= 0).unsqueeze(2)
+            else:
+                eshare = p[..., window:-1]
+        else:
+            idx = torch.full(p.shape[:2] + (0,), -1, dtype=torch.long)
+            eshare = p.new_zeros(p.shape[:3] + (0,))
+        d["shares_window"].append(wshare)
+        d["shares_entries"].append(eshare)
+        d["shares_ids"].append(idx)
+        d["shares_sink"].append(sink)
+
+    def block(self, layer: int, a: Mix, f: Mix, y, out, routing, new) -> None:
+        d = self.data[layer]
+        for name, m in (("hc_attn", a), ("hc_ffn", f)):
+            d[name + ".pre"].append(m.pre.detach().cpu())
+            d[name + ".post"].append(m.post.detach().cpu())
+            d[name + ".comb"].append(m.comb.detach().cpu())
+        b, s = new.shape[:2]
+        d["router_logits"].append(routing.logits.detach().cpu().view(b, s, -1))
+        d["router_scores"].append(routing.scores.detach().cpu().view(b, s, -1))
+        d["router_experts"].append(routing.indices.detach().cpu().view(b, s, -1))
+        d["router_weights"].append(routing.weights.detach().cpu().view(b, s, -1))
+        if self.full:
+            d["attn_out"].append(y.detach().float().cpu())
+            d["ffn_out"].append(out.detach().float().cpu())
+
+    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor, model) -> None:
+        d = self.data[layer]
+        d["pre_mix"].append(pre_mix.detach().cpu())
+        d["stream_norms"].append(streams.detach().float().pow(2).mean(-1).sqrt().cpu())
+        if self.full:
+            d["streams"].append(streams.detach().float().cpu())
+        if self.lens:
+            with torch.no_grad():
+                _, logits = model.finish(streams, pre_mix)
+                probs = torch.softmax(logits.float(), -1)
+                top = probs.topk(min(self.lens_topk, probs.shape[-1]), dim=-1)
+            d["lens_ids"].append(top.indices.cpu())
+            d["lens_probs"].append(top.values.cpu())
+
+    def end(self, hidden, logits) -> None:
+        self.logits = logits.detach().cpu()
+
+    # ---- assembly ------------------------------------------------------------------------------
+    def result(self, mode: str = "exact", meta: dict | None = None) -> Trace:
+        ids = torch.cat(self.ids, 1) if self.ids else torch.zeros(1, 0, dtype=torch.long)
+        pos = torch.cat(self.pos) if self.pos else torch.zeros(0, dtype=torch.long)
+        # the trace's own row order: a position can appear once (bounded replay rows re-run the decoder only)
+        order = {int(p): i for i, p in enumerate(pos.tolist())}
+        ids_u = ids[:, sorted(set(order.values()))]
+        pos_u = pos[sorted(set(order.values()))]
+        layers = []
+        for spec in self.specs:
+            d = self.data.get(spec.index, {})
+            positions = torch.cat(d["positions"]) if d.get("positions") else torch.zeros(0, dtype=torch.long)
+            rec = LayerRecord(spec=spec, positions=positions)
+            if d.get("shares_window"):
+                rec.shares = Shares(window=_cat(d["shares_window"]), entries=_cat(d["shares_entries"]),
+                                    entry_ids=_cat(d["shares_ids"], pad_value=-1), sink=_cat(d["shares_sink"]),
+                                    ratio=spec.compress_ratio)
+            if d.get("hc_attn.pre"):
+                rec.hc_attn = Mix(_cat(d["hc_attn.pre"]), _cat(d["hc_attn.post"]), torch.cat(d["hc_attn.comb"], 1))
+                rec.hc_ffn = Mix(_cat(d["hc_ffn.pre"]), _cat(d["hc_ffn.post"]), torch.cat(d["hc_ffn.comb"], 1))
+            for key in ("pre_mix", "stream_norms", "router_logits", "router_scores", "router_experts",
+                        "router_weights", "engram_gate", "engram_hash", "topk", "lens_ids", "lens_probs"):
+                if d.get(key):
+                    setattr(rec, key, _cat(d[key], pad_value=-1 if key == "topk" else 0))
+            if d.get("index_scores"):
+                rec.index_scores = _cat(d["index_scores"], pad_value=float("-inf"))
+            if d.get("candidates"):
+                rec.candidates = _cat(d["candidates"], pad_value=False)
+            if d.get("block_scores"):
+                rec.block_scores = _cat(d["block_scores"], pad_value=float("-inf"))
+            if d.get("source_len"):
+                rec.source_len = d["source_len"][-1]
+            if self.full:
+                for key in ("streams", "attn_out", "ffn_out", "engram_out"):
+                    if d.get(key):
+                        setattr(rec, key, torch.cat(d[key], 1))
+                if d.get("latent"):
+                    rec.latent = torch.cat(d["latent"], 1)
+            layers.append(rec)
+        return Trace(ids=ids_u, positions=pos_u, layers=layers, logits=self.logits, mode=mode, meta=meta or {})
+
+
+def run_trace(model, input_ids, *, detail: str = SUMMARY, mode: str = "exact", ablation=None, lens_topk: int = 5,
+              keep_scores: bool = True, chunk_size: int | None = None, progress=None, lens: bool = True) -> Trace:
+    """Trace a prompt. `mode="exact"` with no chunk_size runs one forward over all rows (no cache);
+    otherwise the prompt is read through the engine (chunked, exact or bounded) with the tracer on."""
+    tracer = Tracer(detail=detail, lens_topk=lens_topk, keep_scores=keep_scores, lens=lens)
+    with torch.no_grad():
+        if mode == "exact" and chunk_size is None:
+            model(input_ids, trace=tracer, ablation=ablation)
+            tr = tracer.result("exact")
+            if detail == FULL:
+                _add_entries(model, input_ids, tr, ablation)
+            return tr
+        from .engine import prefill
+
+        pf = prefill(model, input_ids, mode, chunk_size=chunk_size or 256, progress=progress, ablation=ablation,
+                     trace=tracer)
+    tr = tracer.result(mode)
+    tr.meta["cache"] = pf.cache
+    return tr
+
+
+def _add_entries(model, input_ids, tr: Trace, ablation) -> None:
+    """FULL detail: the entries and index keys each KV source made (re-derived from its latent)."""
+    from .quant import fake_latent
+    from .rope import apply_rope
+
+    for rec in tr.layers:
+        if rec.latent is None:
+            continue
+        attn = model.layers[rec.spec.index].attn
+        lat = rec.latent.to(model.device)
+        pos = attn.ratio * torch.arange(lat.shape[1], device=model.device)
+        cos, sin = model.rotary.cos_sin(pos, "compress")
+        with torch.no_grad():
+            rec.entries = fake_latent(apply_rope(lat, cos, sin)).cpu()
+            rec.index_keys = attn.indexer.keys(lat, cos, sin).cpu()

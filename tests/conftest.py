@@ -1,0 +1,60 @@
+"""Shared fixtures: the golden parity fixture and small random models (CPU, milliseconds)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT.parent / "shared" / "fixtures" / "v41-parity-a"
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    if not FIXTURE.exists():
+        pytest.skip("golden fixture ../shared/fixtures/v41-parity-a not present")
+    return FIXTURE
+
+
+@pytest.fixture(scope="session")
+def golden(fixture_dir):
+    from safetensors.torch import load_file
+
+    from model import load
+
+    m = load(fixture_dir, device="cpu")
+    return m, load_file(str(fixture_dir / "inputs.safetensors"))["input_ids"], load_file(
+        str(fixture_dir / "expected.safetensors"))
+
+
+def random_model(preset: str = "micro", seed: int = 0, **changes):
+    from model import V41Config, V41Model
+
+    cfg = V41Config.preset(preset)
+    if changes:
+        cfg = cfg.replace(**changes).validate()
+    torch.manual_seed(seed)
+    m = V41Model(cfg).init_weights(seed)
+    # make routing, sinks and mHC non-trivial so tests exercise every path
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed + 1)
+        for name, p in m.named_parameters():
+            if name.endswith(("hc_attn_fn", "hc_ffn_fn")):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+            elif name.endswith(("attn_sink", "gate.bias")):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif p.ndim == 2 and "embed" not in name:
+                p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
+            elif name == "embed.weight":
+                p.copy_(torch.randn(p.shape, generator=g))
+    return m.eval()
+
+
+@pytest.fixture(scope="session")
+def micro():
+    return random_model("micro")
