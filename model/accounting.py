@@ -1,0 +1,252 @@
+"""Counting: parameters from the module tree (meta device) and cache bytes in closed form.
+
+`count_params(cfg)` instantiates the model on the meta device (no memory) and sums parameter
+shapes by component; active parameters per token follow from which modules a token passes through:
+- prefill (bounded): the encoder layers, plus the decoder's first layer's compressor and index-key
+  projection, which run over every prompt row;
+- decode: every layer, plus the output head.
+In both, a token uses one embedding row, the shared expert and `num_experts_per_tok` routed experts
+of each MoE, and (N-1) x heads rows of each Engram table it passes.
+
+`cache_bytes(cfg, ...)` predicts, from the config alone, the bytes `model.cache.Cache` holds: the
+second seed's entries x numbers per entry x stored layer copies x bits per number, plus block
+scales and pending rows (ARCHITECTURE.md §3.2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import V41Config
+from .layer_map import layer_map
+from .quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
+
+
+@dataclass
+class ParamCount:
+    total: int
+    backbone: int                    # embeddings + head + final norm + the layers (Engram excluded)
+    engram: int
+    embeddings: int                  # embed + head
+    drafter: int
+    vision: int
+    by_component: dict[str, int]
+    active_prefill: int              # per prompt token, bounded prefill
+    active_decode: int               # per generated token
+    per_layer: list[dict[str, int]] = field(default_factory=list)
+    drafter_from: str = "modules"    # "modules" or "config shapes"
+    vision_from: str = "modules"
+
+
+_COMPONENTS = [
+    ("engram_table", r"\.engram\.embed\."),
+    ("engram_proj", r"\.engram\."),
+    ("compressor", r"\.attn\.compressor\."),
+    ("indexer", r"\.attn\.indexer\."),
+    ("attention", r"\.attn\."),
+    ("router", r"\.ffn\.gate\."),
+    ("shared_expert", r"\.ffn\.shared_experts\."),
+    ("routed_experts", r"\.ffn\.experts\."),
+    ("mhc", r"\.hc_"),
+    ("norms", r"_norm\."),
+]
+
+
+def _component(name: str) -> str:
+    for comp, pat in _COMPONENTS:
+        if re.search(pat, name):
+            return comp
+    return "other"
+
+
+def _drafter_shapes(cfg: V41Config) -> int:
+    """Parameters of the DSpark drafter from the config (§5.8/§8.4), when its module is absent."""
+    d, n = cfg.hidden_size, cfg.hc_mult
+    attn = (d * cfg.q_lora_rank + cfg.q_lora_rank + cfg.q_lora_rank * cfg.num_attention_heads * cfg.head_dim
+            + d * cfg.head_dim + cfg.head_dim + cfg.num_attention_heads * cfg.head_dim * cfg.o_lora_rank
+            + cfg.o_groups * cfg.o_lora_rank * d + cfg.num_attention_heads)
+    expert = 3 * d * cfg.moe_intermediate_size
+    moe = (cfg.dspark_n_routed_experts + cfg.n_shared_experts) * expert + cfg.dspark_n_routed_experts * (d + 2)
+    mhc = 2 * ((2 + n) * n * n * d + (2 + n) * n + 3)
+    block = attn + moe + mhc + 2 * d
+    head_extra = (len(cfg.dspark_target_layer_ids) * d * d + d + 2 * cfg.vocab_size * cfg.dspark_markov_rank
+                  + d + cfg.dspark_markov_rank + 1 + d)
+    return cfg.num_nextn_predict_layers * block + head_extra
+
+
+def _vision_shapes(cfg: V41Config) -> int:
+    v = cfg.vision_config
+    if v is None:
+        return 0
+    h, i = v.hidden_size, v.intermediate_size
+    block = 4 * h * h + 4 * h + 3 * h * i + 2 * h
+    patch = 3 * v.patch_size ** 2 * h + h
+    aligner = (h * v.downsample_ratio ** 2) * cfg.hidden_size + cfg.hidden_size * cfg.hidden_size
+    return v.num_hidden_layers * block + patch + 2 * h + aligner + 3 * cfg.hidden_size
+
+
+def count_params(cfg: V41Config) -> ParamCount:
+    from .model import V41Model
+
+    with torch.device("meta"):
+        m = V41Model(cfg)
+        drafter_from = vision_from = "config shapes"
+        try:
+            from .dspark import Drafter
+
+            if cfg.num_nextn_predict_layers:
+                m.mtp = Drafter(cfg)
+                drafter_from = "modules"
+        except ImportError:
+            pass
+        try:
+            from .vision import VisionModel
+
+            if cfg.vision_config is not None:
+                m.vision = VisionModel(cfg)
+                vision_from = "modules"
+        except ImportError:
+            pass
+    by_comp: dict[str, int] = {}
+    per_layer = [dict() for _ in range(cfg.num_hidden_layers)]
+    drafter = vision = embed = head = other = 0
+    for name, p in m.named_parameters():
+        n = p.numel()
+        if name.endswith("engram.embed.scale"):
+            continue  # per-row quantisation scales of the FP8 table, not parameters
+        if name.startswith("mtp."):
+            drafter += n
+            continue
+        if name.startswith(("vision.", "aligner.", "image_")):
+            vision += n
+            continue
+        if name == "embed.weight":
+            embed += n
+            continue
+        if name == "head.weight":
+            head += n
+            continue
+        mt = re.match(r"layers\.(\d+)\.", name)
+        if not mt:
+            other += n
+            by_comp["final_norm"] = by_comp.get("final_norm", 0) + n
+            continue
+        comp = _component(name)
+        by_comp[comp] = by_comp.get(comp, 0) + n
+        pl = per_layer[int(mt.group(1))]
+        pl[comp] = pl.get(comp, 0) + n
+    if drafter_from != "modules" and cfg.num_nextn_predict_layers:
+        drafter = _drafter_shapes(cfg)
+    if vision_from != "modules":
+        vision = _vision_shapes(cfg)
+    by_comp.update(embed=embed, head=head, drafter=drafter, vision=vision)
+    engram = by_comp.get("engram_table", 0) + by_comp.get("engram_proj", 0)
+    layers_total = sum(sum(pl.values()) for pl in per_layer)
+    backbone = embed + head + other + layers_total - engram
+
+    # ---- active parameters per token ------------------------------------------------------------
+    expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
+    rows = cfg.n_hash_cols * cfg.engram_head_dim
+
+    def layer_active(i: int, pl: dict[str, int]) -> int:
+        a = sum(v for k, v in pl.items() if k not in ("routed_experts", "engram_table"))
+        a += cfg.num_experts_per_tok * expert
+        if "engram_table" in pl:
+            a += rows
+        return a
+
+    specs = layer_map(cfg)
+    dec = cfg.decoder_start
+    enc = sum(layer_active(i, per_layer[i]) for i in range(dec))
+    pub = 0
+    if dec < cfg.num_hidden_layers:  # the decoder's first layer publishes latents + keys for every row
+        lid = specs[dec].index
+        src = m.layers[lid].attn
+        pub = sum(p.numel() for p in src.compressor.parameters())
+        pub += src.indexer.wk.weight.numel() + src.indexer.k_norm.weight.numel()
+        pub += per_layer[lid].get("norms", 0) // 2 + per_layer[lid].get("mhc", 0) // 2  # attn_norm + one hc site
+    active_prefill = cfg.hidden_size + enc + pub
+    active_decode = cfg.hidden_size + sum(layer_active(i, per_layer[i]) for i in range(cfg.num_hidden_layers)) + head + other
+    return ParamCount(total=backbone + engram + drafter + vision, backbone=backbone, engram=engram,
+                      embeddings=embed + head, drafter=drafter, vision=vision, by_component=by_comp,
+                      active_prefill=active_prefill, active_decode=active_decode, per_layer=per_layer,
+                      drafter_from=drafter_from, vision_from=vision_from)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cache bytes in closed form
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One line of a derivation: what is counted, the formula with its numbers, the result."""
+
+    item: str
+    formula: str
+    bytes: int
+    kind: str
+    layer: int | None = None
+
+
+@dataclass
+class CacheBytes:
+    by_kind: dict[str, int]
+    by_layer: dict[int, dict[str, int]]
+    rows: list[Row]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+
+def keep_rows(ratio: int, length: int, rollback: int) -> int:
+    if ratio == 1:
+        return 0
+    return length % ratio if rollback == 0 else min(length, rollback + ratio - 1)
+
+
+def cache_bytes(cfg: V41Config, prompt_tokens: int, decoded: int = 0, mode: str = "exact", rollback: int = 1,
+                batch: int = 1) -> CacheBytes:
+    """Bytes a Cache holds after prefilling `prompt_tokens` (mode exact|bounded) and decoding `decoded` more."""
+    if prompt_tokens < 0 or decoded < 0 or batch < 1 or rollback < 0:
+        raise ValueError("token counts and rollback must be >= 0 and batch >= 1")
+    w, d, di = cfg.sliding_window, cfg.head_dim, cfg.index_head_dim
+    total = prompt_tokens + decoded
+    dec = cfg.decoder_start
+    bounded = mode == "bounded" and dec < cfg.num_hidden_layers
+    cap = w - 1 + rollback
+    kinds = ("window", "latents", "index_keys", "pending")
+    by_layer: dict[int, dict[str, int]] = {}
+    rows: list[Row] = []
+    wrb = WINDOW_FMT.row_bytes(d)
+    for spec in layer_map(cfg):
+        i = spec.index
+        seen = (min(prompt_tokens, w) + decoded) if (bounded and i >= dec) else total
+        n = min(seen, cap)
+        b = batch * n * wrb
+        if n:
+            by_layer.setdefault(i, dict.fromkeys(kinds, 0))["window"] = b
+            rows.append(Row(f"layer {i} window", f"{batch} x {n} rows x ({d} x 8 bits + {d // 32} scales x 8 bits)",
+                            b, "window", i))
+        if spec.role != "Full":
+            continue
+        r = spec.compress_ratio
+        g = total // r
+        lb = batch * g * LATENT_FMT.row_bytes(d)
+        kb = batch * g * INDEX_FMT.row_bytes(di)
+        m = keep_rows(r, total, rollback)
+        pb = batch * m * d * 4 * 2
+        dd = by_layer.setdefault(i, dict.fromkeys(kinds, 0))
+        dd.update(latents=lb, index_keys=kb, pending=pb)
+        rows.append(Row(f"layer {i} latents", f"{batch} x {total}//{r} = {g} entries x ({d} x 4 bits + {d // 16} "
+                        f"scales x 8 bits)", lb, "latents", i))
+        rows.append(Row(f"layer {i} index keys", f"{batch} x {g} entries x ({di} x 4 bits + {di // 32} scales x 8 bits)",
+                        kb, "index_keys", i))
+        if pb:
+            rows.append(Row(f"layer {i} pending rows", f"{batch} x {m} rows x 2 (kv, gate) x {d} x 32 bits", pb,
+                            "pending", i))
+    by_kind = {k: sum(v[k] for v in by_layer.values()) for k in kinds}
+    return CacheBytes(by_kind=by_kind, by_layer=dict(sorted(by_layer.items())), rows=rows)
