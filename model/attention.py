@@ -54,6 +54,36 @@ class DenseTable:
         return self.entries.gather(1, flat).reshape(b, s, k, -1)
 
 
+def _window_blocks(ext: torch.Tensor, s: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries in blocks of W: block n reads ext rows [nW, nW + 2W - 1) -> keys [B, nb, d, 2W-1].
+
+    Query a of a block uses key columns a..a+W-1 (`band`); this reads each key twice instead of W
+    times, as a per-query window copy would."""
+    b, _, d = ext.shape
+    nb = (s + w - 1) // w
+    ext = torch.nn.functional.pad(ext, (0, 0, 0, nb * w + w - 1 - ext.shape[1]))
+    a = torch.arange(w, device=ext.device)
+    return ext.unfold(1, 2 * w - 1, w), (a.view(-1, 1) + a.view(1, -1))
+
+
+def _window_logits(q: torch.Tensor, keys: torch.Tensor, band: torch.Tensor, s: int) -> torch.Tensor:
+    b, _, h, d = q.shape
+    nb, w = keys.shape[1], band.shape[0]
+    qb = torch.nn.functional.pad(q, (0, 0, 0, 0, 0, nb * w - s)).view(b, nb, w, h, d).transpose(2, 3)
+    full = torch.matmul(qb, keys.unsqueeze(2))                       # [B, nb, H, W, 2W-1]
+    lg = full.gather(-1, band.view(1, 1, 1, w, w).expand(b, nb, h, w, w))
+    return lg.transpose(2, 3).reshape(b, nb * w, h, w)[:, :s]
+
+
+def _window_values(p: torch.Tensor, keys: torch.Tensor, band: torch.Tensor, s: int) -> torch.Tensor:
+    b, _, h, w = p.shape
+    nb = keys.shape[1]
+    pb = torch.nn.functional.pad(p, (0, 0, 0, 0, 0, nb * w - s)).view(b, nb, w, h, w).transpose(2, 3)
+    full = pb.new_zeros(b, nb, h, w, 2 * w - 1).scatter(-1, band.view(1, 1, 1, w, w).expand(b, nb, h, w, w), pb)
+    out = torch.matmul(full, keys.transpose(-1, -2).unsqueeze(2))   # [B, nb, H, W, d]
+    return out.transpose(2, 3).reshape(b, nb * w, h, -1)[:, :s]
+
+
 class Attention(torch.nn.Module):
     def __init__(self, cfg: V41Config, layer_id: int):
         super().__init__()
@@ -101,7 +131,7 @@ class Attention(torch.nn.Module):
             prev = store.last(self.window - 1)
             store.append(kv)
         out, probs = self._attend(q, kv, prev, comp)
-        if ctx.indexer_loss and comp is not None and comp.get("kl_scores") is not None:
+        if ctx.indexer_loss and comp is not None and comp.get("kl") is not None:
             self._indexer_loss(probs, comp, ctx)
         if ctx.trace is not None:
             ctx.trace.attention(self.layer_id, ctx, probs, prev, comp, self.window)
@@ -126,11 +156,11 @@ class Attention(torch.nn.Module):
             shared["indexer"] = indexer
         elif ctx.ablation.reselect_all:
             indexer = shared.get("indexer")
-        kl_scores = None
         if indexer is not None:
             xi, qi = x.detach(), q_res.detach()
             cos, sin = rope["compress"]
-            raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
+            with torch.no_grad():  # selection is not differentiable; the KL below trains the indexer
+                raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
             scores = mask_visible(raw, ctx.positions, self.ratio)
             if self.is_candidate_source:
                 pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,
@@ -148,15 +178,15 @@ class Attention(torch.nn.Module):
                 ctx.trace.record(lid, "index_scores", scores)
                 ctx.trace.record(lid, "topk", idx)
             if ctx.indexer_loss:
-                kl_scores = scores
+                shared["kl_inputs"] = (indexer, xi, qi, cos, sin)
         idx = shared["topk"]
         n = len(table)
         vis = torch.arange(n, device=x.device).view(1, 1, -1) < visible_counts(ctx.positions, self.ratio).view(1, -1, 1)
-        if ctx.ablation.dense_compressed or cache is None:
-            mask = vis if ctx.ablation.dense_compressed else topk_mask(idx, n)
-            return {"n": n, "dense": table.all_entries(), "mask": mask.expand(x.shape[0], -1, -1), "idx": idx,
-                    "kl_scores": kl_scores, "visible": vis}
-        return {"n": n, "gathered": table.gather(idx), "valid": idx >= 0, "idx": idx, "kl_scores": None}
+        kl = shared.pop("kl_inputs", None) if indexer is not None else None
+        if ctx.ablation.dense_compressed:
+            return {"n": n, "dense": table.all_entries(), "mask": vis.expand(x.shape[0], -1, -1), "idx": idx,
+                    "visible": vis, "kl": kl, "table": table}
+        return {"n": n, "gathered": table.gather(idx), "valid": idx >= 0, "idx": idx, "kl": kl, "table": table}
 
     def _make_entries(self, x: torch.Tensor, ctx: Context) -> None:
         shared, cache, lid = ctx.shared, ctx.cache, self.layer_id
@@ -196,10 +226,10 @@ class Attention(torch.nn.Module):
         w = self.window
         p = 0 if prev is None else prev.shape[1]
         parts = [kv.new_zeros(b, w - 1 - p, d)] + ([prev.to(kv.dtype)] if p else []) + [kv]
-        ext = torch.cat(parts, dim=1)                       # [B, W-1+S, d]
-        win = ext.unfold(1, w, 1)                           # [B, S, d, W]; slot j = key at t-(W-1)+j
+        ext = torch.cat(parts, dim=1)                       # [B, W-1+S, d]; slot j of row i = ext[i + j]
+        keys, band = _window_blocks(ext, s, w)
         scale = d ** -0.5
-        logits = [torch.einsum("bshd,bsdw->bshw", q, win).float() * scale]
+        logits = [_window_logits(q, keys, band, s).float() * scale]
         rows = torch.arange(s, device=q.device).view(-1, 1)
         slot_ok = torch.arange(w, device=q.device).view(1, -1) >= (w - 1 - p) - rows      # [S, W]
         logits[0] = logits[0].masked_fill(~slot_ok.view(1, s, 1, w), NEG_INF)
@@ -219,7 +249,7 @@ class Attention(torch.nn.Module):
         z = z - z.max(dim=-1, keepdim=True).values
         probs = torch.softmax(z, dim=-1)
         pv = probs.to(q.dtype)
-        out = torch.einsum("bshw,bsdw->bshd", pv[..., :w], win)
+        out = _window_values(pv[..., :w], keys, band, s)
         if values is not None:
             pc = pv[..., w:-1]
             if "dense" in comp:
@@ -229,8 +259,22 @@ class Attention(torch.nn.Module):
         return out, probs
 
     def _indexer_loss(self, probs: torch.Tensor, comp: dict, ctx: Context) -> None:
-        """KL from the main attention's distribution over compressed entries to the index scores."""
+        """KL from the main attention's distribution over compressed entries to the index scores (§3.3):
+        over every visible entry in the dense warm-up, over the selected entries in sparse training."""
+        indexer, xi, qi, cos, sin = comp["kl"]
         w = self.window
-        attn = probs[..., w:-1].detach().sum(dim=2)  # [B, S, T] summed over heads
-        support = comp["mask"]
-        ctx.indexer_losses.append(indexer_kl(attn, comp["kl_scores"], support))
+        attn = probs[..., w:-1].detach().sum(dim=2)  # [B, S, T or k] summed over heads
+        keys = comp["table"].all_keys()
+        if "dense" in comp:
+            scores = mask_visible(indexer.scores(xi, qi, cos, sin, keys), ctx.positions, self.ratio)
+            support = comp["mask"]
+        else:
+            idx = comp["idx"]
+            b, s, k = idx.shape
+            ksel = keys.gather(1, idx.clamp_min(0).reshape(b, s * k, 1).expand(-1, -1, keys.shape[-1]))
+            q = indexer.queries(qi, cos, sin).float()
+            sc = torch.einsum("bshd,bskd->bshk", q, ksel.reshape(b, s, k, -1).float()).relu() * indexer.head_dim ** -0.5
+            wts = indexer.weights_proj(xi).float() * indexer.n_heads ** -0.5
+            scores = (sc * wts.unsqueeze(-1)).sum(dim=2)
+            support = idx >= 0
+        ctx.indexer_losses.append(indexer_kl(attn, scores, support))

@@ -66,6 +66,8 @@ class Block(torch.nn.Module):
         f = self._mix(streams, "ffn", ctx)
         out, routing = self.ffn(self.ffn_norm(collapse(streams, a.pre)), ctx.image_mask)
         new = expand(out, streams, f.post, f.comb)
+        if ctx.collect_routing:
+            ctx.routings.append((lid, routing.indices))
         if tr is not None:
             tr.block(lid, a, f, y, out, routing, new)
         return new, f.pre

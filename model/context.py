@@ -56,6 +56,8 @@ class Context:
     publish_only: bool = False              # run a layer's compressor/keys only (bounded prefill)
     indexer_loss: bool = False              # collect the indexer's KL training signal
     indexer_losses: list[torch.Tensor] = field(default_factory=list)
+    collect_routing: bool = False           # keep each MoE's chosen experts (load balancing in training)
+    routings: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> attention input (mean of streams)
     tap_layers: frozenset[int] = frozenset()
     shared: dict[str, Any] = field(default_factory=dict)

@@ -91,7 +91,7 @@ def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: in
                 streams, pre, ctx, rope, hash_ids = model.prepare(ids[:, a:b], cache, ablation=ablation, trace=trace)
                 streams, pre = model.run_layers(streams, pre, 0, dec, ctx, rope, hash_ids)
                 ctx.publish_only = True
-                model.layers[dec](streams, pre, ctx, rope, hash_ids)
+                model.layer(dec)(streams, pre, ctx, rope, hash_ids)
                 carry = _append_carry(carry, streams, pre, w)
                 cache.advance(b - a)
                 cache.carry = carry

@@ -34,6 +34,7 @@ class ModelOutput:
     hidden: torch.Tensor | None = None         # final normed hidden [B, S, D]
     indexer_loss: torch.Tensor | None = None   # mean KL of the index sources (training)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)
+    routings: list = field(default_factory=list)  # (layer, chosen experts) when collect_routing
 
 
 class V41Model(torch.nn.Module):
@@ -53,6 +54,7 @@ class V41Model(torch.nn.Module):
         self.mtp = None      # DSpark drafter, native names mtp.{i}.* (model/dspark.py)
         self.vision = None   # vision tower + aligner (model/vision.py)
         self.source_path: str | None = None
+        self.streamer = None  # set by model/release.py for layer-streamed checkpoints
 
     # ---------------------------------------------------------------------------------------------
     @property
@@ -115,7 +117,8 @@ class V41Model(torch.nn.Module):
 
     def prepare(self, input_ids: torch.Tensor, cache=None, *, trace=None, ablation: Ablation | None = None,
                 image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
-                tap_layers=(), indexer_loss: bool = False) -> tuple[torch.Tensor, torch.Tensor, Context, dict,
+                tap_layers=(), indexer_loss: bool = False, collect_routing: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, Context, dict,
                                                                      torch.Tensor | None]:
         """Embed, hash and set up the context for one forward call over new rows."""
         ids = self.check_ids(input_ids)
@@ -129,7 +132,8 @@ class V41Model(torch.nn.Module):
             h = h.masked_scatter(image_mask.unsqueeze(-1).to(h.device), image_embeds.to(h.dtype))
         streams = h.unsqueeze(2).expand(-1, -1, self.cfg.hc_mult, -1).contiguous()
         ctx = Context(positions=positions, cache=cache, trace=trace, ablation=ablation or Ablation(),
-                      image_mask=image_mask, tap_layers=frozenset(tap_layers), indexer_loss=indexer_loss)
+                      image_mask=image_mask, tap_layers=frozenset(tap_layers), indexer_loss=indexer_loss,
+                      collect_routing=collect_routing)
         ctx.shared["rotary"] = self.rotary
         rope = {k: self.rotary.cos_sin(positions, k) for k in ("main", "compress")}
         hash_ids = None
@@ -150,12 +154,18 @@ class V41Model(torch.nn.Module):
     def run_layers(self, streams: torch.Tensor, pre_mix: torch.Tensor, lo: int, hi: int, ctx: Context,
                    rope: dict, hash_ids: torch.Tensor | None, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
         for i in range(lo, hi):
-            streams, pre_mix = self.layers[i](streams, pre_mix, ctx, rope, hash_ids)
+            streams, pre_mix = self.layer(i)(streams, pre_mix, ctx, rope, hash_ids)
             if ctx.trace is not None and not ctx.publish_only:
                 ctx.trace.after_layer(i, streams, pre_mix, self)
             if progress is not None:
                 progress(i)
         return streams, pre_mix
+
+    def layer(self, i: int) -> Block:
+        """Layer i, ready to run. A layer-streamed model (model/release.py) loads it on demand here."""
+        if self.streamer is not None:
+            return self.streamer.layer(i)
+        return self.layers[i]
 
     def finish(self, streams: torch.Tensor, pre_mix: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor,
                                                                                                    torch.Tensor]:
@@ -166,10 +176,11 @@ class V41Model(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, cache=None, *, trace=None, ablation: Ablation | None = None,
                 image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
-                last_only: bool = False, tap_layers=(), indexer_loss: bool = False) -> ModelOutput:
+                last_only: bool = False, tap_layers=(), indexer_loss: bool = False,
+                collect_routing: bool = False) -> ModelOutput:
         streams, pre_mix, ctx, rope, hash_ids = self.prepare(
             input_ids, cache, trace=trace, ablation=ablation, image_embeds=image_embeds, image_mask=image_mask,
-            tap_layers=tap_layers, indexer_loss=indexer_loss)
+            tap_layers=tap_layers, indexer_loss=indexer_loss, collect_routing=collect_routing)
         streams, pre_mix = self.run_layers(streams, pre_mix, 0, self.cfg.num_hidden_layers, ctx, rope, hash_ids)
         hidden, logits = self.finish(streams, pre_mix, last_only)
         if cache is not None:
@@ -177,7 +188,7 @@ class V41Model(torch.nn.Module):
         if trace is not None:
             trace.end(hidden, logits)
         il = torch.stack(ctx.indexer_losses).mean() if ctx.indexer_losses else None
-        return ModelOutput(logits=logits, hidden=hidden, indexer_loss=il, taps=ctx.taps)
+        return ModelOutput(logits=logits, hidden=hidden, indexer_loss=il, taps=ctx.taps, routings=ctx.routings)
 
     # ---------------------------------------------------------------------------------------------
     # Engine, trace and weights entry points (implemented in their own modules)

@@ -51,7 +51,7 @@ def _thresholds(device: torch.device) -> torch.Tensor:
 
 def e2m1_codes(q: torch.Tensor) -> torch.Tensor:
     """Round pre-scaled values in [-6, 6] to E2M1 codes (uint8, sign in bit 3)."""
-    mag = (q.abs().unsqueeze(-1) >= _thresholds(q.device)).sum(-1).to(torch.uint8)
+    mag = torch.bucketize(q.abs().contiguous(), _thresholds(q.device), right=True).to(torch.uint8)
     return mag | (torch.signbit(q).to(torch.uint8) << 3)
 
 
