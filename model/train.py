@@ -1,0 +1,281 @@
+"""Training the tiny weights: `python -m model.train` (CPU by default, CUDA when available).
+
+Follows reference-brief.md §3.3 (indexer training) and §8.1 (load balancing):
+- language-model loss (next-token cross entropy);
+- the indexer's own signal: KL from the main attention's distribution over compressed entries to
+  the index scores, with the indexer's inputs detached. A dense warm-up (every visible entry
+  attended, KL over all of them) comes first, then sparse training (top-k attended, KL over the
+  selected set);
+- aux-loss-free balancing: after each step, each MoE's selection bias moves by gamma towards
+  equal load (outside gradient descent).
+Then the DSpark drafter is trained against the frozen target (model/dspark.py), when available.
+
+Deterministic for a seed: batch n comes from a generator seeded with (seed, n), so a resumed run
+sees the same batches as an uninterrupted one; checkpoints (model + optimizer state, safetensors)
+are written every `--ckpt-every` steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import V41Config
+from .context import Ablation
+from .model import V41Model
+from .weights import save_checkpoint
+
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "17179869184",
+              "MALLOC_TOP_PAD_": "1073741824"}
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "tiny"
+    steps: int = 480
+    batch: int = 16
+    seq_len: int = 512
+    lr: float = 3e-3
+    min_lr_frac: float = 0.1
+    warmup_steps: int = 30
+    dense_warmup_frac: float = 0.08     # share of steps with dense compressed attention (indexer warm-up)
+    indexer_weight: float = 1.0
+    bias_gamma: float = 1e-3
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    seed: int = 0
+    threads: int = 0                    # 0 = all cores
+    ckpt_every: int = 40
+    eval_every: int = 120
+    drafter_steps: int = 300
+    stream: str = ".cache/corpus/tokens_train.npy"
+    tokenizer: str = "data/weights/tiny/tokenizer.json"
+
+
+def lr_at(tc: TrainConfig, step: int) -> float:
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    t = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
+    return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(tc.seed * 1_000_003 + step)
+
+
+def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41Model:
+    from .engram import compressed_token_map
+
+    cfg = cfg or V41Config.preset(tc.preset)
+    if cfg.engram_layer_ids:
+        _, n = compressed_token_map(tokenizer)
+        cfg = cfg.replace(engram_compressed_vocab_size=n).validate()
+    torch.manual_seed(tc.seed)
+    m = V41Model(cfg).init_weights(tc.seed)
+    m.bind_tokenizer(tokenizer)
+    return m
+
+
+def make_optimizer(m: V41Model, tc: TrainConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, p in m.named_parameters():
+        if not p.requires_grad:
+            continue
+        matrix = p.ndim >= 2 and "hc_" not in name and not name.endswith("embed.weight")
+        (decay if matrix else no_decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
+               step: int) -> dict[str, float]:
+    m.train()
+    dense = step < int(tc.dense_warmup_frac * tc.steps)
+    for g in opt.param_groups:
+        g["lr"] = lr_at(tc, step)
+    out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense))
+    lm = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+    il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
+    loss = lm + tc.indexer_weight * il
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(m.parameters(), tc.clip)
+    opt.step()
+    for lid, idx in out.routings:
+        m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
+    return {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn), "lr": lr_at(tc, step), "dense": dense}
+
+
+# ------------------------------------------------------------------------------------------------
+# Checkpoints (safetensors only)
+# ------------------------------------------------------------------------------------------------
+
+def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, tc: TrainConfig, log: list) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    t = {f"model.{k}": v.detach().contiguous() for k, v in m.state_dict().items()}
+    names = {id(p): n for n, p in m.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if not st:
+                continue
+            n = names[id(p)]
+            for k, v in st.items():
+                t[f"opt.{n}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().contiguous().clone()
+    tmp = path / "ckpt.safetensors.tmp"
+    save_file(t, str(tmp))
+    os.replace(tmp, path / "ckpt.safetensors")
+    (path / "ckpt.json").write_text(json.dumps({"step": step, "train": asdict(tc), "log": log}))
+
+
+def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int, list]:
+    t = load_file(str(path / "ckpt.safetensors"))
+    meta = json.loads((path / "ckpt.json").read_text())
+    m.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")}, strict=True)
+    params = dict(m.named_parameters())
+    for key, v in t.items():
+        if not key.startswith("opt."):
+            continue
+        name, field = key[4:].rsplit(".", 1)
+        opt.state[params[name]][field] = v
+    return meta["step"], meta.get("log", [])
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation used during training (bench/quality.py has the full evaluation)
+# ------------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> dict[str, float]:
+    from .dataset import heldout_natural_batches, heldout_natural_tokens, heldout_story_batches
+
+    m.eval()
+    tot, n = 0.0, 0
+    for i, (x, y) in enumerate(heldout_natural_batches(heldout_natural_tokens(tok), 8, seq_len)):
+        if i >= max_batches:
+            break
+        lg = m(x).logits
+        tot += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="sum"))
+        n += y.numel()
+    correct = {}
+    for b in heldout_story_batches(tok, batch_size=25):
+        lg = m(b["input_ids"]).logits
+        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"]].argmax(-1)
+        for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
+            c = correct.setdefault(bucket, [0, 0])
+            c[0] += ok
+            c[1] += 1
+    m.train()
+    out = {"heldout_loss": tot / max(1, n)}
+    out.update({f"recall_{k}": v[0] / v[1] for k, v in correct.items()})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+
+def _reexec_with_malloc_env() -> None:
+    """Large tensors are freed and re-allocated every step; keeping them in the heap (not mmap) saves ~20%."""
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) or os.environ.get("V41_NO_REEXEC"):
+        return
+    env = dict(os.environ, **MALLOC_ENV)
+    os.execve(sys.executable, [sys.executable, "-m", "model.train"] + sys.argv[1:], env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m model.train", description=__doc__.split("\n\n")[0])
+    for f, v in asdict(TrainConfig()).items():
+        ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    ap.add_argument("--out", default="data/weights/tiny", help="where the final weights are written")
+    ap.add_argument("--ckpt-dir", default="runs/tiny", help="resumable checkpoints")
+    ap.add_argument("--resume", action="store_true", help="continue from --ckpt-dir if a checkpoint is there")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args(argv)
+    if argv is None:
+        _reexec_with_malloc_env()
+    tc = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    from .dataset import TokenStream
+    from .tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tc.tokenizer)
+    stream = TokenStream.load(tc.stream)
+    m = build_model(tc, tok).to(device)
+    opt = make_optimizer(m, tc)
+    ckpt = Path(args.ckpt_dir)
+    start, log = 0, []
+    if args.resume and (ckpt / "ckpt.safetensors").exists():
+        start, log = load_state(ckpt, m, opt)
+        print(f"resumed from {ckpt} at step {start}", file=sys.stderr)
+    t0 = time.time()
+    tokens_per_step = tc.batch * tc.seq_len
+    n_params = sum(p.numel() for p in m.parameters())
+    print(f"training {tc.preset}: {n_params / 1e6:.2f}M parameters, {tc.steps} steps x {tokens_per_step} tokens "
+          f"on {device} ({torch.get_num_threads()} threads)", file=sys.stderr)
+    for step in range(start, tc.steps):
+        x, y = stream.sample_batch(tc.batch, tc.seq_len, batch_generator(tc, step))
+        rec = train_step(m, opt, x.to(device), y.to(device), tc, step)
+        rec["step"] = step + 1
+        done = step + 1 - start
+        el = time.time() - t0
+        rate = done * tokens_per_step / el
+        eta = (tc.steps - step - 1) * el / done
+        bar = "#" * int(30 * (step + 1) / tc.steps)
+        print(f"\r[{bar:<30}] {step + 1}/{tc.steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f} "
+              f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
+        if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
+            rec.update(quick_eval(m, tok, tc.seq_len))
+            print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(("heldout", "recall"))),
+                  file=sys.stderr)
+        log.append(rec)
+        if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
+            save_state(ckpt, m, opt, step + 1, tc, log)
+    train_seconds = time.time() - t0
+    print(file=sys.stderr)
+    out = Path(args.out)
+    drafter_info = None
+    m.eval()
+    if tc.drafter_steps and m.cfg.num_nextn_predict_layers:
+        try:
+            from .dspark import train_drafter
+        except ImportError:
+            train_drafter = None
+        if train_drafter is not None:
+            drafter_info = train_drafter(m, stream, steps=tc.drafter_steps, seed=tc.seed, log=sys.stderr)
+    save_checkpoint(m, out, tokenizer=None, metadata={"trained_by": "python -m model.train"})
+    if Path(tc.tokenizer).resolve() != (out / "tokenizer.json").resolve():
+        shutil.copy(tc.tokenizer, out / "tokenizer.json")
+    final = log[-1] if log else {}
+    info = {
+        "command": "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv),
+        "seed": tc.seed, "preset": tc.preset, "train_config": asdict(tc),
+        "data": {"stream": tc.stream, "manifest": stream.manifest, "tokenizer": tc.tokenizer},
+        "steps": tc.steps, "tokens": tc.steps * tokens_per_step, "parameters": n_params,
+        "wall_seconds": round(train_seconds, 1), "resumed_at_step": start or None,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device),
+                    "torch": torch.__version__},
+        "final": {k: v for k, v in final.items() if isinstance(v, (int, float))},
+        "drafter": drafter_info,
+        "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in log],
+    }
+    (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"wrote {out} (training {train_seconds / 60:.1f} min)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
