@@ -1,0 +1,37 @@
+"""V4.1 Explorer: the Streamlit entry. `streamlit run app.py` (bound to 127.0.0.1 by .streamlit/config.toml)."""
+
+from pathlib import Path
+
+import streamlit as st
+
+st.set_page_config(page_title="V4.1 Explorer", page_icon=":material/account_tree:", layout="wide")
+
+HERE = Path(__file__).parent
+SECTIONS = {
+    "Start": [("pages/start.py", "The job", ":material/play_arrow:", True)],
+    "Figure 3": [
+        ("pages/figure3.py", "Figure 3 walkthrough", ":material/account_tree:", False),
+        ("pages/layer_map.py", "Layer map", ":material/table_rows:", False),
+        ("pages/csa2_modes.py", "CSA2 modes", ":material/call_split:", False),
+        ("pages/attention_shares.py", "Attention shares", ":material/percent:", False),
+        ("pages/recurrence.py", "Is this recurrence?", ":material/repeat:", False),
+    ],
+    "Memory": [
+        ("pages/cache_calculator.py", "Cache calculator", ":material/calculate:", False),
+        ("pages/prefill_decode.py", "Prefill vs decode", ":material/swap_horiz:", False),
+        ("pages/compare_designs.py", "Compare designs", ":material/compare:", False),
+    ],
+    "Run a prompt": [
+        ("pages/inspector.py", "Prompt inspector", ":material/search:", False),
+        ("pages/indexer_pools.py", "Indexer pools", ":material/filter_alt:", False),
+        ("pages/dspark.py", "DSpark draft & verify", ":material/bolt:", False),
+        ("pages/ablation.py", "Ablation lab", ":material/science:", False),
+    ],
+}
+
+nav = {}
+for section, pages in SECTIONS.items():
+    items = [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i, d in pages if (HERE / f).exists()]
+    if items:
+        nav[section] = items
+st.navigation(nav).run()

@@ -1,0 +1,46 @@
+"""The Start page's lesson: what a next-token score is, computed on the running model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INTRO = (
+    "A language model does one job over and over: given the text so far, it gives every possible next "
+    "piece of text a score. This explorer runs DeepSeek-V4.1-Flash's real architecture on small weights we "
+    "trained ourselves, so you can watch each part of that job happen."
+)
+
+DEFINITIONS = [
+    ("Token", "The model never sees letters. A tokenizer cuts the text into pieces (a word, part of a word, a "
+              "space and a word) and gives each piece a number. Those numbers are what flows in, and the next "
+              "number is what the model predicts."),
+    ("Hidden state", "Each token becomes a row of numbers when it enters. Every layer rewrites that row using "
+                     "the rows before it; the row that comes out on top for the last token is turned into the "
+                     "scores below. These changing rows are the hidden states."),
+    ("Weight", "The rules each layer applies are fixed numbers learned in training: the weights. Reading a "
+               "prompt changes hidden states and fills caches; it never changes a weight."),
+]
+
+
+@dataclass
+class NextTokens:
+    tokens: list[str]
+    ids: list[int]
+    probs: list[float]
+    n_tokens: int
+
+
+def next_token_table(model, text: str, k: int = 10) -> NextTokens:
+    ids = model.encode(text)
+    if not ids:
+        raise ValueError("the prompt produced no tokens")
+    limit = model.cfg.max_position_embeddings
+    ids = ids[-limit:]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), last_only=True).logits[0, -1]
+    p = torch.softmax(logits.float(), -1)
+    top = p.topk(min(k, p.numel()))
+    toks = [model.decode([i]) for i in top.indices.tolist()]
+    return NextTokens(tokens=toks, ids=top.indices.tolist(), probs=top.values.tolist(), n_tokens=len(ids))

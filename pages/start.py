@@ -1,0 +1,36 @@
+"""Start page: the job (next-token scores for an editable prompt) and three short definitions."""
+
+import streamlit as st
+
+from lessons.start import DEFINITIONS, INTRO, next_token_table
+from ui.common import clean_prompt, qp_get, qp_set, require_model, sidebar
+from ui.figures import top_tokens_bar
+
+sess = sidebar()
+st.title("V4.1 Explorer")
+st.markdown(INTRO)
+model = require_model(sess)
+
+prompt = st.text_area("Prompt", value=qp_get("prompt", "The key is in the blue box. The box is"), height=80,
+                      max_chars=20000, key="start_prompt")
+text, problem = clean_prompt(prompt)
+if problem:
+    st.warning(problem)
+    st.stop()
+qp_set(prompt=text if len(text) < 500 else None)
+
+
+@st.cache_data(show_spinner="Scoring the next token ...", max_entries=64)
+def _scores(weights_key: str, text: str, k: int):
+    return next_token_table(model, text, k)
+
+
+table = _scores(sess.label, text, 12)
+st.plotly_chart(top_tokens_bar(table), width="stretch", key="start_bar")
+st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
+           "Bars show the probability the model gives each possible next token.")
+cols = st.columns(3)
+for col, (title, body) in zip(cols, DEFINITIONS):
+    with col:
+        st.subheader(title)
+        st.write(body)
