@@ -58,3 +58,14 @@ def random_model(preset: str = "micro", seed: int = 0, **changes):
 @pytest.fixture(scope="session")
 def micro():
     return random_model("micro")
+
+
+def random_tiny(seed: int = 0):
+    """The tiny preset with random weights and the shipped tokenizer bound (Engram map from it)."""
+    from model.engram import compressed_token_map
+    from model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    _, n = compressed_token_map(tok)
+    m = random_model("tiny", seed, engram_compressed_vocab_size=n)
+    return m.bind_tokenizer(tok)
