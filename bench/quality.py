@@ -1,0 +1,178 @@
+"""`python -m bench.quality`: answer quality of the shipped tiny model, whole and with parts removed.
+
+Measures, on held-out data shipped in data/heldout (no download needed):
+- loss per token on natural text (a Shakespeare play and a Bible book never trained on), next to a
+  unigram baseline (token frequencies of the training stream, or of the held-out text itself when
+  the stream is absent, which flatters the baseline);
+- recall accuracy on held-out generated stories, bucketed by the distance between the fact and the
+  question: inside the window, just past it, far past it;
+- the same with one component removed at inference time (model.context.Ablation), and with bounded
+  instead of exact prefill.
+Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…`.
+The ablation lab page reuses `evaluate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BUCKETS = ("inside", "just_past", "far")
+
+
+@dataclass
+class Quality:
+    loss: float                         # nats per token on held-out natural text
+    tokens: int
+    recall: dict[str, float]            # bucket -> accuracy
+    recall_n: dict[str, int]
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def row(self) -> dict[str, float]:
+        out = {"loss": self.loss}
+        out.update({f"recall_{b}": self.recall.get(b, float("nan")) for b in BUCKETS})
+        out["seconds"] = self.seconds
+        return out
+
+
+# Ablations the lab offers: name -> (Ablation kwargs, prefill mode, one-line description)
+ABLATIONS: dict[str, tuple[dict, str, str]] = {
+    "full model": ({}, "exact", "the model as trained"),
+    "window only": ({"window_only": True}, "exact", "compressed entries ignored: each layer reads its window only"),
+    "no candidate pool": ({"no_candidates": True}, "exact", "Reindex layers search every entry, not the pool"),
+    "top-k 4": ({"index_topk": 4}, "exact", "each query reads 4 selected entries instead of the configured number"),
+    "no Engram": ({"no_engram": True}, "exact", "the n-gram memory adds nothing"),
+    "every layer selects": ({"reselect_all": True}, "exact", "Reuse layers choose their own entries too"),
+    "streams never mix": ({"mhc_identity": True}, "exact", "mHC comb replaced by the identity"),
+    "bounded prefill": ({}, "bounded", "decoder replays only the last window of the prompt"),
+}
+
+
+def unigram_logprobs(vocab: int, heldout: np.ndarray) -> tuple[torch.Tensor, str]:
+    stream = ROOT / ".cache" / "corpus" / "tokens_train.npy"
+    if stream.exists():
+        counts = np.bincount(np.load(stream, mmap_mode="r"), minlength=vocab)
+        source = "training stream"
+    else:
+        counts = np.bincount(heldout, minlength=vocab)
+        source = "held-out text itself (optimistic)"
+    p = (counts + 1.0) / (counts.sum() + vocab)
+    return torch.log(torch.tensor(p, dtype=torch.float64)), source
+
+
+@torch.no_grad()
+def natural_loss(model, max_tokens: int | None = None, seq_len: int = 512, batch: int = 8, ablation=None,
+                 progress: Callable[[float, str], None] | None = None) -> tuple[float, int, np.ndarray]:
+    from model.dataset import heldout_natural_batches, heldout_natural_tokens
+
+    toks = heldout_natural_tokens(model.tokenizer)
+    if max_tokens:
+        toks = toks[: max_tokens + 1]
+    total, n = 0.0, 0
+    batches = list(heldout_natural_batches(toks, batch, seq_len))
+    for i, (x, y) in enumerate(batches):
+        lg = model(x.to(model.device), ablation=ablation).logits
+        total += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]).float(),
+                                                         y.reshape(-1).to(lg.device), reduction="sum"))
+        n += y.numel()
+        if progress:
+            progress((i + 1) / len(batches), f"natural text {n:,} tokens")
+    return total / max(1, n), n, toks
+
+
+@torch.no_grad()
+def story_recall(model, max_stories: int | None = None, ablation=None, mode: str = "exact",
+                 progress: Callable[[float, str], None] | None = None) -> tuple[dict[str, float], dict[str, int]]:
+    from model.dataset import story_eval_batches
+    from model.engine import prefill
+    from model.stories import load_heldout_stories
+
+    rows = load_heldout_stories()
+    if max_stories:  # keep the buckets balanced when subsampling
+        per = max(1, max_stories // len(BUCKETS))
+        rows = [r for b in BUCKETS for r in [x for x in rows if x["bucket"] == b][:per]]
+    hits: dict[str, list[int]] = {}
+    done = 0
+    for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
+        if mode == "exact":
+            lg = model(b["input_ids"].to(model.device), ablation=ablation).logits
+            pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+        else:
+            preds = []
+            for ids, pos in zip(b["input_ids"], b["answer_pos"]):
+                pf = prefill(model, ids[: int(pos) + 1].unsqueeze(0), mode, ablation=ablation)
+                preds.append(int(pf.logits[0].argmax()))
+            pred = torch.tensor(preds)
+        for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
+            hits.setdefault(bucket, []).append(int(ok))
+        done += len(b["bucket"])
+        if progress:
+            progress(done / len(rows), f"stories {done}/{len(rows)}")
+    return ({k: sum(v) / len(v) for k, v in hits.items()}, {k: len(v) for k, v in hits.items()})
+
+
+def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None = None,
+             max_natural_tokens: int | None = None, progress: Callable[[float, str], None] | None = None) -> Quality:
+    """Held-out loss and recall by bucket for one configuration (the ablation lab's unit of work)."""
+    t0 = time.perf_counter()
+
+    def sub(lo, hi):
+        return None if progress is None else (lambda f, msg: progress(lo + (hi - lo) * f, msg))
+
+    loss, n, _ = natural_loss(model, max_natural_tokens, ablation=ablation, progress=sub(0.0, 0.4))
+    recall, counts = story_recall(model, max_stories, ablation=ablation, mode=mode, progress=sub(0.4, 1.0))
+    return Quality(loss=loss, tokens=n, recall=recall, recall_n=counts, seconds=time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from model import Ablation, load
+
+    ap = argparse.ArgumentParser(prog="python -m bench.quality")
+    ap.add_argument("--weights", default=str(ROOT / "data" / "weights" / "tiny"))
+    ap.add_argument("--max-stories", type=int, default=None)
+    ap.add_argument("--max-natural-tokens", type=int, default=None)
+    ap.add_argument("--only", nargs="*", default=None, help="ablation names to run (default: all)")
+    a = ap.parse_args(argv)
+    if not (Path(a.weights) / "model.safetensors").exists():
+        print(f"no trained weights at {a.weights}", file=sys.stderr)
+        return 2
+    model = load(a.weights, device="cpu")
+    base_loss, n, toks = natural_loss(model, a.max_natural_tokens)
+    uni, source = unigram_logprobs(model.cfg.vocab_size, toks)
+    y = torch.from_numpy(np.asarray(toks[1:], dtype=np.int64))[:n]
+    unigram_loss = float(-uni[y].mean())
+    print(f"held-out natural text: {n:,} tokens; unigram baseline from the {source}")
+    header = f"{'configuration':22} {'loss':>7} {'inside':>7} {'past':>7} {'far':>7} {'sec':>6}"
+    print(header)
+    print("-" * len(header))
+    results: dict[str, Quality] = {}
+    for name, (kw, mode, _desc) in ABLATIONS.items():
+        if a.only and name not in a.only:
+            continue
+        q = evaluate(model, Ablation(**kw), mode, a.max_stories, a.max_natural_tokens)
+        results[name] = q
+        r = q.row()
+        print(f"{name:22} {r['loss']:7.3f} {r['recall_inside']:7.1%} {r['recall_just_past']:7.1%} "
+              f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
+    print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
+    full = results.get("full model")
+    wo = results.get("window only")
+    nan = float("nan")
+    print(f"quality: loss={full.loss if full else nan:.4f} unigram_loss={unigram_loss:.4f} "
+          f"recall_far={full.recall.get('far', nan) if full else nan:.3f} "
+          f"recall_far_window_only={wo.recall.get('far', nan) if wo else nan:.3f}")
+    return 0 if full and math.isfinite(full.loss) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
