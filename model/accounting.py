@@ -84,8 +84,8 @@ def _vision_shapes(cfg: V41Config) -> int:
     h, i = v.hidden_size, v.intermediate_size
     block = 4 * h * h + 4 * h + 3 * h * i + 2 * h
     patch = 3 * v.patch_size ** 2 * h + h
-    aligner = (h * v.downsample_ratio ** 2) * cfg.hidden_size + cfg.hidden_size * cfg.hidden_size
-    return v.num_hidden_layers * block + patch + 2 * h + aligner + 3 * cfg.hidden_size
+    aligner = (h * v.downsample_ratio ** 2 + 1) * cfg.hidden_size + (cfg.hidden_size + 1) * cfg.hidden_size
+    return v.num_hidden_layers * block + patch + h + aligner + 3 * cfg.hidden_size  # as model/vision.py
 
 
 def count_params(cfg: V41Config) -> ParamCount:
@@ -103,10 +103,10 @@ def count_params(cfg: V41Config) -> ParamCount:
         except ImportError:
             pass
         try:
-            from .vision import VisionModel
+            from .vision import attach_vision
 
             if cfg.vision_config is not None:
-                m.vision = VisionModel(cfg)
+                attach_vision(m)  # vision.*, aligner.*, image_start/end/newline
                 vision_from = "modules"
         except ImportError:
             pass

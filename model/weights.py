@@ -149,9 +149,9 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
 
         model.mtp = Drafter(cfg)
     if has_vision and cfg.vision_config is not None:
-        from .vision import VisionModel
+        from .vision import attach_vision  # tower, aligner and the image_start/end/newline vectors
 
-        model.vision = VisionModel(cfg)
+        attach_vision(model)
     load_state_dict(model, path, strict=strict)
     if dtype is not None:
         model.to(dtype)
