@@ -39,6 +39,7 @@ class ParamCount:
     per_layer: list[dict[str, int]] = field(default_factory=list)
     drafter_from: str = "modules"    # "modules" or "config shapes"
     vision_from: str = "modules"
+    active_per_layer: list[int] = field(default_factory=list)  # per token passing the layer
 
 
 _COMPONENTS = [
@@ -169,11 +170,12 @@ def count_params(cfg: V41Config) -> ParamCount:
         pub += src.indexer.wk.weight.numel() + src.indexer.k_norm.weight.numel()
         pub += per_layer[lid].get("norms", 0) // 2 + per_layer[lid].get("mhc", 0) // 2  # attn_norm + one hc site
     active_prefill = cfg.hidden_size + enc + pub
-    active_decode = cfg.hidden_size + sum(layer_active(i, per_layer[i]) for i in range(cfg.num_hidden_layers)) + head + other
+    active_layers = [layer_active(i, per_layer[i]) for i in range(cfg.num_hidden_layers)]
+    active_decode = cfg.hidden_size + sum(active_layers) + head + other
     return ParamCount(total=backbone + engram + drafter + vision, backbone=backbone, engram=engram,
                       embeddings=embed + head, drafter=drafter, vision=vision, by_component=by_comp,
                       active_prefill=active_prefill, active_decode=active_decode, per_layer=per_layer,
-                      drafter_from=drafter_from, vision_from=vision_from)
+                      drafter_from=drafter_from, vision_from=vision_from, active_per_layer=active_layers)
 
 
 # ------------------------------------------------------------------------------------------------
