@@ -1,0 +1,321 @@
+"""The layer map as a lesson: per-layer rows, the grouped count table, the CSA2 mode table, and
+what each layer actually computed on a traced prompt.
+
+Follows ARCHITECTURE.md §2 (the layer map, derived from the config) and reference-brief.md §5.1-5.3
+(CSA2 modes, candidate pool). Everything here is computed from `layer_map(cfg)` or from a `Trace`;
+nothing is a typed-in table, so the same code explains the full config and the running tiny model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model import V41Config, layer_map
+from model.layer_map import LayerSpec
+
+ROLE_WORDS = {"SWA": "window-only", "Full": "Full", "Reuse": "Reuse", "Reindex": "Reindex"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Grouping the map into the repeated structures a figure draws once
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Unit:
+    """One drawn structure: a window-only layer, or a selecting layer followed by the Reuse layers
+    that keep its choice."""
+
+    layers: tuple[int, ...]
+    roles: tuple[str, ...]
+
+    @property
+    def pattern(self) -> tuple[str, int]:
+        """(head role, number of Reuse layers after it)."""
+        return self.roles[0], len(self.roles) - 1
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive units with the same pattern: drawn once, marked "x repeats"."""
+
+    stack: str
+    units: tuple[Unit, ...]
+
+    @property
+    def head(self) -> str:
+        return self.units[0].roles[0]
+
+    @property
+    def reuse(self) -> int:
+        return self.units[0].pattern[1]
+
+    @property
+    def repeats(self) -> int:
+        return len(self.units)
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return tuple(i for u in self.units for i in u.layers)
+
+    def pattern_text(self) -> str:
+        if self.head == "SWA":
+            return "window-only"
+        return f"1 {self.head}" + (f" + {self.reuse} Reuse" if self.reuse else "")
+
+    def formula(self) -> str:
+        if self.head == "SWA":
+            return f"{self.repeats} window-only"
+        return (f"{self.repeats}x" if self.repeats > 1 else "") + f"({self.pattern_text()})"
+
+    def count(self) -> int:
+        return self.repeats * (1 + self.reuse)
+
+
+def units(specs: list[LayerSpec]) -> list[Unit]:
+    """Split a list of layers into units: a new unit starts at every layer that is not Reuse
+    (and at every stack boundary)."""
+    out: list[list[LayerSpec]] = []
+    for s in specs:
+        if not out or s.role != "Reuse" or s.stack != out[-1][0].stack:
+            out.append([s])
+        else:
+            out[-1].append(s)
+    return [Unit(tuple(s.index for s in u), tuple(s.role for s in u)) for u in out]
+
+
+def stack_runs(specs: list[LayerSpec], stack: str) -> list[Run]:
+    """The stack's units with consecutive equal patterns merged into runs."""
+    runs: list[list[Unit]] = []
+    for u in units([s for s in specs if s.stack == stack]):
+        if runs and runs[-1][0].pattern == u.pattern:
+            runs[-1].append(u)
+        else:
+            runs.append([u])
+    return [Run(stack, tuple(r)) for r in runs]
+
+
+@dataclass
+class CountRow:
+    part: str
+    formula: str
+    count: int
+    derivation: str   # the arithmetic behind the count, e.g. "2 + 3 x (1 + 5) = 20"
+
+
+def count_table(cfg: V41Config) -> list[CountRow]:
+    """The first seed's reference table, derived from the config: encoder, decoder, backbone total."""
+    specs = layer_map(cfg)
+    rows = []
+    for stack, name in (("encoder", "Encoder"), ("decoder", "Decoder")):
+        runs = stack_runs(specs, stack)
+        if not runs:
+            continue
+        terms = [str(r.repeats) if r.head == "SWA" else
+                 (f"{r.repeats} x " if r.repeats > 1 else "") + f"(1 + {r.reuse})" for r in runs]
+        n = sum(r.count() for r in runs)
+        rows.append(CountRow(name, " + ".join(r.formula() for r in runs), n, " + ".join(terms) + f" = {n}"))
+    total = sum(r.count for r in rows)
+    rows.append(CountRow("Backbone total", " + ".join(r.part.lower() for r in rows), total,
+                         " + ".join(str(r.count) for r in rows) + f" = {total}"))
+    return rows
+
+
+def engram_layers(cfg: V41Config, one_based: bool = False) -> list[int]:
+    return [i + 1 if one_based else i for i in cfg.engram_layer_ids if i < cfg.num_hidden_layers]
+
+
+def engram_sentence(cfg: V41Config) -> str:
+    z, o = engram_layers(cfg), engram_layers(cfg, True)
+    if not z:
+        return "This config has no Engram layers."
+    return (f"Engram enters at {_and(z)} counting from 0 (as the code and the report do), "
+            f"which is {_and(o)} counting from 1 (as the first seed does).")
+
+
+def _and(xs: list[int]) -> str:
+    xs = [str(x) for x in xs]
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+# --------------------------------------------------------------------------------------------------
+# The per-layer table
+# --------------------------------------------------------------------------------------------------
+def what_it_does(spec: LayerSpec, one_based: bool = False) -> str:
+    n = (lambda i: i + 1) if one_based else (lambda i: i)
+    if spec.role == "SWA":
+        return "window only: reads its own recent raw rows, nothing compressed"
+    if spec.role == "Full":
+        pack = "one entry per token" if spec.compress_ratio == 1 else f"one entry per {spec.compress_ratio} tokens"
+        pool = "; ranks blocks to build the candidate pool" if spec.candidate_source else ""
+        return f"makes its group's entries ({pack}) and index keys, then picks entries to read{pool}"
+    if spec.role == "Reindex":
+        inside = " inside the candidate pool" if spec.uses_candidates else ""
+        return f"keeps layer {n(spec.kv_source)}'s entries, picks again with its own indexer{inside}"
+    return f"keeps layer {n(spec.kv_source)}'s entries and layer {n(spec.index_source)}'s picks"
+
+
+def layer_rows(cfg: V41Config, one_based: bool = False) -> list[dict]:
+    """One row per layer; source columns follow the chosen numbering."""
+    n = (lambda i: None if i is None else i + 1) if one_based else (lambda i: i)
+    out = []
+    for s in layer_map(cfg):
+        out.append({
+            "layer (0-based)": s.index, "layer (1-based)": s.number, "stack": s.stack, "role": s.role,
+            "compress ratio": s.compress_ratio,
+            "KV source": "-" if s.kv_source is None else str(n(s.kv_source)),
+            "index source": "-" if s.index_source is None else str(n(s.index_source)),
+            "Engram": "yes" if s.engram else "",
+            "what it does": what_it_does(s, one_based),
+        })
+    return out
+
+
+def role_counts(cfg: V41Config) -> dict[str, dict[str, int]]:
+    """{stack: {role: count}} straight from the layer map."""
+    out: dict[str, dict[str, int]] = {}
+    for s in layer_map(cfg):
+        d = out.setdefault(s.stack, {})
+        d[s.role] = d.get(s.role, 0) + 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# CSA2 modes
+# --------------------------------------------------------------------------------------------------
+MODES = [
+    {"mode": "Full", "prepared global entries": "make them", "selected locations": "choose them"},
+    {"mode": "Reuse", "prepared global entries": "keep them", "selected locations": "keep the last choice"},
+    {"mode": "Reindex", "prepared global entries": "keep them", "selected locations": "choose again"},
+]
+
+MODES_NOTE = (
+    "The labels only say which preparation steps a layer skips. Whatever its label, every compressed "
+    "layer still makes a fresh query from its own input, writes its own window keys and values, and "
+    "computes its own attention output and MoE update. And \"Full\" does not mean it reads everything: "
+    "a Full layer builds all the entries but then reads only the handful its indexer picks."
+)
+
+
+@dataclass
+class Computed:
+    """What one layer did on a traced prompt, counted from the trace."""
+
+    layer: int
+    role: str
+    stack: str
+    queries: int              # rows for which the layer made a new query
+    window_rows: int          # window K/V rows the layer wrote (one per processed row)
+    entries_made: int         # compressed entries this layer made (KV sources only)
+    entries_in_group: int     # entries of the group it reads (made here or by its KV source)
+    index_scores: int         # finite index scores computed (0: the indexer did not run here)
+    selection: str            # "made" | "reused" | "none"
+    same_as_source: bool | None  # for reused selections: identical to the source's picks (checked)
+    read_last: int            # entries read by the last row's query
+    visible_last: int         # entries the last row could have read
+    pool_last: int | None     # candidate pool size for the last row (where a pool applied)
+
+
+def computed_by_layer(trace) -> list[Computed]:
+    """Count, per layer, what the traced forward actually computed."""
+    import torch
+
+    recs = trace.layers
+    out = []
+    for r in recs:
+        s = r.spec
+        rows = int(r.positions.numel())
+        sh = r.shares
+        made = r.source_len if s.role == "Full" else 0
+        group = recs[s.kv_source].source_len if s.kv_source is not None else 0
+        n_scores = 0 if r.index_scores is None else int(torch.isfinite(r.index_scores).sum())
+        if r.topk is not None:
+            sel, same = "made", None
+        elif s.index_source is not None and sh is not None and sh.entry_ids.shape[-1]:
+            src = recs[s.index_source].topk
+            sel = "reused"
+            same = src is not None and src.shape == sh.entry_ids.shape and bool(torch.equal(src, sh.entry_ids))
+        else:
+            sel, same = "none", None
+        read_last = int((sh.entry_ids[0, -1] >= 0).sum()) if sh is not None and sh.entry_ids.shape[-1] else 0
+        last_pos = int(r.positions[-1]) if rows else 0
+        visible = (last_pos + 1) // s.compress_ratio if s.compress_ratio else 0
+        pool = None
+        if r.index_scores is not None and (s.candidate_source or s.uses_candidates) and r.index_scores.shape[-1]:
+            pool = int(torch.isfinite(r.index_scores[0, -1]).sum())
+        out.append(Computed(layer=s.index, role=s.role, stack=s.stack, queries=rows,
+                            window_rows=int(sh.window.shape[1]) if sh is not None else 0, entries_made=made,
+                            entries_in_group=group, index_scores=n_scores, selection=sel, same_as_source=same,
+                            read_last=read_last, visible_last=min(visible, group) if group else visible,
+                            pool_last=pool))
+    return out
+
+
+def computed_rows(comp: list[Computed], one_based: bool = False) -> list[dict]:
+    """The per-layer table the CSA2 page shows, in words and counts."""
+    n = (lambda i: i + 1) if one_based else (lambda i: i)
+    rows = []
+    for c in comp:
+        if c.role == "SWA":
+            latents = "none (no compressed branch)"
+        elif c.entries_made:
+            latents = f"made {c.entries_made}"
+        else:
+            latents = f"read {c.entries_in_group} made below"
+        if c.selection == "made":
+            sel = "made here"
+        elif c.selection == "reused":
+            sel = "reused" + (" (identical: checked)" if c.same_as_source else " (DIFFERS from its source)")
+        else:
+            sel = "-"
+        rows.append({
+            "layer": n(c.layer), "role": c.role, "new query rows": c.queries, "window K/V rows": c.window_rows,
+            "latents": latents,
+            "index scores": f"{c.index_scores:,} computed" if c.index_scores else "not computed",
+            "selection": sel,
+            "last query reads": (f"{c.read_last} of {c.visible_last} entries" if c.role != "SWA" else "-"),
+        })
+    return rows
+
+
+@dataclass
+class ModeCheck:
+    """Counts from the trace next to the counts the layer map predicts."""
+
+    what: str
+    from_trace: int
+    from_map: int
+
+    @property
+    def ok(self) -> bool:
+        return self.from_trace == self.from_map
+
+
+def mode_checks(comp: list[Computed]) -> list[ModeCheck]:
+    full = [c for c in comp if c.role == "Full"]
+    sel = [c for c in comp if c.role in ("Full", "Reindex")]
+    reuse = [c for c in comp if c.role == "Reuse"]
+    return [
+        ModeCheck("layers that made compressed entries (Full in the map)",
+                  sum(c.entries_made > 0 for c in comp), len(full)),
+        ModeCheck("layers that computed index scores (Full + Reindex)", sum(c.index_scores > 0 for c in comp),
+                  len(sel)),
+        ModeCheck("layers that reused a selection unchanged (Reuse)",
+                  sum(c.selection == "reused" and bool(c.same_as_source) for c in comp), len(reuse)),
+        ModeCheck("layers that made a new query (every layer)", sum(c.queries > 0 for c in comp), len(comp)),
+    ]
+
+
+def full_reads_subset(comp: list[Computed], one_based: bool = False) -> list[str]:
+    """One sentence per Full layer: how many entries exist for the last query, and how many it read."""
+    out = []
+    for c in comp:
+        if c.role != "Full":
+            continue
+        n = c.layer + 1 if one_based else c.layer
+        if c.read_last < c.visible_last:
+            out.append(f"Layer {n} (Full) built {c.entries_made} entries; the last query could see "
+                       f"{c.visible_last} of them and read {c.read_last}.")
+        else:
+            out.append(f"Layer {n} (Full) built {c.entries_made} entries; the last query could see "
+                       f"{c.visible_last} and read all of them, because the prompt is shorter than the "
+                       f"selection size. Use a longer prompt to see it read a subset.")
+    return out

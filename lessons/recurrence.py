@@ -1,0 +1,129 @@
+"""Is this recurrence? Sharing prepared data (CSA2 Reuse) versus applying the same weights again
+(shared-depth recurrence), checked on the real tensors of the running model.
+
+Follows ARCHITECTURE.md §2 (every layer has its own query, window, output and MoE) and
+reference-brief.md §5.2 (only KV sources own a compressor; only index sources own indexer
+queries). The checks compare parameter storage (data pointers) and values; they do not assume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INTRO = (
+    "Two ideas hide behind the word \"sharing\". One shares data: a layer prepares entries once and later "
+    "layers read them instead of preparing their own. The other shares a rule: the same block of weights "
+    "is applied again and again to a state that keeps changing, which is what people mean by recurrence "
+    "in depth. CSA2's Reuse label is the first kind. The check below looks at the real tensors."
+)
+
+CONTRAST = [
+    {"": "what is shared", "Reuse (CSA2)": "prepared entries and the list of picked positions",
+     "shared-depth recurrence": "the block's weights: the update rule itself"},
+    {"": "what each layer owns", "Reuse (CSA2)": "its query, window, attention output, MoE, mHC mixing weights",
+     "shared-depth recurrence": "nothing of its own: every pass uses the same weights"},
+    {"": "what changes layer to layer", "Reuse (CSA2)": "the rule and the state",
+     "shared-depth recurrence": "only the state"},
+    {"": "what a weight check shows", "Reuse (CSA2)": "different tensors (own storage, different values)",
+     "shared-depth recurrence": "the same tensor object in every pass"},
+]
+
+TOKEN_RECURRENCE_NOTE = (
+    "A third kind is recurrence along the sequence: a state updated token by token, as in linear-attention "
+    "layers such as Gated DeltaNet. That is a different axis again: it runs across positions, not across "
+    "depth, and this model's attention does not do it."
+)
+
+
+@dataclass
+class ParamRow:
+    name: str                 # parameter name inside the layer, e.g. "attn.wq_a.weight"
+    shape_layer: tuple | None
+    shape_source: tuple | None
+    same_storage: bool | None  # None when only one side has it
+    max_abs_diff: float | None
+
+    @property
+    def where(self) -> str:
+        if self.shape_layer is None:
+            return "source only"
+        if self.shape_source is None:
+            return "this layer only"
+        return "both"
+
+
+def param_comparison(model, layer: int, source: int) -> list[ParamRow]:
+    """Every parameter of two layers, side by side: same storage? how far apart are the values?"""
+    a = dict(model.layers[layer].named_parameters())
+    b = dict(model.layers[source].named_parameters())
+    rows = []
+    for name in sorted(set(a) | set(b)):
+        pa, pb = a.get(name), b.get(name)
+        same = diff = None
+        if pa is not None and pb is not None:
+            same = pa.data_ptr() == pb.data_ptr()
+            diff = float((pa.detach().float() - pb.detach().float()).abs().max()) if pa.shape == pb.shape else None
+        rows.append(ParamRow(name, None if pa is None else tuple(pa.shape), None if pb is None else tuple(pb.shape),
+                             same, diff))
+    return rows
+
+
+@dataclass
+class StorageCheck:
+    tensors: int          # parameter tensors in the backbone layers
+    distinct: int         # distinct storages among them
+    shared_pairs: list[tuple[str, str]]
+
+
+def storage_check(model) -> StorageCheck:
+    """Count the layers' parameter tensors and their distinct storages: equal counts mean no layer
+    shares a weight with another."""
+    seen: dict[int, str] = {}
+    pairs = []
+    n = 0
+    for i, block in enumerate(model.layers):
+        for name, p in block.named_parameters():
+            n += 1
+            key = p.data_ptr()
+            full = f"layers.{i}.{name}"
+            if key in seen:
+                pairs.append((seen[key], full))
+            else:
+                seen[key] = full
+    return StorageCheck(n, len(seen), pairs)
+
+
+def layer_param_count(model, layer: int) -> int:
+    return sum(p.numel() for p in model.layers[layer].parameters())
+
+
+@dataclass
+class ReuseFacts:
+    """What a Reuse layer read from its source on a trace, and how its own computation differed."""
+
+    layer: int
+    kv_source: int
+    index_source: int
+    entries_read: int         # entries in the group when it ran
+    same_selection: bool      # picks identical to its index source (all rows)
+    share_gap: float          # largest share difference over the picked entries (all rows, heads)
+    lens_differs: int         # rows where the logit-lens top token differs from the source's
+
+
+def reuse_facts(trace, layer: int) -> ReuseFacts:
+    rec = trace.layers[layer]
+    s = rec.spec
+    if s.role != "Reuse":
+        raise ValueError(f"layer {layer} is {s.role}, not Reuse")
+    src = trace.layers[s.index_source]
+    same = src.topk is not None and torch.equal(src.topk, rec.shares.entry_ids)
+    gap = 0.0
+    if same and rec.shares.entries.numel():
+        valid = (rec.shares.entry_ids >= 0).unsqueeze(2)
+        gap = float(((rec.shares.entries - src.shares.entries).abs() * valid).max())
+    differs = 0
+    if rec.lens_ids is not None and src.lens_ids is not None:
+        differs = int((rec.lens_ids[..., 0] != src.lens_ids[..., 0]).sum())
+    return ReuseFacts(layer, s.kv_source, s.index_source, trace.layers[s.kv_source].source_len, same, gap, differs)

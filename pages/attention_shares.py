@@ -1,0 +1,108 @@
+"""Attention shares: the two-value toy (10 and 30 give 14 and 28), then the real shares of the running model
+for a chosen layer, head and query position, and a Reuse layer beside its source (lessons/shares.py)."""
+
+import streamlit as st
+
+from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_INTRO, TOY_POINT, TOY_QUERIES,
+                            TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
+from ui.common import qp_int, qp_set, sidebar
+from ui.figures import grouped_bars, share_heatmap, stacked_bars
+from ui.live import init_state, live_trace, prompt_picker
+
+sess = sidebar()
+st.title("Same entries, new shares")
+
+# ---- the toy -------------------------------------------------------------------------------------
+st.subheader("Two stored values")
+st.write(TOY_INTRO)
+results = []
+cols = st.columns(len(TOY_QUERIES))
+for col, (i, (name, default)) in zip(cols, enumerate(TOY_QUERIES)):
+    key = f"toy_{i}"
+    init_state(key, qp_int(f"toy{i}", round(default * 100), 0, 100))
+    with col:
+        pct = st.slider(f"{name}: share given to {fmt(TOY_VALUES[0])} (%)", 0, 100, step=5, key=key)
+        r = two_value_mix(pct)
+        results.append((name, r))
+        st.metric(f"{name} reads", fmt(r.result))
+        st.caption(r.derivation())
+qp_set(**{f"toy{i}": st.session_state[f"toy_{i}"] for i in range(len(TOY_QUERIES))})
+parts = {f"{fmt(v)} x its share": [r.shares[k] * v for _, r in results] for k, v in enumerate(TOY_VALUES)}
+st.plotly_chart(stacked_bars([n for n, _ in results], parts, title="What each query reads", axis_title="result",
+                             text_fmt=fmt, height=220), key="toy_bars", config={"displayModeBar": False})
+st.write(TOY_POINT)
+
+# ---- live shares -----------------------------------------------------------------------------------------
+st.subheader("The same idea in the running model")
+st.write("A query's shares go to three places: the raw rows of its window, the compressed entries it selected, "
+         "and a learned sink that absorbs attention the head does not want to spend. Each row of the map is a "
+         "head; the red lines separate window, entries and sink. Every row adds up to 1.")
+text = prompt_picker("Prompt")
+if text is None:
+    st.stop()
+lt = live_trace(sess, text)
+if lt is None:
+    st.stop()
+tr, n_tok = lt.trace, lt.n_tokens
+n_layers = len(tr.layers)
+heads = tr.layers[0].shares.window.shape[2]
+comp_layers = [r.spec.index for r in tr.layers if r.spec.compress_ratio]
+default_layer = comp_layers[0] if comp_layers else 0
+init_state("sh_layer", qp_int("layer", default_layer, 0, n_layers - 1))
+init_state("sh_head", qp_int("head", 0, 0, heads - 1))
+init_state("sh_pos", qp_int("pos", n_tok - 1, 0, n_tok - 1))
+if st.session_state["sh_pos"] > n_tok - 1:    # a shorter prompt than the last one
+    st.session_state["sh_pos"] = n_tok - 1
+c = st.columns([2, 1, 3])
+layer = c[0].selectbox("Layer", list(range(n_layers)), key="sh_layer",
+                       format_func=lambda i: f"layer {sess.num(i)}: {tr.layers[i].spec.role}")
+head = c[1].selectbox("Head (for the comparison)", list(range(heads)), key="sh_head")
+if n_tok > 1:
+    pos = c[2].slider("Query position", 0, n_tok - 1, key="sh_pos")
+else:
+    pos = 0
+qp_set(layer=layer, head=head, pos=pos)
+view = share_view(tr, layer, pos, lt.tokens)
+st.caption(f"Query at position {pos}: '{lt.tokens[pos]}'. Layer {sess.num(layer)} is "
+           f"{tr.layers[layer].spec.role}; it read {sum(k == 'window' for k in view.kinds)} window rows and "
+           f"{len(view.entry_ids)} compressed entries.")
+st.plotly_chart(share_heatmap(view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
+                              title=f"Shares at layer {sess.num(layer)}, position {pos}"),
+                key="sh_heat", config={"displayModeBar": False})
+tot = view.totals
+st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
+              "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
+              "sum": [round(sum(t.values()), 3) for t in tot]}, hide_index=True, key="sh_totals")
+
+# ---- a Reuse layer beside its source ---------------------------------------------------------------------
+st.subheader("A Reuse layer beside the layer it copies from")
+reuse_layers = [r.spec.index for r in tr.layers if r.spec.role == "Reuse"]
+if not reuse_layers:
+    st.info("This model has no Reuse layers.")
+    st.stop()
+init_state("sh_reuse", qp_int("reuse", reuse_layers[0], 0, n_layers - 1))
+if st.session_state["sh_reuse"] not in reuse_layers:
+    st.warning(f"Layer {st.session_state['sh_reuse']} is not a Reuse layer; showing layer "
+               f"{sess.num(reuse_layers[0])}.")
+    st.session_state["sh_reuse"] = reuse_layers[0]
+ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse",
+                  format_func=lambda i: f"layer {sess.num(i)} (keeps layer {sess.num(tr.layers[i].spec.index_source)}'s "
+                                        f"selection)")
+qp_set(reuse=ru)
+cmp = reuse_comparison(tr, ru, pos, head, lt.tokens)
+if not cmp.entry_ids:
+    st.info(f"At position {pos} no compressed entry is visible yet (the first entry completes at position "
+            f"{tr.layers[ru].spec.compress_ratio - 1}); move the query position to the right.")
+else:
+    src, me = f"layer {sess.num(cmp.source)} (picks)", f"layer {sess.num(cmp.layer)} (Reuse)"
+    st.plotly_chart(grouped_bars(cmp.spans, {src: cmp.source_shares, me: cmp.layer_shares},
+                                 title=f"Head {head}, position {pos}: shares over the same selected entries",
+                                 yaxis_title="share"), key="sh_reuse_bars", config={"displayModeBar": False})
+    same = "the same entries in the same order (checked)" if cmp.same_entries else "DIFFERENT entries"
+    st.write(f"Both layers read {same}: {len(cmp.entry_ids)} entries. The largest difference in the share "
+             f"given to one entry is {cmp.largest_gap:.3f}.")
+
+st.markdown(f"**Check the idea.** {CHECK_QUESTION}")
+if st.toggle("Show the answer", key="sh_answer"):
+    st.success(CHECK_ANSWER)
+    st.write(CHECK_FOLLOWUP)

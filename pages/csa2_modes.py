@@ -1,0 +1,44 @@
+"""CSA2 modes: the Full / Reuse / Reindex table, then what each layer of the running model actually computed
+on a real prompt, counted from its trace (lessons/layers.py)."""
+
+import pandas as pd
+import streamlit as st
+
+from lessons.layers import MODES, MODES_NOTE, computed_by_layer, computed_rows, full_reads_subset, mode_checks
+from ui.common import sidebar
+from ui.live import live_trace, prompt_picker
+
+sess = sidebar()
+st.title("CSA2: Full, Reuse, Reindex")
+st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
+         "the layer does itself: making the global entries, and choosing which of them to read.")
+st.dataframe(pd.DataFrame(MODES), hide_index=True, key="csa2_modes")
+st.info(MODES_NOTE)
+
+st.subheader("What each layer actually did")
+st.write("The table below is not a restatement of the labels: every count is read off a trace of the running "
+         "model on the prompt you choose. Index scores exist only where a layer ran its indexer; entries are "
+         "recorded only where a layer made them; a reused selection is compared entry by entry with the one it "
+         "claims to reuse.")
+text = prompt_picker("Prompt")
+if text is None:
+    st.stop()
+lt = live_trace(sess, text)
+if lt is None:
+    st.stop()
+comp = computed_by_layer(lt.trace)
+st.caption(f"{lt.n_tokens} tokens traced on {sess.label}. 'Last query reads' is for the query at the last "
+           f"position.")
+st.dataframe(pd.DataFrame(computed_rows(comp, sess.one_based)), hide_index=True, key="csa2_computed",
+             height=40 + 35 * len(comp))
+
+checks = mode_checks(comp)
+st.markdown("**Counted from the trace vs. predicted by the layer map**")
+st.dataframe(pd.DataFrame([{"what": c.what, "trace": c.from_trace, "layer map": c.from_map,
+                            "agree": "yes" if c.ok else "NO"} for c in checks]), hide_index=True, key="csa2_checks")
+if not all(c.ok for c in checks):
+    st.error("The trace disagrees with the layer map somewhere above.")
+
+st.markdown("**\"Full\" still reads a subset**")
+for line in full_reads_subset(comp, sess.one_based):
+    st.write(line)

@@ -1,0 +1,77 @@
+"""Is this recurrence? Reuse shares prepared data, recurrence would share the weights: checked on the running
+model's real tensors and on a trace (lessons/recurrence.py)."""
+
+import pandas as pd
+import streamlit as st
+
+from lessons.recurrence import (CONTRAST, INTRO, TOKEN_RECURRENCE_NOTE, layer_param_count, param_comparison,
+                                reuse_facts, storage_check)
+from model import layer_map
+from ui.common import qp_int, qp_set, require_model, sidebar
+from ui.figures import layer_map_figure
+from ui.live import init_state, live_trace, prompt_picker
+
+sess = sidebar()
+st.title("Is this recurrence?")
+st.write(INTRO)
+st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")
+st.caption(TOKEN_RECURRENCE_NOTE)
+
+model = require_model(sess)
+specs = layer_map(model.cfg)
+reuse = [s.index for s in specs if s.role == "Reuse"]
+if not reuse:
+    st.info("This model has no Reuse layers to check.")
+    st.stop()
+init_state("rec_layer", qp_int("layer", reuse[0], 0, len(specs) - 1))
+if st.session_state["rec_layer"] not in reuse:
+    st.warning(f"Layer {st.session_state['rec_layer']} is not a Reuse layer; showing layer {sess.num(reuse[0])}.")
+    st.session_state["rec_layer"] = reuse[0]
+layer = st.selectbox("Reuse layer", reuse, key="rec_layer",
+                     format_func=lambda i: f"layer {sess.num(i)} (entries from layer {sess.num(specs[i].kv_source)})")
+qp_set(layer=layer)
+spec = specs[layer]
+st.plotly_chart(layer_map_figure([(model.cfg.name, specs)], sess.one_based, highlight=layer), key="rec_strip",
+                config={"displayModeBar": False})
+
+# ---- the weights ----------------------------------------------------------------------------------------
+st.subheader(f"The weights of layer {sess.num(layer)} and of layer {sess.num(spec.kv_source)}")
+rows = param_comparison(model, layer, spec.kv_source)
+both = [r for r in rows if r.where == "both"]
+shared = [r for r in both if r.same_storage]
+only_src = [r for r in rows if r.where == "source only"]
+c = st.columns(3)
+c[0].metric("tensors in both layers", len(both))
+c[1].metric("of them the same storage", len(shared))
+c[2].metric(f"tensors only layer {sess.num(spec.kv_source)} has", len(only_src))
+st.write(f"Layer {sess.num(layer)} has {layer_param_count(model, layer):,} parameters of its own; layer "
+         f"{sess.num(spec.kv_source)} has {layer_param_count(model, spec.kv_source):,}. The extra tensors on the "
+         "source side are its compressor and indexer: the machinery that prepares the entries the Reuse "
+         "layer only reads.")
+st.dataframe(pd.DataFrame([{"tensor": r.name, "shape here": str(r.shape_layer or "-"),
+                            "shape in source": str(r.shape_source or "-"), "where": r.where,
+                            "same storage": "-" if r.same_storage is None else ("YES" if r.same_storage else "no"),
+                            "largest |difference|": "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.3g}"}
+                           for r in rows]), hide_index=True, key="rec_params", height=320)
+sc = storage_check(model)
+if sc.shared_pairs:
+    st.error(f"{len(sc.shared_pairs)} tensors share storage across layers, e.g. {sc.shared_pairs[0]}.")
+else:
+    st.success(f"Across all {len(specs)} layers: {sc.tensors} parameter tensors, {sc.distinct} distinct storages. "
+               "No layer applies another layer's weights, so this is not recurrence in depth.")
+
+# ---- the data -------------------------------------------------------------------------------------------
+st.subheader("What the Reuse layer does share")
+text = prompt_picker("Prompt")
+if text is None:
+    st.stop()
+lt = live_trace(sess, text)
+if lt is None:
+    st.stop()
+rf = reuse_facts(lt.trace, layer)
+st.write(f"On {lt.n_tokens} tokens, layer {sess.num(layer)} read the {rf.entries_read} entries layer "
+         f"{sess.num(rf.kv_source)} made, at the positions layer {sess.num(rf.index_source)} picked: "
+         + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
+st.write(f"With those same entries its own query produced different shares: the largest gap over all rows and "
+         f"heads is {rf.share_gap:.3f}. And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "
+         "the top logit-lens token after this layer differs from the one after its source.")

@@ -1,0 +1,95 @@
+"""Live traces for the Figure 3 pages: a prompt picker mirrored in the URL and one cached trace per
+(weights, prompt), shared by every page and session (st.cache_resource: a Trace holds tensors, so it
+is kept as an object, never pickled). Pages turn it into plain numbers with `lessons/` functions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import streamlit as st
+import torch
+
+from ui.common import ROOT, Session, clean_prompt, qp_get, qp_int, qp_set
+from ui.figures import show_token
+
+MAX_TOKENS = 1024  # keeps a traced forward under a second on CPU for the tiny model
+CUSTOM = "Your own text"
+
+
+@st.cache_data(show_spinner=False)
+def sample_prompts() -> list[dict]:
+    try:
+        return json.loads((ROOT / "data" / "prompts.json").read_text())
+    except (OSError, ValueError):
+        return [{"name": "Key in the blue box", "text": "The key is in the blue box. The box is"}]
+
+
+def default_sample(prompts: list[dict]) -> int:
+    """The first long prompt: long enough that the window, packing and picking all matter."""
+    return next((i for i, p in enumerate(prompts) if p.get("kind") == "long"), 0)
+
+
+def init_state(key: str, value) -> None:
+    """Seed a widget's state once (from the URL), so later reruns keep what the reader chose."""
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
+    """A sample prompt (or the reader's own text); returns the text, or None after a message."""
+    prompts = sample_prompts()
+    n = len(prompts)
+    custom_qp = qp_get("prompt")
+    init_state("live_sample", n if custom_qp else qp_int("sample", default_sample(prompts), 0, n))
+    init_state("live_text", custom_qp or "")
+    choice = st.selectbox(label, list(range(n + 1)), key="live_sample",
+                          format_func=lambda i: CUSTOM if i == n else prompts[i]["name"])
+    if choice == n:
+        text = st.text_area("Your text", key="live_text", height=110, max_chars=20000)
+        ok, problem = clean_prompt(text)
+        qp_set(sample=None, prompt=text if ok and len(text) < 500 else None)
+        if problem:
+            st.warning(problem)
+            return None
+        return ok
+    qp_set(sample=choice, prompt=None)
+    return prompts[choice]["text"]
+
+
+@dataclass
+class LiveTrace:
+    trace: object             # model.trace.Trace
+    tokens: list[str]         # display text of each traced token
+    n_tokens: int
+    truncated: bool
+
+
+@st.cache_resource(max_entries=8, show_spinner="Tracing the prompt through every layer ...")
+def _trace(weights_label: str, text: str, _model) -> LiveTrace:
+    ids = _model.encode(text)
+    truncated = len(ids) > MAX_TOKENS
+    ids = ids[-MAX_TOKENS:]
+    with torch.no_grad():
+        tr = _model.trace(torch.tensor([ids]))
+    tokens = [show_token(_model.decode([i])) for i in ids]
+    return LiveTrace(tr, tokens, len(ids), truncated)
+
+
+def live_trace(sess: Session, text: str) -> LiveTrace | None:
+    """The cached trace of `text` on the session's model, or None after a message in the page."""
+    if sess.model is None:
+        st.info(sess.error or "No model loaded: the live numbers need one.")
+        return None
+    try:
+        if not sess.model.encode(text):
+            st.warning("The prompt produced no tokens.")
+            return None
+        lt = _trace(sess.label, text, sess.model)
+    except Exception as e:  # bad input or a model error becomes a message, never a traceback
+        st.error(f"Could not trace this prompt: {e}")
+        return None
+    if lt.truncated:
+        st.caption(f"Only the last {MAX_TOKENS} tokens were traced.")
+    return lt
