@@ -93,7 +93,7 @@ def load_image(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_UPL
     w, h = im.size
     if w * h > max_pixels:
         raise ImageError(f"The image is {w} x {h} = {w * h / 1e6:.1f} million pixels; the limit is "
-                         f"{max_pixels / 1e6:.0f} million. Scale it down first.")
+                         f"{max_pixels / 1e6:g} million. Scale it down first.")
     if min(w, h) < MIN_SIDE:
         raise ImageError(f"The image is {w} x {h} pixels; each side must be at least {MIN_SIDE}.")
     if im.mode not in ACCEPTED_MODES:
