@@ -1,0 +1,233 @@
+"""AppTest for the Start page and the Figure 3 journey: each page renders on CPU with the random tiny
+weights, its main controls change what is shown, the URL reopens a view, bad input gives a message."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+
+PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]
+
+
+def app(page: str, **params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=180)
+    at.query_params["weights"] = "random"   # deterministic, and present before the trained ones ship
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    return at.run()
+
+
+def no_errors(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader]
+    parts += [x.value for x in at.info] + [x.value for x in at.success] + [x.value for x in at.warning]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders(page):
+    at = app(page)
+    no_errors(at)
+    assert at.title
+
+
+# ---- Figure 3 ------------------------------------------------------------------------------------------
+def test_figure3_back_next_and_url():
+    at = app("figure3")
+    no_errors(at)
+    assert at.subheader[0].value.startswith("1. Start with the job")
+    assert at.button(key="fig3_back").disabled
+    at.button(key="fig3_next").click().run()
+    at.button(key="fig3_next").click().run()
+    assert at.subheader[0].value.startswith("3. Same information")
+    assert at.query_params["step"] == ["3"] or at.query_params["step"] == "3"
+    at.button(key="fig3_back").click().run()
+    assert at.subheader[0].value.startswith("2. Why change attention")
+    # the step that reaches the line opens the line's box
+    at5 = app("figure3", step=5)
+    assert at5.subheader[0].value.startswith("5. The line")
+    at5.button(key="fig3_next").click().run()
+    at5.button(key="fig3_back").click().run()
+    assert at5.selectbox(key="fig3_box").value == "line"
+
+
+def test_figure3_drawing_follows_the_config_and_numbering():
+    at = app("figure3")
+    opts = at.selectbox(key="fig3_box").options
+    assert sum(o.endswith("(Reuse r1)") for o in opts) == 15            # the released decoder
+    assert any(o.startswith("layer 14: attention") for o in opts)
+    at.radio(key="numbering_choice").set_value("1-based (as the first seed counts)").run()
+    opts1 = at.selectbox(key="fig3_box").options
+    assert any(o.startswith("layer 40: attention") for o in opts1) and not any(o.startswith("layer 0:") for o in opts1)
+    assert "numbered from 1" in texts(at)
+    at.radio(key="fig3_config").set_value("running").run()
+    opts2 = at.selectbox(key="fig3_box").options
+    assert not any(o.startswith("layer 13:") for o in opts2)              # 12 layers, 1-based
+    at.toggle(key="fig3_compact").set_value(True).run()
+    no_errors(at)
+    assert any("layers 4, 5, 6" in o for o in at.selectbox(key="fig3_box").options)
+
+
+def test_figure3_live_numbers_change_with_the_box():
+    at = app("figure3", config="running", box="attn:2")
+    no_errors(at)
+    m = {x.label: x.value for x in at.metric}
+    assert m["entries selected"] == "16" and int(m["entries stored"]) > 16   # Full reads a subset
+    at.selectbox(key="fig3_box").set_value("attn:0").run()
+    assert {x.label: x.value for x in at.metric}.get("entries stored") == "none"   # window-only layer
+    at.selectbox(key="fig3_box").set_value("moe:5").run()
+    assert "Experts routed for this row" in texts(at)
+    at.selectbox(key="fig3_box").set_value("engram:1").run()
+    assert "Gate per mHC stream" in texts(at)
+    for bid in ("mhc:decoder", "line", "head", "drafter", "vision"):
+        at.selectbox(key="fig3_box").set_value(bid).run()
+        no_errors(at)
+
+
+def test_figure3_bad_url_gives_messages():
+    at = app("figure3", step="seven", box="attn:99", config="huge")
+    no_errors(at)
+    warn = " ".join(w.value for w in at.warning)
+    assert "step" in warn and "attn:99" in warn and "huge" in warn
+    assert at.subheader[0].value.startswith("1.")
+    at = app("figure3", step=999)
+    no_errors(at)
+    assert "outside" in " ".join(w.value for w in at.warning)
+
+
+# ---- Layer map ---------------------------------------------------------------------------------------------
+def test_layer_map_counts_equal_the_seed_table():
+    at = app("layer_map")
+    no_errors(at)
+    full = at.dataframe[0].value
+    assert list(full["count"]) == [20, 20, 40]
+    assert list(full["layers"])[:2] == ["2 window-only + 3x(1 Full + 5 Reuse)",
+                                        "(1 Full + 3 Reuse) + 4x(1 Reindex + 3 Reuse)"]
+    tiny = at.dataframe[1].value
+    assert list(tiny["count"]) == [6, 6, 12]
+    assert "1 and 14 counting from 0" in texts(at) and "2 and 15 counting from 1" in texts(at)
+
+
+def test_layer_map_numbering_and_table_switch():
+    at = app("layer_map")
+    table = at.dataframe[-1].value
+    assert len(table) == 40 and table.loc[3, "KV source"] == "2"
+    at.radio(key="numbering_choice").set_value("1-based (as the first seed counts)").run()
+    assert at.dataframe[-1].value.loc[3, "KV source"] == "3"
+    at.radio(key="lm_table").set_value("running").run()
+    assert len(at.dataframe[-1].value) == 12
+    at.selectbox(key="lm_layer").set_value(6).run()
+    assert "Layer 7 (decoder, Full)" in texts(at)
+
+
+def test_layer_map_bad_layer_param():
+    at = app("layer_map", layer=99, table="nope")
+    no_errors(at)
+    warn = " ".join(w.value for w in at.warning)
+    assert "layer=99" in warn and "nope" in warn
+
+
+# ---- CSA2 modes ---------------------------------------------------------------------------------------------
+def test_csa2_modes_counts_from_the_trace():
+    at = app("csa2_modes")
+    no_errors(at)
+    modes = at.dataframe[0].value
+    assert list(modes["mode"]) == ["Full", "Reuse", "Reindex"]
+    assert list(modes["prepared global entries"]) == ["make them", "keep them", "keep them"]
+    assert list(modes["selected locations"]) == ["choose them", "keep the last choice", "choose again"]
+    per_layer = at.dataframe[1].value
+    assert len(per_layer) == 12
+    assert (per_layer["index scores"] != "not computed").sum() == 4          # 2 Full + 2 Reindex in tiny
+    assert per_layer["selection"].str.contains("identical").sum() == 6       # 6 Reuse layers
+    checks = at.dataframe[2].value
+    assert set(checks["agree"]) == {"yes"}
+    assert "read 16" in texts(at)                                           # Full reads a selected subset
+
+
+def test_csa2_modes_empty_prompt_gives_a_message():
+    at = app("csa2_modes")
+    sb = at.selectbox(key="live_sample")
+    sb.set_value(sb.options.__len__() - 1).run()      # "Your own text"
+    at.text_area(key="live_text").input("   ").run()
+    no_errors(at)
+    assert any("empty" in w.value for w in at.warning)
+
+
+# ---- Attention shares -----------------------------------------------------------------------------------------
+def test_share_sliders_read_14_and_28():
+    at = app("attention_shares")
+    no_errors(at)
+    metrics = lambda: [m.value for m in at.metric]  # noqa: E731
+    assert metrics()[:2] == ["14", "28"]
+    at.slider(key="toy_0").set_value(50).run()
+    assert metrics()[0] == "20"
+    at.slider(key="toy_0").set_value(80).run()
+    at.slider(key="toy_1").set_value(30).run()
+    assert metrics()[:2] == ["14", "24"]
+    at.slider(key="toy_1").set_value(10).run()
+    assert metrics()[:2] == ["14", "28"]
+
+
+def test_share_controls_switch_layer_and_reveal_the_answer():
+    at = app("attention_shares")
+    cap = lambda: next(c.value for c in at.caption if c.value.startswith("Query at position"))  # noqa: E731
+    assert "Layer 2 is Full" in cap()
+    at.selectbox(key="sh_layer").set_value(0).run()
+    assert "Layer 0 is SWA" in cap() and "0 compressed entries" in cap()
+    at.slider(key="sh_pos").set_value(10).run()
+    assert cap().startswith("Query at position 10")
+    assert at.query_params["pos"] in ("10", ["10"])
+    assert not at.success
+    at.toggle(key="sh_answer").set_value(True).run()
+    assert "asks its own question" in at.success[0].value
+    assert "the same entries in the same order (checked)" in texts(at)
+
+
+def test_share_url_out_of_range():
+    at = app("attention_shares", layer=50, head=-1, pos="x", toy0=140)
+    no_errors(at)
+    warn = " ".join(w.value for w in at.warning)
+    for name in ("layer=50", "head=-1", "pos='x'", "toy0=140"):
+        assert name in warn
+
+
+# ---- Recurrence -----------------------------------------------------------------------------------------------
+def test_recurrence_checks_real_tensors():
+    at = app("recurrence")
+    no_errors(at)
+    m = {x.label: x.value for x in at.metric}
+    assert m["of them the same storage"] == "0" and int(m["tensors in both layers"]) > 0
+    assert "distinct storages" in at.success[0].value
+    assert "identical picks on every row" in texts(at)
+    at.selectbox(key="rec_layer").set_value(9).run()
+    assert "entries from layer 6" in at.selectbox(key="rec_layer").format_func(9)
+    no_errors(at)
+
+
+def test_recurrence_non_reuse_layer_param():
+    at = app("recurrence", layer=2)
+    no_errors(at)
+    assert any("not a Reuse layer" in w.value for w in at.warning)
+
+
+# ---- Start ----------------------------------------------------------------------------------------------------
+def test_start_empty_prompt():
+    at = app("start")
+    at.text_area(key="start_prompt").input("").run()
+    no_errors(at)
+    assert any("empty" in w.value for w in at.warning)
+
+
+def test_unknown_weights_choice():
+    at = AppTest.from_file(str(ROOT / "pages" / "layer_map.py"), default_timeout=180)
+    at.query_params["weights"] = "bogus"
+    at.run()
+    no_errors(at)
+    assert any("Unknown weights" in w.value for w in at.warning)
+    assert isinstance(at.dataframe[0].value, pd.DataFrame)
