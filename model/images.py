@@ -88,6 +88,9 @@ def load_image(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_UPL
                          "This file is not a PNG or JPEG image (its first bytes match neither format).")
     try:
         im = Image.open(io.BytesIO(data), formats=[fmt])
+    except Image.DecompressionBombError:
+        raise ImageError(f"The image header declares far more than {max_pixels / 1e6:g} million pixels; "
+                         f"scale it down first.") from None
     except Exception as e:  # PIL raises several types for a damaged header
         raise ImageError(f"The {fmt} header cannot be read: the file is corrupt ({e}).") from None
     w, h = im.size

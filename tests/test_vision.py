@@ -30,6 +30,18 @@ def png_bytes(im: Image.Image, fmt: str = "PNG") -> bytes:
     return buf.getvalue()
 
 
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height RGB pixels, with no image data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IEND", b""))
+
+
 @pytest.fixture(scope="module")
 def micro_v():
     m = random_model("micro")
@@ -285,6 +297,9 @@ def test_upload_rejects_corrupt_large_and_odd_images():
         load_image(good, max_bytes=1000)
     with pytest.raises(ImageError, match="million pixels"):
         load_image(good, max_pixels=10_000)
+    for side in (6000, 20000):  # a header-only PNG declaring 36 / 400 million pixels: refused before decoding
+        with pytest.raises(ImageError, match="million pixels"):
+            load_image(png_header(side, side))
     with pytest.raises(ImageError, match="at least"):
         load_image(png_bytes(Image.new("RGB", (2, 50))))
     deep = png_bytes(Image.new("I;16", (8, 8)))

@@ -196,7 +196,7 @@ def _token_sizes(model, image: Image.Image, pg: lv.PatchGrid) -> list[list[float
     return tok.float().norm(dim=-1).cpu().tolist()
 
 
-def draw_vision_steps(model, image: Image.Image) -> lv.PatchGrid | None:
+def draw_vision_steps(model, image: Image.Image, key: str = "vision_steps") -> lv.PatchGrid | None:
     """Picture -> patches -> image tokens -> positions in the sequence, for this model's vision config."""
     from model.vision import has_vision
 
@@ -212,14 +212,14 @@ def draw_vision_steps(model, image: Image.Image) -> lv.PatchGrid | None:
         return None
     c1, c2 = st.columns(2)
     with c1:
-        st.plotly_chart(patches_figure(picture, pg), key="vision_patches")
+        st.plotly_chart(patches_figure(picture, pg), key=f"{key}_patches")
         st.caption(f"1. The picture as the tower sees it ({pg.grid.width} x {pg.grid.height}), cut into "
                    f"{pg.n_patches} patches. Each patch becomes one vector of {vc.hidden_size} numbers; "
                    f"{vc.num_hidden_layers} layers let the patches read each other.")
     with c2:
         sizes = _token_sizes(model, image, pg)
         title = None if sizes is None else "Image tokens, coloured by the size of their vector"
-        st.plotly_chart(tokens_figure(pg, sizes, title), key="vision_tokens")
+        st.plotly_chart(tokens_figure(pg, sizes, title), key=f"{key}_tokens")
         r = vc.downsample_ratio
         st.caption(f"2. Every {r} x {r} square of patches (thick lines) is merged into one vector, and the aligner "
                    f"maps it to a row of {model.cfg.hidden_size} numbers: {pg.n_image_tokens} image tokens.")
