@@ -7,8 +7,10 @@ cached with `st.cache_resource` (one copy per server, shared by all sessions); r
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Hashable
 
 import streamlit as st
 import torch
@@ -150,3 +152,30 @@ def clean_prompt(text: str, max_chars: int = 20000) -> tuple[str | None, str | N
     if len(text) > max_chars:
         return None, f"The prompt has {len(text):,} characters; the limit here is {max_chars:,}."
     return text, None
+
+
+@st.cache_resource(show_spinner=False)
+def _progress_store() -> dict:
+    return {}
+
+
+def cached_with_progress(namespace: str, key: Hashable, compute: Callable[[Callable[[float, str], None]], Any],
+                         text: str, max_entries: int = 8) -> Any:
+    """`compute(progress)` once per key, server-wide like st.cache_resource, with a progress bar while it runs.
+
+    st.cache_data / st.cache_resource cannot drive a bar created outside the cached function (they replay
+    elements), so long runs whose progress the reader should see are cached here. Results are shared
+    read-only; the oldest entries beyond `max_entries` per namespace are dropped."""
+    store = _progress_store().setdefault(namespace, OrderedDict())
+    if key in store:
+        store.move_to_end(key)
+        return store[key]
+    bar = st.progress(0.0, text=text)
+    try:
+        value = compute(lambda f, msg: bar.progress(min(1.0, max(0.0, float(f))), text=msg))
+    finally:
+        bar.empty()
+    store[key] = value
+    while len(store) > max_entries:
+        store.popitem(last=False)
+    return value

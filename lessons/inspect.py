@@ -1,0 +1,509 @@
+"""The prompt inspector's lesson: run a prompt (and a few generated tokens) with the tracer on, then
+read one layer at one token, or one quantity over every layer and token.
+
+Follows ARCHITECTURE.md §3.1 (bounded vs exact prefill), §3.7 and §4 (`Trace` / `LayerRecord`),
+reference-brief.md §4.3 (shares over window rows, selected entries and the sink), §5.2-5.3 (CSA2
+roles, candidate pool), §5.5 (mHC pre/post/comb), §5.6 (router), §5.7/§7 (Engram hashing).
+
+Everything here is a pure function of a `Run` (a `Trace` plus the token texts), so the page only
+draws and the tests reach every number without a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from model.engine import Sampler, decode_step, prefill
+from model.layer_map import describe
+from model.trace import LayerRecord, Trace, Tracer
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ROOT / "data" / "prompts.json"
+MAX_PROMPT_TOKENS = 4096   # the inspector keeps every record of every row: CPU seconds, not minutes
+MAX_NEW_TOKENS = 64
+
+INTRO = (
+    "Type a prompt (or pick a sample) and the model reads it with a recorder switched on. Then step "
+    "through the layers for one token: what role the layer plays, where its attention went, which experts "
+    "the router picked, what Engram looked up, how the residual streams were mixed, and which next tokens "
+    "the layer would already predict if the model stopped there."
+)
+
+BOUNDED_NOTE = (
+    "Bounded prefill runs the encoder layers over every prompt token, lets the first decoder layer publish "
+    "its compressed entries and index keys for every token, and then runs the decoder layers only over the "
+    "last {w} prompt tokens (the replay segment). Earlier prompt tokens therefore have no records in the "
+    "decoder layers: that work was never done. Generated tokens go through both halves."
+)
+
+EXACT_NOTE = ("Exact prefill runs every layer over every prompt token, so every layer has a record for every "
+              "token.")
+
+ABSENT_BOUNDED = (
+    "Layer {layer} did not process token {pos}: in bounded prefill the decoder runs only over the last {w} "
+    "prompt tokens (positions {start}-{end}) and over generated tokens. This token reached the decoder only "
+    "as an entry published by the first decoder layer, never as a query."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Samples and input checks
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    name: str
+    text: str
+    kind: str
+    answer: str | None = None
+
+
+def load_samples(path: Path = PROMPTS) -> list[Sample]:
+    try:
+        rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [Sample("Key in the blue box", "The key is in the blue box. The box is", "short", "blue")]
+    return [Sample(r["name"], r["text"], r.get("kind", ""), r.get("answer")) for r in rows]
+
+
+def encode_prompt(model, text: str | None, max_tokens: int = MAX_PROMPT_TOKENS) -> tuple[list[int] | None, str | None]:
+    """(ids, problem). Empty, untokenisable and overlong prompts get a message instead of an error."""
+    if text is None or not text.strip():
+        return None, "The prompt is empty: type some text or pick a sample."
+    ids = model.encode(text)
+    if not ids:
+        return None, "The prompt produced no tokens."
+    if len(ids) > max_tokens:
+        return None, (f"The prompt is {len(ids):,} tokens long; the inspector records every layer for every token "
+                      f"and stops at {max_tokens:,}. Shorten it.")
+    return ids, None
+
+
+def token_texts(model, ids) -> list[str]:
+    return [model.decode([int(i)]) for i in ids]
+
+
+# --------------------------------------------------------------------------------------------------
+# Running a prompt with the tracer
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    trace: Trace
+    ids: list[int]             # prompt + generated
+    tokens: list[str]          # one decoded text per id
+    n_prompt: int
+    mode: str                  # "bounded" | "exact"
+    window: int
+    decoder_start: int
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    step_s: list[float] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.trace.layers)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.ids[self.n_prompt:]
+
+    @property
+    def replay_start(self) -> int:
+        """First prompt position the decoder processed (0 in exact mode)."""
+        return max(0, self.n_prompt - self.window) if self.mode == "bounded" else 0
+
+    def layer(self, i: int) -> LayerRecord:
+        return self.trace.layers[i]
+
+
+def run_prompt(model, ids: list[int], mode: str = "bounded", new_tokens: int = 0, temperature: float = 0.0,
+               seed: int = 0, chunk_size: int = 512, lens_topk: int = 5,
+               progress: Callable[[float, str], None] | None = None) -> Run:
+    """Prefill `ids` with the tracer on, then decode `new_tokens` one at a time into the same trace. Every
+    generated token is fed back once, so it has a record in every layer (its lens shows the next prediction)."""
+    if mode not in ("bounded", "exact"):
+        raise ValueError(f"prefill mode must be 'bounded' or 'exact', got {mode!r}")
+    if not 0 <= new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"generate between 0 and {MAX_NEW_TOKENS} tokens")
+    tracer = Tracer(lens_topk=lens_topk, keep_scores=True)
+    total = 1.0 + new_tokens
+
+    def pf_progress(f: float, msg: str) -> None:
+        if progress:
+            progress(f / total, msg)
+
+    pf = prefill(model, torch.tensor([ids]), mode, chunk_size=chunk_size, progress=pf_progress, trace=tracer)
+    sampler = Sampler(temperature=temperature, seed=seed)
+    logits, cache, out, steps = pf.logits, pf.cache, [], []
+    t0 = time.perf_counter()
+    for i in range(new_tokens):
+        tok = sampler.sample(logits)
+        out.append(int(tok[0]))
+        ts = time.perf_counter()
+        logits = decode_step(model, cache, tok.view(-1, 1), trace=tracer)[:, -1]
+        steps.append(time.perf_counter() - ts)
+        if progress:
+            progress((2 + i) / total, f"generated token {i + 1} of {new_tokens}")
+    decode_s = time.perf_counter() - t0
+    trace = tracer.result(mode, meta={"prompt_tokens": len(ids)})
+    all_ids = list(ids) + out
+    cfg = model.cfg
+    return Run(trace=trace, ids=all_ids, tokens=token_texts(model, all_ids), n_prompt=len(ids), mode=mode,
+               window=cfg.sliding_window, decoder_start=cfg.decoder_start, prefill_s=pf.seconds, decode_s=decode_s,
+               step_s=steps)
+
+
+def covered_rows(run: Run) -> np.ndarray:
+    """[layers, tokens] bool: did layer l run token t as a query? (Generated tokens not yet fed are False.)"""
+    m = np.zeros((run.n_layers, run.n), dtype=bool)
+    for i, rec in enumerate(run.trace.layers):
+        p = rec.positions.numpy()
+        m[i, p[p < run.n]] = True
+    return m
+
+
+def absent_reason(run: Run, layer: int, pos: int) -> str:
+    """Why layer `layer` has no record for token `pos` (always a sentence, never an error)."""
+    if pos >= run.n_prompt and pos == run.n - 1 and run.generated:
+        return ("This is the last generated token: it was sampled from the previous step's scores but not fed back "
+                "through the model yet, so no layer has processed it.")
+    if run.mode == "bounded" and layer >= run.decoder_start and pos < run.replay_start:
+        return ABSENT_BOUNDED.format(layer=layer, pos=pos, w=run.window, start=run.replay_start,
+                                     end=run.n_prompt - 1)
+    return f"Layer {layer} has no record for token {pos}."
+
+
+# --------------------------------------------------------------------------------------------------
+# One layer at one token
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class AttentionView:
+    ratio: int
+    window_pos: list[int]          # absolute positions of the valid window slots
+    window_share: list[float]      # share of each slot (mean over heads or one head)
+    entry_ids: list[int]           # selected compressed entries read by this layer
+    entry_share: list[float]
+    entry_spans: list[tuple[int, int]]  # tokens [start, end) each entry packs
+    sink: float
+    heads: int
+
+    @property
+    def window_total(self) -> float:
+        return float(sum(self.window_share))
+
+    @property
+    def entries_total(self) -> float:
+        return float(sum(self.entry_share))
+
+    def per_token(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(window share, entry share) per source token over [0, n); an entry's share is spread evenly over
+        the r tokens it packs (the attention itself reads the packed entry, not the tokens)."""
+        win, ent = np.zeros(n), np.zeros(n)
+        for p, s in zip(self.window_pos, self.window_share):
+            if 0 <= p < n:
+                win[p] += s
+        for (a, b), s in zip(self.entry_spans, self.entry_share):
+            b = min(b, n)
+            if b > a:
+                ent[a:b] += s / (b - a)
+        return win, ent
+
+
+@dataclass
+class SelectionView:
+    selects: bool                  # this layer scored the entries itself (Full / Reindex)
+    source: int | None             # layer whose selection it reads
+    visible: int                   # entries visible to this query
+    selected: list[int]
+    pool: list[int] | None         # entries in the candidate pool (None when no pool applies)
+    scores: list[float] | None     # index scores of the visible entries (this layer's when it selects)
+    note: str
+
+
+@dataclass
+class RouterView:
+    scores: list[float]
+    experts: list[int]
+    weights: list[float]
+    n_shared: int
+
+
+@dataclass
+class EngramView:
+    ngrams: list[dict]             # order, head, row, tokens
+    gate: list[float]              # per stream
+
+
+@dataclass
+class LayerView:
+    layer: int
+    pos: int
+    role: str
+    stack: str
+    description: str
+    attention: AttentionView | None
+    selection: SelectionView | None
+    router: RouterView | None
+    engram: EngramView | None
+    hc: dict[str, dict[str, np.ndarray]] | None      # site -> pre/post/comb
+    lens: list[tuple[int, str, float]]
+    stream_norms: list[float]
+
+
+def _row(rec: LayerRecord, pos: int) -> int | None:
+    if rec.positions.numel() == 0:
+        return None
+    return rec.row(pos)
+
+
+def attention_view(rec: LayerRecord, pos: int, row: int, head: int | None = None) -> AttentionView | None:
+    sh = rec.shares
+    if sh is None:
+        return None
+    sel = (lambda t: t[0, row].mean(0)) if head is None else (lambda t: t[0, row, head])
+    w = sh.window.shape[-1]
+    slot_pos = [pos - (w - 1) + j for j in range(w)]
+    ws = sel(sh.window).tolist()
+    keep = [j for j in range(w) if slot_pos[j] >= 0]
+    ids = sh.entry_ids[0, row].tolist() if sh.entry_ids.numel() else []
+    es = sel(sh.entries).tolist() if sh.entries.shape[-1] else []
+    pairs = [(e, s) for e, s in zip(ids, es) if e >= 0]
+    r = max(1, sh.ratio)
+    return AttentionView(ratio=sh.ratio, window_pos=[slot_pos[j] for j in keep], window_share=[ws[j] for j in keep],
+                         entry_ids=[e for e, _ in pairs], entry_share=[s for _, s in pairs],
+                         entry_spans=[(e * r, (e + 1) * r) for e, _ in pairs],
+                         sink=float(sel(sh.sink)), heads=sh.window.shape[2])
+
+
+def selection_view(run: Run, layer: int, pos: int) -> SelectionView | None:
+    rec = run.layer(layer)
+    spec = rec.spec
+    if spec.compress_ratio == 0:
+        return None
+    row = _row(rec, pos)
+    if row is None:
+        return None
+    visible = (pos + 1) // spec.compress_ratio
+    selected = sorted(e for e in (rec.shares.entry_ids[0, row].tolist() if rec.shares is not None else []) if e >= 0)
+    src = run.layer(spec.index_source) if spec.index_source is not None else None
+    scores = None
+    if src is not None and src.index_scores is not None:
+        srow = _row(src, pos)
+        if srow is not None:
+            scores = src.index_scores[0, srow, :visible].tolist()
+    pool = None
+    cand = next((r for r in run.trace.layers if r.spec.candidate_source), None)
+    in_pool_group = spec.candidate_source or (src is not None and src.spec.uses_candidates)
+    if cand is not None and cand.candidates is not None and in_pool_group:
+        crow = _row(cand, pos)
+        if crow is not None:
+            pool = cand.candidates[0, crow, :visible].nonzero().flatten().tolist()
+    if spec.selects:
+        note = (f"Layer {layer} scored the {visible} visible entries with its own indexer query and kept the top "
+                f"{len(selected)}" + (" inside the candidate pool." if spec.uses_candidates else "."))
+        if spec.candidate_source:
+            note += " Its block scores also chose the candidate pool that later Reindex layers search."
+    else:
+        note = (f"Layer {layer} is a Reuse layer: it owns no indexer and reads the entries layer "
+                f"{spec.index_source} selected for this token, with its own query.")
+    return SelectionView(selects=spec.selects, source=spec.index_source, visible=visible, selected=selected,
+                         pool=pool, scores=scores, note=note)
+
+
+def engram_view(model_cfg, run: Run, rec: LayerRecord, pos: int, row: int) -> EngramView | None:
+    if rec.engram_gate is None or rec.engram_hash is None:
+        return None
+    heads = model_cfg.engram_n_heads
+    hashes = rec.engram_hash[0, row].tolist()
+    grams = []
+    for c, h in enumerate(hashes):
+        order, head = 2 + c // heads, c % heads
+        start = pos - order + 1
+        toks = [run.tokens[p] if p >= 0 else "<pad>" for p in range(start, pos + 1)]
+        grams.append({"order": order, "head": head, "row": int(h), "tokens": toks})
+    return EngramView(ngrams=grams, gate=rec.engram_gate[0, row].tolist())
+
+
+def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, model=None) -> LayerView | str:
+    """Everything recorded for one layer at one token, or the sentence saying why there is nothing."""
+    if not 0 <= layer < run.n_layers:
+        return f"There is no layer {layer}; this model has layers 0-{run.n_layers - 1}."
+    if not 0 <= pos < run.n:
+        return f"There is no token {pos}; this run has tokens 0-{run.n - 1}."
+    rec = run.layer(layer)
+    row = _row(rec, pos)
+    if row is None:
+        return absent_reason(run, layer, pos)
+    hc = None
+    if rec.hc_attn is not None:
+        hc = {site: {"pre": m.pre[0, row].numpy(), "post": m.post[0, row].numpy(), "comb": m.comb[0, row].numpy()}
+              for site, m in (("attention", rec.hc_attn), ("ffn", rec.hc_ffn))}
+    router = None
+    if rec.router_scores is not None:
+        router = RouterView(scores=rec.router_scores[0, row].tolist(), experts=rec.router_experts[0, row].tolist(),
+                            weights=rec.router_weights[0, row].tolist(), n_shared=cfg.n_shared_experts)
+    lens = []
+    if rec.lens_ids is not None:
+        lens = [(int(i), run_decode(model, run, int(i)), float(p))
+                for i, p in zip(rec.lens_ids[0, row].tolist(), rec.lens_probs[0, row].tolist())]
+    return LayerView(layer=layer, pos=pos, role=rec.spec.role, stack=rec.spec.stack, description=describe(rec.spec),
+                     attention=attention_view(rec, pos, row, head), selection=selection_view(run, layer, pos),
+                     router=router, engram=engram_view(cfg, run, rec, pos, row), hc=hc, lens=lens,
+                     stream_norms=rec.stream_norms[0, row].tolist() if rec.stream_norms is not None else [])
+
+
+def run_decode(model, run: Run, tid: int) -> str:
+    if model is not None:
+        return model.decode([tid])
+    try:
+        return run.tokens[run.ids.index(tid)]
+    except ValueError:
+        return f"#{tid}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole-prompt overview: one quantity over layers x tokens
+# --------------------------------------------------------------------------------------------------
+
+QUANTITIES = {
+    "processed": "1 where the layer ran this token as a query, 0 where it did not (bounded prefill skips the "
+                 "decoder for early prompt tokens).",
+    "sink share": "share of attention (mean over heads) given to the sink: attention the head chose not to spend.",
+    "compressed share": "share of attention (mean over heads) given to the selected compressed entries.",
+    "attention entropy": "entropy in nats of each head's attention over window rows, entries and sink, mean over "
+                         "heads: low = focused, high = spread out.",
+    "top expert": "the routed expert with the highest weight for this token.",
+    "top expert weight": "the routing weight of that expert.",
+    "Engram gate": "Engram's gate, mean over the residual streams (Engram layers only).",
+    "stream norm": "RMS of the residual streams after the layer, mean over streams.",
+    "lens prob. of final prediction": "probability the logit lens at this layer gives to the token the whole model "
+                                      "finally predicts at this position (0 when it is outside the lens's top 5; "
+                                      "blank where the last layer did not run the token).",
+}
+
+
+def overview(run: Run, quantity: str) -> np.ndarray:
+    """[layers, tokens] float array, NaN where the layer has no record for the token."""
+    if quantity not in QUANTITIES:
+        raise ValueError(f"unknown quantity {quantity!r}")
+    n = run.n
+    out = np.full((run.n_layers, n), np.nan)
+    final = None
+    if quantity == "lens prob. of final prediction":
+        last = run.trace.layers[-1]
+        final = np.full(n, -1, dtype=np.int64)
+        if last.lens_ids is not None:
+            p = last.positions.numpy()
+            keep = p < n
+            final[p[keep]] = last.lens_ids[0, :, 0].numpy()[keep]
+    for i, rec in enumerate(run.trace.layers):
+        p = rec.positions.numpy()
+        keep = p < n
+        pos = p[keep]
+        if quantity == "processed":
+            out[i] = 0.0
+            out[i, pos] = 1.0
+            continue
+        val = None
+        sh = rec.shares
+        if quantity == "sink share" and sh is not None:
+            val = sh.sink[0].mean(-1).numpy()
+        elif quantity == "compressed share" and sh is not None:
+            val = sh.entries[0].sum(-1).mean(-1).numpy() if sh.entries.shape[-1] else np.zeros(len(p))
+        elif quantity == "attention entropy" and sh is not None:
+            parts = [sh.window[0], sh.entries[0], sh.sink[0].unsqueeze(-1)]
+            probs = torch.cat([t.float() for t in parts], -1)
+            ent = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+            val = ent.mean(-1).numpy()
+        elif quantity == "top expert" and rec.router_experts is not None:
+            best = rec.router_weights[0].argmax(-1, keepdim=True)
+            val = rec.router_experts[0].gather(-1, best).squeeze(-1).float().numpy()
+        elif quantity == "top expert weight" and rec.router_weights is not None:
+            val = rec.router_weights[0].max(-1).values.numpy()
+        elif quantity == "Engram gate" and rec.engram_gate is not None:
+            val = rec.engram_gate[0].mean(-1).numpy()
+        elif quantity == "stream norm" and rec.stream_norms is not None:
+            val = rec.stream_norms[0].mean(-1).numpy()
+        elif quantity == "lens prob. of final prediction" and rec.lens_ids is not None:
+            ids, pr = rec.lens_ids[0].numpy(), rec.lens_probs[0].numpy()
+            target = final[np.clip(p, 0, n - 1)]
+            hit = ids == target[:, None]
+            val = np.where(target >= 0, (pr * hit).sum(-1), np.nan)
+        if val is not None:
+            out[i, pos] = np.asarray(val, dtype=float)[keep]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Downloads
+# --------------------------------------------------------------------------------------------------
+
+def _plain(x):
+    """Tensors and arrays -> nested lists; non-finite floats (-inf = not visible / outside the pool) -> None."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.dtype == torch.bool:
+            return x.tolist()
+        if x.is_floating_point():
+            return _plain(x.double().numpy())
+        return x.tolist()
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "f":
+            obj = x.astype(object)
+            obj[~np.isfinite(x)] = None
+            return obj.tolist()
+        return x.tolist()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return x
+
+
+def trace_to_json(trace: Trace, tokens: list[str], include_scores: bool = True, indent: int | None = None) -> str:
+    """A trace as JSON: per layer the spec and every recorded tensor as nested lists ([batch][row]...),
+    -inf and NaN as null. `include_scores=False` drops the index scores and the candidate pool, which
+    grow with the square of the prompt length."""
+    layers = []
+    heavy = ("index_scores", "candidates", "block_scores")
+    for rec in trace.layers:
+        spec = rec.spec
+        d: dict = {"layer": spec.index, "stack": spec.stack, "role": spec.role, "compress_ratio": spec.compress_ratio,
+                   "kv_source": spec.kv_source, "index_source": spec.index_source, "engram": spec.engram,
+                   "candidate_source": spec.candidate_source, "uses_candidates": spec.uses_candidates,
+                   "positions": _plain(rec.positions), "source_len": rec.source_len}
+        if rec.shares is not None:
+            d["shares"] = {"window": _plain(rec.shares.window), "entries": _plain(rec.shares.entries),
+                           "entry_ids": _plain(rec.shares.entry_ids), "sink": _plain(rec.shares.sink),
+                           "ratio": rec.shares.ratio,
+                           "window_slot_j_is_position": "t - (W-1) + j",
+                           "entry_e_packs_tokens": "[e*ratio, (e+1)*ratio)"}
+        for site in ("hc_attn", "hc_ffn"):
+            m = getattr(rec, site)
+            if m is not None:
+                d[site] = {"pre": _plain(m.pre), "post": _plain(m.post), "comb": _plain(m.comb)}
+        for key in ("pre_mix", "stream_norms", "router_logits", "router_scores", "router_experts", "router_weights",
+                    "engram_gate", "engram_hash", "topk", "lens_ids", "lens_probs") + heavy:
+            if key in heavy and not include_scores:
+                continue
+            v = getattr(rec, key)
+            if v is not None:
+                d[key] = _plain(v)
+        layers.append(d)
+    doc = {"format": "v41-explorer trace 1", "mode": trace.mode, "ids": _plain(trace.ids),
+           "positions": _plain(trace.positions), "tokens": list(tokens),
+           "meta": {k: v for k, v in trace.meta.items() if isinstance(v, (int, float, str, bool))},
+           "layers": layers}
+    return json.dumps(doc, indent=indent, allow_nan=False, ensure_ascii=False)

@@ -1,0 +1,167 @@
+"""Indexer pools: the candidate source's broad scan, the pool it keeps, the Reindex layers' choices inside it,
+and what an exhaustive search would have chosen instead. Numbers from lessons/pools.py; figures from
+ui/figures_run.py. User text is shown only through widgets, st.code and dataframes.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from lessons.inspect import encode_prompt, load_samples
+from lessons.pools import DEFINITIONS, INTRO, reindex_inputs, reselect, row_detail, summary_rows, trace_for_pools
+from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
+from ui.figures import show_token
+from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
+
+MAX_TOKENS = 2048  # the re-run keeps [rows, heads, entries] logits per Reindex layer
+
+sess = sidebar()
+st.title("Indexer pools")
+st.write(INTRO)
+model = require_model(sess)
+cfg = model.cfg
+if cfg.candidate_source_layer_id is None or not any(
+        i > cfg.candidate_source_layer_id for i in cfg.index_source_layer_ids):
+    st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
+    st.stop()
+with st.expander("Definitions", expanded=False):
+    st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True, key="pool_defs")
+
+samples = load_samples()
+long_first = sorted(range(len(samples)), key=lambda i: samples[i].kind != "long")
+names = {-1: "(your own text)", **{i: samples[i].name for i in range(len(samples))}}
+options = [i for i in long_first] + [-1]
+if "pool_sample" not in st.session_state:
+    url_prompt = qp_get("prompt")
+    si = qp_int("sample", long_first[1] if len(long_first) > 1 else 0, -1, len(samples) - 1)
+    st.session_state["pool_sample"] = -1 if url_prompt is not None else si
+    st.session_state["pool_prompt"] = (url_prompt[:40000] if url_prompt is not None else samples[si].text
+                                       if si >= 0 else "")
+
+
+def _pick():
+    i = st.session_state["pool_sample"]
+    if i >= 0:
+        st.session_state["pool_prompt"] = samples[i].text
+
+
+c1, c2 = st.columns([4, 1])
+c1.selectbox("Prompt", options, format_func=names.get, key="pool_sample", on_change=_pick)
+mode = c2.radio("Prefill", ["exact", "bounded"], index=1 if qp_get("mode") == "bounded" else 0, key="pool_mode",
+                help="Exact: every prompt token is a query of the decoder. Bounded: only the last "
+                     f"{cfg.sliding_window} prompt tokens are.")
+text = st.text_area("Prompt text", key="pool_prompt", height=100, max_chars=40000)
+prompt, problem = clean_prompt(text, max_chars=40000)
+ids = None
+if not problem:
+    ids, problem = encode_prompt(model, prompt, MAX_TOKENS)
+if problem:
+    st.warning(problem)
+    st.stop()
+sample_i = st.session_state["pool_sample"]
+from_sample = sample_i >= 0 and samples[sample_i].text == prompt
+qp_set(sample=sample_i if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
+       mode="bounded" if mode == "bounded" else None)
+
+
+def _compute(progress):
+    tr = trace_for_pools(model, ids, mode, progress=lambda f, m: progress(0.9 * f, m))
+    progress(0.95, "re-running the Reindex layers' queries on the recorded states")
+    return reindex_inputs(model, tr)
+
+
+try:
+    inp = cached_with_progress("pools", (sess.label, tuple(ids), mode), _compute,
+                               f"Tracing {len(ids):,} tokens with full detail ...", max_entries=4)
+except Exception as e:  # a model-side rejection becomes a message
+    st.error(f"The model could not run this prompt: {e}")
+    st.stop()
+
+blocks_total = (inp.width + inp.block_size - 1) // inp.block_size
+pool_positions = cfg.candidate_topk_blocks * cfg.candidate_block_size
+st.caption(f"{len(ids):,} prompt tokens; {inp.width:,} ratio-{inp.ratio} entries in the decoder's group; "
+           f"{len(inp.positions)} query rows ({mode} prefill). The model's pool: {cfg.candidate_topk_blocks} blocks "
+           f"x {cfg.candidate_block_size} = {pool_positions} entries; top-{cfg.index_topk} inside it.")
+if inp.width <= pool_positions:
+    st.info(f"This prompt has only {inp.width} entries, so the model's pool holds all of them and nothing can be "
+            "dropped at the configured size. Pick a long prompt, or shrink the pool below.")
+
+# ---- live re-selection ---------------------------------------------------------------------------------------
+s1, s2 = st.columns(2)
+nb = s1.slider("Pool size (blocks kept)", 1, max(2, blocks_total), key="pool_nb",
+               value=qp_int("pool", min(cfg.candidate_topk_blocks, blocks_total), 1, max(2, blocks_total)),
+               help=f"Each block holds {inp.block_size} consecutive entries.")
+k = s2.slider("Top-k per query", 1, max(2, min(256, inp.width)), key="pool_k",
+              value=qp_int("k", min(cfg.index_topk, max(2, min(256, inp.width))), 1, max(2, min(256, inp.width))))
+qp_set(pool=nb if nb != cfg.candidate_topk_blocks else None, k=k if k != cfg.index_topk else None)
+results = reselect(inp, nb, k)
+if nb == cfg.candidate_topk_blocks and k == cfg.index_topk:
+    same = all(r.matches_model for r in results.values())
+    st.caption("At the configured sizes the recomputed restricted selection " +
+               ("equals the model's own selection in every row." if same else
+                "differs from the model's own in some rows (ties in the scores)."))
+st.caption("Live (pure, from the cached index scores): pool, selections, recall, indexer mass. From the re-run "
+           "(each Reindex layer's attention logits recomputed once per prompt on the recorded hidden states): "
+           "attention mass. Hidden states of later layers are those of the real run at the configured sizes.")
+
+rows = summary_rows(inp, results, sess.one_based)
+st.subheader("Per Reindex layer")
+table = pd.DataFrame(rows)
+st.dataframe(table, hide_index=True, key="pool_table")
+st.download_button("Table (CSV)", table.to_csv(index=False), file_name="indexer_pools.csv", mime="text/csv",
+                   key="pool_dl")
+
+layers = list(results)
+default_layer = layers[0]
+ql = qp_int("layer", default_layer, 0, cfg.num_hidden_layers - 1)
+if ql not in layers:
+    st.warning(f"Layer {ql} in the URL is not a Reindex layer; showing layer {default_layer}.")
+    ql = default_layer
+layer = st.radio("Reindex layer", layers, index=layers.index(ql), horizontal=True, key="pool_layer",
+                 format_func=lambda i: f"layer {sess.num(i)}")
+res = results[layer]
+pos_list = inp.positions.tolist()
+st.plotly_chart(recall_rows_figure(pos_list, {"recall": res.recall.tolist(),
+                                              "attention mass dropped": res.attention_mass.tolist(),
+                                              "indexer mass dropped": res.indexer_mass.tolist()},
+                                   f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
+
+# ---- one query row ---------------------------------------------------------------------------------------------
+qt = qp_int("token", pos_list[-1], pos_list[0], pos_list[-1])
+if qt not in pos_list:
+    st.warning(f"Token {qt} is not a query row of the decoder in this run; showing the last one.")
+    qt = pos_list[-1]
+pos = st.select_slider("Query token (position)", options=pos_list, value=qt, key="pool_token")
+qp_set(layer=layer, token=pos)
+row = pos_list.index(pos)
+tokens = [model.decode([i]) for i in ids]
+st.code(show_token(tokens[pos]), language=None)
+d = row_detail(inp, res, row)
+m = st.columns(4)
+m[0].metric("Recall", f"{d.recall:.0%}" if d.recall == d.recall else "n/a")
+m[1].metric("Dropped entries", len(d.dropped))
+m[2].metric("Indexer mass dropped", f"{d.indexer_mass:.1%}")
+m[3].metric("Attention mass dropped", f"{d.attention_mass:.1%}")
+st.plotly_chart(block_scores_figure(d, inp.block_size, f"Broad scan at layer {sess.num(inp.candidate_layer)}: "
+                                    "block scores"), width="stretch", key="pool_blocks")
+st.plotly_chart(pool_strip_figure(d, f"Layer {sess.num(layer)}: pool, choices and dropped entries"), width="stretch",
+                key="pool_strip")
+if d.dropped:
+    li = inp.layers[layer]
+    share = li.would_share[row].mean(0)
+    order = li.scores[row].argsort(descending=True).tolist()
+    rank = {e: i + 1 for i, e in enumerate(order)}
+    r = max(1, inp.ratio)
+    df = pd.DataFrame({"entry": d.dropped, "tokens": [f"{e * r}-{(e + 1) * r - 1}" for e in d.dropped],
+                       "text": ["".join(show_token(tokens[p]) for p in range(e * r, min((e + 1) * r, len(tokens))))
+                                for e in d.dropped],
+                       "index score": [float(li.scores[row, e]) for e in d.dropped],
+                       "rank (exhaustive)": [rank[e] for e in d.dropped],
+                       "would-be share (vs actual denominator)": [float(share[e]) for e in d.dropped]})
+    st.write("Entries the exhaustive search picked that the pool left out:")
+    st.dataframe(df, hide_index=True, key="pool_dropped")
+    st.download_button("Dropped entries (CSV)", df.to_csv(index=False), file_name="dropped_entries.csv",
+                       mime="text/csv", key="pool_dl_dropped")
+else:
+    st.success("Nothing dropped for this query: every exhaustive pick lies inside the pool.")

@@ -1,0 +1,249 @@
+"""Prompt inspector: run a prompt (and a few generated tokens) with the tracer on, then step through the
+layers for one token. Thin: lessons/inspect.py computes every number, ui/figures_run.py draws.
+
+User text (prompts, tokens) is only ever shown through st.text_area / st.code / dataframes / escaped
+Plotly labels, never as Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from lessons.inspect import (BOUNDED_NOTE, EXACT_NOTE, INTRO, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, QUANTITIES,
+                             covered_rows, encode_prompt, layer_view, load_samples, overview, run_prompt,
+                             trace_to_json)
+from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
+from ui.figures import show_token
+from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
+                            selection_figure, small_bar)
+
+sess = sidebar()
+st.title("Prompt inspector")
+st.write(INTRO)
+model = require_model(sess)
+cfg = model.cfg
+n_layers = cfg.num_hidden_layers
+
+
+def vision_hook():
+    """HOOK(vision): when ui/vision_panel.py provides `image_input(key)`, let the inspector accept an image here
+    and pass its embeddings to the traced prefill (model.prepare takes image_embeds / image_mask). Until the
+    vision issue lands this returns None and the inspector is text-only."""
+    return None
+
+
+# ---- prompt -----------------------------------------------------------------------------------------------
+samples = load_samples()
+names = ["(your own text)"] + [s.name for s in samples]
+if "insp_sample" not in st.session_state:
+    st.session_state["insp_sample"] = qp_int("sample", 0, 0, len(samples)) if qp_get("sample") else 0
+    url_prompt = qp_get("prompt")
+    if url_prompt is not None and len(url_prompt) > 40000:
+        st.warning(f"The prompt in the URL has {len(url_prompt):,} characters; the limit is 40,000. "
+                   "Showing a sample instead.")
+        url_prompt = None
+    st.session_state["insp_prompt"] = (url_prompt if url_prompt is not None else
+                                       samples[st.session_state["insp_sample"] - 1].text
+                                       if st.session_state["insp_sample"] else samples[0].text)
+
+
+def _pick_sample():
+    i = st.session_state["insp_sample"]
+    if i:
+        st.session_state["insp_prompt"] = samples[i - 1].text
+
+
+c1, c2, c3 = st.columns([3, 1, 1])
+with c1:
+    st.selectbox("Sample prompt", range(len(names)), format_func=lambda i: names[i], key="insp_sample",
+                 on_change=_pick_sample, help="The long stories put an object somewhere early and ask for it at the "
+                                              "end, far past the attention window.")
+with c2:
+    mode = st.radio("Prefill", ["bounded", "exact"], index=1 if qp_get("mode") == "exact" else 0, key="insp_mode",
+                    horizontal=True)
+with c3:
+    n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, value=qp_int("gen", 4, 0, MAX_NEW_TOKENS),
+                            key="insp_gen", help="Generated tokens are inspected like prompt tokens.")
+text = st.text_area("Prompt", key="insp_prompt", height=120, max_chars=40000)
+image = vision_hook()
+
+prompt, problem = clean_prompt(text, max_chars=40000)
+if problem:
+    st.warning(problem)
+    st.stop()
+ids, problem = encode_prompt(model, prompt)
+if problem:
+    st.warning(problem)
+    st.stop()
+sample_i = st.session_state["insp_sample"]
+from_sample = sample_i and samples[sample_i - 1].text == prompt
+qp_set(sample=sample_i if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
+       mode=mode if mode != "bounded" else None, gen=int(n_new))
+
+
+try:
+    run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
+                               lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),
+                               f"Reading {len(ids):,} tokens ...")
+except Exception as e:  # any model-side rejection becomes a message, never a traceback
+    st.error(f"The model could not run this prompt: {e}")
+    st.stop()
+
+st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
+           f"({mode}), decode {run.decode_s:.2f} s, on {sess.device.upper()} with {sess.label}.")
+if run.generated:
+    st.text("Generated: " + "".join(run.tokens[run.n_prompt:]))
+if mode == "bounded":
+    st.info(BOUNDED_NOTE.format(w=run.window) + (f" Here: decoder records for prompt tokens "
+                                                 f"{run.replay_start}-{run.n_prompt - 1} only."
+                                                 if run.replay_start > 0 else
+                                                 " This prompt fits in the window, so bounded equals exact."))
+else:
+    st.info(EXACT_NOTE)
+
+# ---- layer and token steppers -------------------------------------------------------------------------------
+roles = [r.spec.role for r in run.trace.layers]
+if "insp_layer" not in st.session_state:
+    st.session_state["insp_layer"] = qp_int("layer", cfg.decoder_start, 0, n_layers - 1)
+run_key = (tuple(ids), mode, int(n_new))
+if "insp_token" not in st.session_state:
+    st.session_state["insp_token"] = qp_int("token", run.n_prompt - 1, 0, max(0, run.n - 1))
+elif st.session_state.get("insp_run_key") != run_key:  # a new prompt: start at its last token
+    st.session_state["insp_token"] = run.n_prompt - 1
+st.session_state["insp_run_key"] = run_key
+st.session_state["insp_token"] = min(int(st.session_state["insp_token"]), run.n - 1)
+
+
+def _step(key: str, delta: int, hi: int):
+    st.session_state[key] = max(0, min(hi, int(st.session_state[key]) + delta))
+
+
+lc1, lc2, lc3 = st.columns([1, 8, 1])
+lc1.button("\u25c0 Back", key="insp_back", on_click=_step, args=("insp_layer", -1, n_layers - 1),
+           disabled=st.session_state["insp_layer"] <= 0)
+lc3.button("Next \u25b6", key="insp_next", on_click=_step, args=("insp_layer", 1, n_layers - 1),
+           disabled=st.session_state["insp_layer"] >= n_layers - 1)
+with lc2:
+    layer = st.select_slider("Layer", options=list(range(n_layers)), key="insp_layer",
+                             format_func=lambda i: f"{sess.num(i)} {roles[i]}")
+st.plotly_chart(role_strip(roles, [str(sess.num(i)) for i in range(n_layers)], layer), width="stretch",
+                key="insp_roles")
+tc1, tc2, tc3 = st.columns([1, 8, 1])
+tc1.button("\u25c0 Token", key="insp_tback", on_click=_step, args=("insp_token", -1, run.n - 1))
+tc3.button("Token \u25b6", key="insp_tnext", on_click=_step, args=("insp_token", 1, run.n - 1))
+with tc2:
+    pos = st.slider("Query token (position)", 0, max(1, run.n - 1), key="insp_token", disabled=run.n == 1)
+head_opt = st.radio("Heads", ["mean over heads"] + [f"head {h}" for h in range(cfg.num_attention_heads)],
+                    horizontal=True, key="insp_head")
+head = None if head_opt.startswith("mean") else int(head_opt.split()[1])
+qp_set(layer=layer, token=pos)
+
+kind = "generated" if pos >= run.n_prompt else "prompt"
+st.subheader(f"Layer {sess.num(layer)} · {roles[layer]} · {run.layer(layer).spec.stack}, {kind} token {pos}")
+st.code(show_token(run.tokens[pos]), language=None)
+view = layer_view(run, layer, pos, cfg, head=head, model=model)
+if isinstance(view, str):
+    st.warning(view)
+else:
+    st.write(f"This layer {view.description}.")
+    if kind == "generated":
+        st.caption("A generated token runs through every layer of both halves, whatever the prefill mode.")
+    tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"])
+    with tabs[0]:
+        a = view.attention
+        m1, m2, m3 = st.columns(3)
+        m1.metric("Window rows", f"{a.window_total:.1%}")
+        m2.metric("Compressed entries", f"{a.entries_total:.1%}")
+        m3.metric("Sink", f"{a.sink:.1%}")
+        st.plotly_chart(attention_figure(a, run.tokens, pos, "Where this token's attention went"), width="stretch",
+                        key="insp_attn")
+        if a.entry_ids:
+            st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); its bar spans them.")
+            df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
+                               "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
+                                        for s, e in a.entry_spans], "share": a.entry_share})
+            st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
+        elif a.ratio == 0:
+            st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
+    with tabs[1]:
+        sel = view.selection
+        if sel is None:
+            st.write("This layer has no compressed branch, so it selects nothing.")
+        else:
+            st.write(sel.note)
+            c = st.columns(3)
+            c[0].metric("Visible entries", sel.visible)
+            c[1].metric("Selected", len(sel.selected))
+            c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
+            st.plotly_chart(selection_figure(sel, "Index scores of the visible entries"), width="stretch",
+                            key="insp_sel")
+    with tabs[2]:
+        r = view.router
+        st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
+                 f"{len(r.scores)} routed experts, weighted by their normalised scores.")
+        st.plotly_chart(router_figure(r, "Router scores (chosen experts in green, with their weights)"),
+                        width="stretch", key="insp_router")
+        st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts], "weight": [1.0] + r.weights}), hide_index=True,
+                     key="insp_router_df")
+    with tabs[3]:
+        e = view.engram
+        if e is None:
+            st.write("No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(
+                str(sess.num(i)) for i in cfg.engram_layer_ids) + ")." if cfg.engram_layer_ids else "."))
+        else:
+            st.write("Engram hashes the n-grams ending at this token (each order with several hash heads) into "
+                     "table rows, and a gate per residual stream decides how much of the looked-up value to add.")
+            st.dataframe(pd.DataFrame({"n": [g["order"] for g in e.ngrams], "head": [g["head"] for g in e.ngrams],
+                                       "table row": [g["row"] for g in e.ngrams],
+                                       "n-gram": [" | ".join(show_token(t) for t in g["tokens"]) for g in e.ngrams]}),
+                         hide_index=True, key="insp_engram_df")
+            st.plotly_chart(small_bar(e.gate, [f"stream {i}" for i in range(len(e.gate))], "Engram gate per stream"),
+                            width="stretch", key="insp_engram_gate")
+    with tabs[4]:
+        if view.hc is None:
+            st.write("No mHC record.")
+        else:
+            st.write("Four residual streams. `pre` weights the streams into the sublayer input (used one site "
+                     "later), `post` writes the sublayer output back into each stream, `comb` mixes the streams "
+                     "(rows: from, columns: to; every row and column sums to 1).")
+            st.plotly_chart(comb_figure(view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
+            df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
+            df.index = [f"stream {i}" for i in range(len(df))]
+            df["RMS after layer"] = view.stream_norms
+            st.dataframe(df, key="insp_hc_df")
+    with tabs[5]:
+        st.write("The logit lens: the model's own final norm and output head applied to this layer's streams, as if "
+                 "the model stopped here.")
+        st.plotly_chart(lens_figure(view.lens, "Top next tokens after this layer"), width="stretch", key="insp_lens")
+
+# ---- whole-prompt overview -----------------------------------------------------------------------------------
+st.subheader("Whole-prompt overview")
+qnames = list(QUANTITIES)
+quantity = st.selectbox("Quantity", qnames, index=qnames.index("processed") if mode == "bounded" else 1,
+                        key="insp_quantity")
+st.caption(QUANTITIES[quantity])
+mat = overview(run, quantity)
+st.plotly_chart(overview_figure(mat, run.tokens, [str(sess.num(i)) for i in range(n_layers)], roles,
+                                f"{quantity}: layer x token", mark=(layer, pos), n_prompt=run.n_prompt,
+                                categorical=quantity == "top expert"), width="stretch", key="insp_overview")
+cov = covered_rows(run)
+st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells (blank cells: the layer never ran "
+           "that token).")
+
+# ---- downloads ---------------------------------------------------------------------------------------------
+st.subheader("Downloads")
+d1, d2, d3 = st.columns(3)
+with d1:
+    heavy = st.checkbox("Include index scores (large)", value=run.n <= 512, key="insp_heavy")
+    st.download_button("Trace (JSON)", data=lambda: trace_to_json(run.trace, run.tokens, include_scores=heavy),
+                       file_name="trace.json", mime="application/json", key="insp_dl_trace")
+with d2:
+    df = pd.DataFrame(mat, index=[f"layer {sess.num(i)}" for i in range(n_layers)])
+    st.download_button("Overview table (CSV)", data=df.to_csv(), file_name=f"overview_{quantity}.csv",
+                       mime="text/csv", key="insp_dl_overview")
+with d3:
+    tok_df = pd.DataFrame({"position": range(run.n), "id": run.ids, "token": [show_token(t) for t in run.tokens],
+                           "generated": [i >= run.n_prompt for i in range(run.n)]})
+    st.download_button("Tokens (CSV)", data=tok_df.to_csv(index=False), file_name="tokens.csv", mime="text/csv",
+                       key="insp_dl_tokens")
