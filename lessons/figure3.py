@@ -277,6 +277,7 @@ class Step:
     body: str
     focus: frozenset = field(default_factory=frozenset)   # box tags to highlight
     box: str | None = None                                 # the box opened with this step
+    table: list[dict] | None = None                        # an optional small table shown under the text
 
 
 def facts(cfg: V41Config) -> dict:
@@ -298,12 +299,32 @@ def facts(cfg: V41Config) -> dict:
     }
 
 
+def levers(cfg: V41Config, earlier: int = 16, pick: int = 2) -> list[dict]:
+    """The four ways to make reading cheaper, on a small example: `earlier` positions to read."""
+    r = next((x for x in cfg.backbone_ratios if x > 1), 2)
+    packed = earlier // r
+    w = min(cfg.sliding_window, earlier)
+    return [
+        {"move": f"read only the last {w} of {earlier} positions" if w < earlier else
+                 "read only the most recent positions (a window)",
+         "name in the report": "sliding-window attention (SWA)",
+         "what you give up": "direct access to anything older, in that branch"},
+        {"move": f"pack every {r} positions into one entry: {earlier} become {packed}",
+         "name in the report": f"compression (ratio {r})", "what you give up": "fine detail inside each packed group"},
+        {"move": f"read only {pick} chosen entries of the {packed}", "name in the report": "sparse attention (top-k)",
+         "what you give up": "direct access to the entries not chosen"},
+        {"move": "prepare the entries once and let several layers read them", "name in the report": "KV reuse (CSA2)",
+         "what you give up": "each layer preparing its own"},
+    ]
+
+
 def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
     f = facts(cfg)
     n = lambda i: _num(i, one_based)  # noqa: E731
     enc_runs = " + ".join(r.formula() for r in f["runs"]["encoder"])
     dec_runs = " + ".join(r.formula() for r in f["runs"]["decoder"])
-    engram = ("layers " if len(f["engram"]) > 1 else "layer ") + " and ".join(str(n(i)) for i in f["engram"])
+    engram = ((("layers " if len(f["engram"]) > 1 else "layer ") + " and ".join(str(n(i)) for i in f["engram"]))
+              if f["engram"] else "no layer of this config")
     cand = "-" if f["cand"] is None else n(f["cand"])
     rep = next((r for r in f["runs"]["encoder"] + f["runs"]["decoder"] if r.reuse > 1), None)
     rep_n = rep.reuse if rep else 1
@@ -321,7 +342,7 @@ def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
              f"{f['W']} raw rows), packing ({f['enc_ratio']} tokens squeezed into one entry in the left half), "
              f"picking (a query reads at most {f['topk']} packed entries), and preparing once for several "
              "layers. Packing shrinks what is stored; picking shrinks what is read.",
-             frozenset({"layer"}), None),
+             frozenset({"layer"}), None, levers(cfg)),
         Step("fresh", "Same information, a fresh question",
              "Keys decide how relevant a stored position is; values are what gets mixed in. A layer's query "
              "turns keys into shares, and the shares weight the values. Reused entries are therefore not a "

@@ -119,6 +119,28 @@ def count_table(cfg: V41Config) -> list[CountRow]:
     return rows
 
 
+def reference_numbers(cfg: V41Config, one_based: bool = False) -> list[dict]:
+    """The implementation details the first seed lists under its reference table, read from the config."""
+    pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
+    cand = cfg.candidate_source_layer_id
+    dec = cfg.decoder_start
+    return [
+        {"item": "candidate pool (positions, at most)", "value": f"{pool:,}",
+         "from the config": f"candidate_topk_blocks {cfg.candidate_topk_blocks:,} x candidate_block_size "
+                            f"{cfg.candidate_block_size}, built at layer {cand + 1 if one_based else cand}"},
+        {"item": "entries in one final selection (at most)", "value": f"{cfg.index_topk:,}",
+         "from the config": "index_topk"},
+        {"item": "local window per layer (rows)", "value": f"{cfg.sliding_window:,}", "from the config": "sliding_window"},
+        {"item": "prompt rows replayed through the decoder (bounded prefill)", "value": f"{cfg.sliding_window:,}",
+         "from the config": f"the last sliding_window rows go through layers {dec + (1 if one_based else 0)}"
+                            f"-{cfg.num_hidden_layers - (0 if one_based else 1)}"},
+        {"item": "routed experts per token", "value": f"{cfg.num_experts_per_tok} of {cfg.n_routed_experts:,} "
+                                                      f"+ {cfg.n_shared_experts} shared",
+         "from the config": "num_experts_per_tok, n_routed_experts, n_shared_experts"},
+        {"item": "mHC streams", "value": str(cfg.hc_mult), "from the config": "hc_mult"},
+    ]
+
+
 def engram_layers(cfg: V41Config, one_based: bool = False) -> list[int]:
     return [i + 1 if one_based else i for i in cfg.engram_layer_ids if i < cfg.num_hidden_layers]
 

@@ -23,6 +23,18 @@ DEFINITIONS = [
                "prompt changes hidden states and fills caches; it never changes a weight."),
 ]
 
+RANDOM_NOTE = (
+    "These are random weights: the model has every part of the real architecture but has learned nothing, so "
+    "its scores are close to uniform noise. Everything the other pages count (layers, entries, picks, shares) "
+    "is still real computation."
+)
+
+NEXT = (
+    "**Where to go next.** *Figure 3 walkthrough* draws the whole model bottom to top and lets you open any part "
+    "of it; *Layer map* counts the layers; *CSA2 modes* and *Attention shares* show what a layer that reuses "
+    "prepared entries still computes for itself; *Is this recurrence?* checks which weights are shared."
+)
+
 
 @dataclass
 class NextTokens:

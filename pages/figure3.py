@@ -104,6 +104,8 @@ with right:
                      format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
     st.subheader(f"{step_i + 1}. {step.title}")
     st.write(step.body)
+    if step.table:
+        st.dataframe(step.table, hide_index=True, key="fig3_step_table")
     st.divider()
     box_id = st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box",
                           format_func=lambda b: b if b == NONE else choices[b])
@@ -114,6 +116,7 @@ with left:
     st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
                     config={"displayModeBar": False})
 
+below = st.container()  # full width, under the drawing (the vision panel needs the room)
 qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,
        box=selected)
 
@@ -128,12 +131,15 @@ with right:
 
     if box.kind == "vision":
         if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
-            try:
-                from ui.vision_panel import draw_vision_steps
+            st.caption("The steps for a small sample picture are drawn below the figure.")
+            with below:
+                st.subheader("Inside the vision box, for a sample picture")
+                try:
+                    from ui.vision_panel import draw_vision_steps
 
-                draw_vision_steps(sess.model, sample_image())
-            except Exception as e:  # the panel is optional; its failure must not break the walkthrough
-                st.warning(f"The vision panel could not run: {e}")
+                    draw_vision_steps(sess.model, sample_image())
+                except Exception as e:  # the panel is optional; its failure must not break the walkthrough
+                    st.warning(f"The vision panel could not run: {e}")
         else:
             st.caption("The step-by-step vision panel is not available in this build.")
 
@@ -185,7 +191,7 @@ with right:
             st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
                      f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
             if ll.lens:
-                tok = ", ".join(f"'{show_token(sess.model.decode([i]))}' {p:.0%}" for i, p in ll.lens[:3])
+                tok = ", ".join(f"'{show_token(sess.model.decode([i]))}' {p:.1%}" for i, p in ll.lens[:3])
                 st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
         elif box.kind == "moe":
             st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "

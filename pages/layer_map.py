@@ -4,7 +4,7 @@ table, for the released config and the running model side by side (lessons/layer
 import pandas as pd
 import streamlit as st
 
-from lessons.layers import count_table, engram_sentence, layer_rows, role_counts
+from lessons.layers import count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures import layer_map_figure
@@ -45,6 +45,12 @@ for col, (key, (name, cfg)) in zip(cols, configs.items()):
         st.caption(" · ".join(f"{stack}: " + ", ".join(f"{v} {k}" for k, v in d.items()) for stack, d in rc.items()))
 st.caption("The vision encoder and the DSpark drafter are extra networks beside the backbone and are not in "
            "these counts.")
+with st.expander("Reference numbers behind the map"):
+    cols = st.columns(len(configs))
+    for col, (key, (name, cfg)) in zip(cols, configs.items()):
+        with col:
+            st.markdown(f"**{name}**")
+            st.dataframe(pd.DataFrame(reference_numbers(cfg, sess.one_based)), hide_index=True, key=f"lm_ref_{key}")
 
 st.subheader("Per layer")
 init_state("lm_table", qp_get("table", "full") if qp_get("table", "full") in configs else "full")

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from lessons.start import DEFINITIONS, INTRO, next_token_table
+from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE, next_token_table
 from ui.common import clean_prompt, qp_get, qp_set, require_model, sidebar
 from ui.figures import top_tokens_bar
 
@@ -29,8 +29,12 @@ table = _scores(sess.label, text, 12)
 st.plotly_chart(top_tokens_bar(table), width="stretch", key="start_bar")
 st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
            "Bars show the probability the model gives each possible next token.")
+if sess.weights == "random":
+    st.info(RANDOM_NOTE)
 cols = st.columns(3)
 for col, (title, body) in zip(cols, DEFINITIONS):
     with col:
         st.subheader(title)
         st.write(body)
+st.divider()
+st.markdown(NEXT)

@@ -49,6 +49,7 @@ def test_figure3_back_next_and_url():
     assert at.query_params["step"] == ["3"] or at.query_params["step"] == "3"
     at.button(key="fig3_back").click().run()
     assert at.subheader[0].value.startswith("2. Why change attention")
+    assert "sparse attention (top-k)" in list(at.dataframe[0].value["name in the report"])
     # the step that reaches the line opens the line's box
     at5 = app("figure3", step=5)
     assert at5.subheader[0].value.startswith("5. The line")
@@ -219,6 +220,7 @@ def test_recurrence_non_reuse_layer_param():
 # ---- Start ----------------------------------------------------------------------------------------------------
 def test_start_empty_prompt():
     at = app("start")
+    assert any("random weights" in i.value for i in at.info)
     at.text_area(key="start_prompt").input("").run()
     no_errors(at)
     assert any("empty" in w.value for w in at.warning)

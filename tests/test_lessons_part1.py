@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import random_model
-from lessons.figure3 import box_choices, box_text, layout, live_layer, steps
+from lessons.figure3 import box_choices, box_text, layout, levers, live_layer, steps
 from lessons.layers import (computed_by_layer, count_table, engram_layers, full_reads_subset, layer_rows,
-                            mode_checks, stack_runs)
+                            mode_checks, reference_numbers, stack_runs)
 from lessons.recurrence import param_comparison, reuse_facts, storage_check
 from lessons.shares import mix, reuse_comparison, share_view, two_value_mix
 from model import Ablation, V41Config, layer_map
@@ -241,3 +241,21 @@ def test_storage_check_catches_tied_weights():
                                                                   "layers.3.attn.wq_a.weight")]
     row = next(r for r in param_comparison(m, 3, 2) if r.name == "attn.wq_a.weight")
     assert row.same_storage and row.max_abs_diff == 0
+
+
+def test_levers_example_matches_the_seed(full):
+    rows = levers(full)
+    assert "16 become 8" in rows[1]["move"] and "ratio 2" in rows[1]["name in the report"]
+    assert rows[2]["move"] == "read only 2 chosen entries of the 8"
+    assert steps(full)[1].table == rows
+
+
+def test_reference_numbers(full):
+    ref = {r["item"]: r for r in reference_numbers(full)}
+    assert ref["candidate pool (positions, at most)"]["value"] == "16,384"
+    assert ref["entries in one final selection (at most)"]["value"] == "512"
+    replay = ref["prompt rows replayed through the decoder (bounded prefill)"]
+    assert replay["value"] == "128" and replay["from the config"].endswith("layers 20-39")
+    one = {r["item"]: r for r in reference_numbers(full, one_based=True)}
+    assert one["prompt rows replayed through the decoder (bounded prefill)"]["from the config"].endswith("21-40")
+    assert ref["routed experts per token"]["value"] == "6 of 384 + 1 shared"
