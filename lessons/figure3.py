@@ -267,6 +267,21 @@ def box_choices(d: Diagram, one_based: bool = False) -> dict[str, str]:
     return out
 
 
+def picked_box(points: list, pick_ids: list[str], marker_curve: int) -> str | None:
+    """The box a plotly selection event names: its marker's `customdata`, or failing that the point's
+    index on the marker trace (`marker_curve`). Clicks on anything else name no box."""
+    for p in points or []:
+        cd = p.get("customdata")
+        if isinstance(cd, (list, tuple)):
+            cd = cd[0] if cd else None
+        if isinstance(cd, str) and cd in pick_ids:
+            return cd
+        k = p.get("point_index", p.get("point_number"))
+        if p.get("curve_number") == marker_curve and isinstance(k, int) and 0 <= k < len(pick_ids):
+            return pick_ids[k]
+    return None
+
+
 # --------------------------------------------------------------------------------------------------
 # The story
 # --------------------------------------------------------------------------------------------------

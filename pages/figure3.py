@@ -5,7 +5,7 @@ import importlib.util
 
 import streamlit as st
 
-from lessons.figure3 import box_choices, box_text, layout, live_layer, sample_image, steps
+from lessons.figure3 import box_choices, box_text, layout, live_layer, picked_box, sample_image, steps
 from model import V41Config
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
@@ -77,16 +77,8 @@ def _on_pick() -> None:
     """A click on a box's dot arrives as a plotly selection; turn it into the open box."""
     ev = st.session_state.get("fig3_chart") or {}
     points = (ev.get("selection") or {}).get("points") or []
-    if not points:
-        return
-    p = points[0]
-    bid = p.get("customdata")
-    if isinstance(bid, list):
-        bid = bid[0] if bid else None
-    if bid not in choices:
-        ids = diagram_pick_ids(diagram)
-        k = p.get("point_index", p.get("point_number"))
-        bid = ids[k] if isinstance(k, int) and 0 <= k < len(ids) else None
+    # the marker trace comes after one trace per line (ui.figures.diagram_figure)
+    bid = picked_box(points, diagram_pick_ids(diagram), marker_curve=len(diagram.lines))
     if bid in choices:
         st.session_state["fig3_box"] = bid
 

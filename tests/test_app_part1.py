@@ -233,3 +233,28 @@ def test_unknown_weights_choice():
     no_errors(at)
     assert any("Unknown weights" in w.value for w in at.warning)
     assert isinstance(at.dataframe[0].value, pd.DataFrame)
+
+
+def test_url_reopens_the_same_view():
+    at = app("figure3", config="running", compact=1, step=4, box="attn:2", numbering=1)
+    no_errors(at)
+    assert at.toggle(key="fig3_compact").value is True
+    assert at.radio(key="fig3_config").value == "running"
+    assert at.subheader[0].value.startswith("4. The left half")
+    assert at.selectbox(key="fig3_box").value == "attn:2"
+    assert at.selectbox(key="fig3_box").format_func("attn:2").startswith("layer 3")   # 1-based
+    sh = app("attention_shares", layer=7, head=2, pos=40, toy0=30)
+    no_errors(sh)
+    assert (sh.selectbox(key="sh_layer").value, sh.selectbox(key="sh_head").value, sh.slider(key="sh_pos").value) \
+        == (7, 2, 40)
+    assert sh.metric[0].value == "24"      # 0.3 x 10 + 0.7 x 30
+
+
+@pytest.mark.parametrize("page", PAGES[1:])
+def test_pages_without_a_model(page):
+    """Checkpoint chosen but no directory given: no model; every page still renders with a message."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=180)
+    at.query_params["weights"] = "checkpoint"
+    at.run()
+    no_errors(at)
+    assert at.error or at.info

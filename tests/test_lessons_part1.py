@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import random_model
-from lessons.figure3 import box_choices, box_text, layout, levers, live_layer, steps
+from lessons.figure3 import box_choices, box_text, layout, levers, live_layer, picked_box, steps
 from lessons.layers import (computed_by_layer, count_table, engram_layers, full_reads_subset, layer_rows,
                             mode_checks, reference_numbers, stack_runs)
 from lessons.recurrence import param_comparison, reuse_facts, storage_check
@@ -259,3 +259,18 @@ def test_reference_numbers(full):
     one = {r["item"]: r for r in reference_numbers(full, one_based=True)}
     assert one["prompt rows replayed through the decoder (bounded prefill)"]["from the config"].endswith("21-40")
     assert ref["routed experts per token"]["value"] == "6 of 384 + 1 shared"
+
+
+def test_picked_box_reads_a_plotly_selection(full):
+    from ui.figures import diagram_figure, diagram_pick_ids
+
+    d = layout(full)
+    ids = diagram_pick_ids(d)
+    fig = diagram_figure(d)
+    marker = len(fig.data) - 1
+    assert list(fig.data[marker].customdata) == ids and marker == len(d.lines)
+    k = ids.index("attn:14")
+    assert picked_box([{"customdata": "attn:14", "curve_number": marker, "point_index": k}], ids, marker) == "attn:14"
+    assert picked_box([{"curve_number": marker, "point_index": k}], ids, marker) == "attn:14"
+    assert picked_box([{"curve_number": 0, "point_index": k}], ids, marker) is None      # a click on a line
+    assert picked_box([], ids, marker) is None
