@@ -1,0 +1,177 @@
+"""Cache calculator: every byte of a design's cache from an explained formula, checked against the running model."""
+
+import pandas as pd
+import streamlit as st
+
+from lessons.calculator import (CALC_INTRO, LEAVES_OUT, REPLAY_TEXT, CalcError, calculate, human_bytes, human_flops,
+                                replay_tradeoff)
+from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
+from lessons.workload import check_against_engine
+from model import V41Config
+from ui.common import qp_get, qp_set, sidebar
+from ui.figures_memory import kind_bar, layer_bar
+from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
+                       param_counts, read_knobs)
+
+P = "cc"
+sess = sidebar()
+st.title("Cache calculator")
+st.markdown(CALC_INTRO)
+
+# ---- design and inputs (mirrored in the URL) -----------------------------------------------------
+url_preset = qp_get("preset", "teaching")
+if url_preset not in CALCULATOR_PRESETS:
+    st.warning(f"URL parameter preset={url_preset!r} is not a design here; showing the teaching example.")
+    url_preset = "teaching"
+if f"{P}_preset" not in st.session_state:
+    st.session_state[f"{P}_preset"] = url_preset
+
+
+def _reset_knobs() -> None:
+    init_knobs(P, defaults(st.session_state[f"{P}_preset"]), force=True)
+
+
+preset = st.selectbox("Design", CALCULATOR_PRESETS, format_func=lambda k: DESIGNS[k][0], key=f"{P}_preset",
+                      on_change=_reset_knobs)
+base = defaults(preset)
+for msg in init_knobs(P, base):
+    st.warning(f"URL: {msg}")
+used = build(preset, base).knobs_used
+
+c = st.columns(4)
+knob_widget(P, "context", True, "Context length (tokens)", c[0])
+knob_widget(P, "batch", True, "Batch (sequences)", c[1])
+knob_widget(P, "bits", "bits" in used, "Bits per number" + (" (latents)" if preset == "v4.1-flash" else ""), c[2])
+knob_widget(P, "window", "window" in used, "Window (rows)", c[3])
+c = st.columns(4)
+knob_widget(P, "group", "group" in used, "Layers sharing one copy", c[0])
+knob_widget(P, "ratio", "ratio" in used, "Tokens per entry (ratio)", c[1])
+knob_widget(P, "layers", "layers" in used, "Layers", c[2])
+knob_widget(P, "numbers", "numbers" in used, "Numbers per entry", c[3])
+c = st.columns(4)
+knob_widget(P, "replay", "replay" in used, "Bounded-replay rows", c[0])
+knob_widget(P, "rollback", "rollback" in used, "Rollback slack", c[1])
+with c[2]:
+    knob_widget(P, "mode", "mode" in used, "Prefill mode")
+keep_windows = c[3].toggle("Keep window state in the persistent cache", value=qp_get("keepwin") == "1",
+                           key=f"{P}_keepwin", help="Off: bounded replay recomputes the decoder's windows instead")
+
+knobs = read_knobs(P)
+try:
+    design = build(preset, knobs)
+    calc = calculate(design, knobs, keep_windows=keep_windows)
+except CalcError as e:
+    st.error(f"Cannot compute this design: {e}")
+    st.stop()
+qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows else None)
+mirror_knobs(knobs, used, base)
+
+hbm, per = calc.hbm, calc.persistent
+m = st.columns(4)
+m[0].metric("On the accelerator (HBM)", human_bytes(hbm.total), help=f"{hbm.total:,} bytes for {knobs.batch} "
+            f"sequence(s) of {knobs.context:,} tokens")
+m[1].metric("Added per further token", f"{hbm.growth_per_token:,.1f} B",
+            help="bytes the growing stores add per token, long run (batch included)")
+m[2].metric("Average per held token", f"{hbm.per_token:,.1f} B", help="total / (context x batch)")
+m[3].metric("Persistent cache per saved context", human_bytes(per.total),
+            help=f"{per.total:,} bytes in host memory or on SSD for one saved context; a separate budget")
+st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
+           "figure are two separate results; adding them would say nothing about either memory.")
+
+tabs = st.tabs(["Bytes by kind", "By layer", "Derivation", "Check against the running model", "Bounded replay",
+                "What the formula leaves out"])
+with tabs[0]:
+    fmt = chart_format(f"{P}_fmt")
+    chart(kind_bar(hbm, f"{design.label}: {human_bytes(hbm.total)} at {knobs.context:,} tokens"), f"{P}_kind", fmt,
+          f"cache-{preset}-by-kind")
+    if per.total:
+        chart(kind_bar(per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
+              f"cache-{preset}-persistent")
+with tabs[1]:
+    log = st.toggle("Log scale", key=f"{P}_log", value=True)
+
+    def label(i: int) -> str:
+        return design.layer_names.get(i, str(sess.num(i)))
+
+    chart(layer_bar(hbm, label, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
+          st.session_state.get(f"{P}_fmt", "png"), f"cache-{preset}-by-layer")
+    st.caption("A shared copy is drawn at the layer that makes it; the derivation's 'read_by' column says how many "
+               "layers read it.")
+with tabs[2]:
+    st.markdown("Each row: **entries x numbers per entry x stored layer copies x bits per number / 8** "
+                "(x sequences). Block scales and padding are rows of their own.")
+    st.dataframe(derivation_table(calc), hide_index=True, width="stretch", key=f"{P}_rows",
+                 column_config={"bytes": st.column_config.NumberColumn(format="localized")})
+    downloads(calc, f"cache-{preset}-{knobs.context}", P)
+with tabs[3]:
+    model = sess.model
+    if model is None:
+        st.info(sess.error or "No model loaded: choose weights in the sidebar.")
+    else:
+        cfg = model.cfg
+        st.markdown(f"Runs a prompt through the running model ({sess.label}: {cfg.num_hidden_layers} layers, window "
+                    f"{cfg.sliding_window}) with prefill mode **{knobs.mode}** and rollback slack **{knobs.rollback}**, "
+                    "then compares the bytes its cache holds (`cache.nbytes()`) with the same formula applied to its "
+                    "config.")
+        n = st.number_input("Prompt length for the check (tokens)", 1, 4096, value=min(knobs.context, 200), step=1,
+                            key=f"{P}_checkn")
+        if st.button("Check against the running model", key=f"{P}_check"):
+            bar = st.progress(0.0, text="prefill ...")
+            try:
+                with st.spinner(f"Prefilling {n} tokens ..."):
+                    chk = check_against_engine(model, int(n), knobs.mode, knobs.rollback,
+                                               progress=lambda f, msg: bar.progress(min(1.0, f), text=msg))
+                st.session_state[f"{P}_checkres"] = chk
+            except (CalcError, RuntimeError, ValueError) as e:
+                st.error(f"The check could not run: {e}")
+            bar.empty()
+        chk = st.session_state.get(f"{P}_checkres")
+        if chk is not None:
+            rows = [{"kind": k, "formula bytes": chk.formula[k], "measured bytes": chk.measured.get(k, 0),
+                     "difference": chk.measured.get(k, 0) - chk.formula[k]} for k in chk.formula]
+            rows.append({"kind": "total", "formula bytes": sum(chk.formula.values()),
+                         "measured bytes": sum(chk.measured.values()), "difference": chk.difference})
+            st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{P}_checktable")
+            text = (f"{chk.tokens} tokens, {chk.mode} prefill, rollback {chk.rollback}: formula "
+                    f"{sum(chk.formula.values()):,} B, measured {sum(chk.measured.values()):,} B, "
+                    f"difference {chk.difference:,} B (prefill took {chk.seconds:.2f} s).")
+            if chk.equal:
+                st.success("Equal, layer by layer. " + text)
+            else:
+                st.error("Not equal. " + text)
+            with st.expander("Per layer"):
+                lay = [{"layer": sess.num(i), **{f"formula {k}": v for k, v in chk.formula_by_layer.get(i, {}).items()},
+                        **{f"measured {k}": v for k, v in chk.measured_by_layer.get(i, {}).items()}}
+                       for i in sorted(set(chk.formula_by_layer) | set(chk.measured_by_layer))]
+                st.dataframe(pd.DataFrame(lay), hide_index=True)
+with tabs[4]:
+    st.markdown(REPLAY_TEXT)
+    if not design.has_replay:
+        st.info(f"{design.label} keeps every window: it has no bounded replay. Choose DeepSeek-V4.1-Flash.")
+    else:
+        pc = param_counts("v4.1-flash")
+        cfg = V41Config.preset("v4.1-flash")
+        reuse = st.select_slider("How often a saved context is reused as an input", [1, 10, 100, 1000, 10000],
+                                 value=10, key=f"{P}_reuse")
+        tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
+                             cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse))
+        a, b = st.columns(2)
+        a.metric("Store: decoder window state per saved context", human_bytes(tr.stored_bytes),
+                 help=f"{tr.stored_bytes:,} bytes kept in the persistent cache")
+        b.metric(f"Recompute: replay {tr.rows_replayed} rows, per reuse", human_flops(tr.flops_per_reuse))
+        st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": v} for i, f, v in tr.derivation]),
+                     hide_index=True, key=f"{P}_replayrows")
+        k, total, read = tr.by_reuse[-1]
+        st.markdown(f"Reused **{k:,}** times, replay spends **{human_flops(total)}** in all; storing keeps "
+                    f"**{human_bytes(tr.stored_bytes)}** for as long as the context is kept and reads it back {k:,} "
+                    f"times ({human_bytes(read)} moved). That is {tr.flops_per_byte:,.0f} FLOPs per byte not "
+                    "stored, per reuse: which side wins depends on the hardware and on how long and how often the "
+                    "context is kept, so the page gives both numbers rather than a verdict.")
+with tabs[5]:
+    st.markdown(LEAVES_OUT)
+    if preset == "v4.1-flash":
+        pc = param_counts("v4.1-flash")
+        st.metric("Parameters the cache formula does not count", f"{pc['total'] / 1e9:,.0f}B",
+                  help="count_params: backbone + Engram + drafter + vision")
+        st.markdown(f"Even at 4 bits per parameter, {pc['total']:,} parameters take at least "
+                    f"{human_bytes(pc['total'] / 2)}: the whole cache above is {human_bytes(hbm.total)}.")

@@ -1,0 +1,93 @@
+"""Compare designs: the same cache calculator and a layer-role picture for designs that share different things."""
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from lessons.calculator import LIMITS, CalcError, calculate, human_bytes
+from lessons.designs import COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NOTE, build, with_context
+from ui.common import qp_get, qp_int, qp_set, sidebar
+from ui.figures_memory import compare_bar, role_strip
+from ui.memory import chart, chart_format
+
+P = "cd"
+sess = sidebar()
+st.title("Compare designs")
+st.markdown(COMPARE_INTRO)
+
+keys = [k for k in DESIGNS if k != "teaching"]
+raw = qp_get("designs")
+chosen = list(COMPARE_DEFAULT)
+if raw:
+    asked = [x for x in raw.split(",") if x]
+    bad = [x for x in asked if x not in keys]
+    if bad:
+        st.warning(f"URL: unknown design(s) {', '.join(map(repr, bad))}; showing the known ones.")
+    chosen = [x for x in asked if x in keys] or chosen
+c = st.columns([1, 1, 3])
+lo, hi = LIMITS["context"]
+ctx = c[0].number_input("Context length (tokens)", lo, hi, value=qp_int("ctx", 1 << 20, lo, hi), key=f"{P}_ctx")
+lo, hi = LIMITS["batch"]
+batch = c[1].number_input("Batch (sequences)", lo, hi, value=qp_int("batch", 1, lo, hi), key=f"{P}_batch")
+sel = c[2].multiselect("Designs", keys, default=chosen, format_func=lambda k: DESIGNS[k][0], key=f"{P}_designs")
+qp_set(ctx=ctx if ctx != 1 << 20 else None, batch=batch if batch != 1 else None,
+       designs=",".join(sel) if sel != list(COMPARE_DEFAULT) else None)
+if not sel:
+    st.info("Choose at least one design.")
+    st.stop()
+
+calcs = []
+for key in sel:
+    try:
+        k = with_context(key, int(ctx), int(batch))
+        calcs.append(calculate(build(key, k), k))
+    except CalcError as e:
+        st.error(f"{DESIGNS[key][0]}: {e}")
+if not calcs:
+    st.stop()
+ref = next((c.hbm for c in calcs if c.design.key == "v4.1-flash"), None)
+
+rows = []
+for c in calcs:
+    h = c.hbm
+    fixed = h.total - round(h.growth_per_token * h.context)
+    rows.append({"design": c.design.label, "facts": c.design.status,
+                 "added per token (B)": round(h.growth_per_token, 1), "fixed part": human_bytes(max(0, fixed)),
+                 f"HBM at {int(ctx):,} tokens": human_bytes(h.total), "HBM bytes": h.total,
+                 "vs V4.1-Flash": f"{h.total / ref.total:,.2f}x" if ref else "n/a",
+                 "persistent per saved context": human_bytes(c.persistent.total)})
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key=f"{P}_table")
+st.caption("'Added per token' is what the growing stores take per further token; the fixed part (windows, recurrent "
+           "states) does not grow. The persistent column is a separate budget (host memory or SSD), never added "
+           "to the accelerator's.")
+
+fmt = chart_format(f"{P}_fmt")
+log = st.toggle("Log scale", value=True, key=f"{P}_log")
+chart(compare_bar([(c.design.label, c.hbm) for c in calcs], f"Cache on the accelerator at {int(ctx):,} tokens", log),
+      f"{P}_bar", fmt, "compare-designs")
+chart(role_strip([c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
+
+st.subheader("What is shared")
+aspects = ["prepared data", "selection", "update rule (weights)", "per-token state"]
+st.dataframe(pd.DataFrame([{"design": c.design.label, **{a: c.design.shares.get(a, "") for a in aspects}}
+                           for c in calcs]), hide_index=True, width="stretch", key=f"{P}_shares")
+st.markdown("Sharing **prepared data** saves storage: fewer copies of the same entries. Sharing **the update rule** "
+            "saves weights, not cache: a looped block still keeps K/V for every application. A **fixed-size state** "
+            "changes how memory grows with the context, at the price of keeping only what the state can hold.")
+
+st.subheader("Sources and what is not known")
+st.warning(UNKNOWN_NOTE)
+for c in calcs:
+    with st.expander(f"{c.design.label} ({c.design.status})"):
+        st.markdown(c.design.summary)
+        st.markdown("**Sources:**\n" + "\n".join(f"- {s}" for s in c.design.sources))
+        if c.design.unknowns:
+            st.markdown("**Not known / not counted:**\n" + "\n".join(f"- {u}" for u in c.design.unknowns))
+
+out = {c.design.key: json.loads(c.to_json()) for c in calcs}
+d1, d2 = st.columns(2)
+d1.download_button("Comparison as CSV", pd.DataFrame(rows).to_csv(index=False).encode(),
+                   file_name=f"compare-{int(ctx)}.csv", mime="text/csv", key=f"{P}_csv")
+d2.download_button("Derivations as JSON", json.dumps(out, indent=2).encode(), file_name=f"compare-{int(ctx)}.json",
+                   mime="application/json", key=f"{P}_json")

@@ -1,0 +1,109 @@
+"""Prefill vs decode: the agent-loop round, active parameters per token, work per round, and measured time."""
+
+import dataclasses
+
+import pandas as pd
+import streamlit as st
+
+from lessons.calculator import CalcError, calculate, human_bytes, human_flops
+from lessons.designs import build, defaults
+from lessons.workload import (AGENT_READ, AGENT_WRITTEN, MEASURE_TEXT, V41_SPLIT, WORK_NOT_TIME, WORKLOAD_INTRO,
+                              agent_round, measure_round)
+from ui.common import qp_int, qp_set, sidebar
+from ui.figures_memory import pair_bar
+from ui.memory import config_counts, param_counts
+
+P = "pd"
+sess = sidebar()
+st.title("Prefill vs decode")
+st.markdown(WORKLOAD_INTRO)
+
+st.subheader("One round of an agent loop")
+c = st.columns(3)
+read = c[0].number_input("Tokens read per round", 1, 10_000_000, value=qp_int("read", AGENT_READ, 1, 10_000_000),
+                         key=f"{P}_read")
+written = c[1].number_input("Tokens written per round", 1, 10_000_000,
+                            value=qp_int("written", AGENT_WRITTEN, 1, 10_000_000), key=f"{P}_written")
+rounds = c[2].number_input("Rounds", 1, 100_000, value=qp_int("rounds", 1, 1, 100_000), key=f"{P}_rounds")
+qp_set(read=read if read != AGENT_READ else None, written=written if written != AGENT_WRITTEN else None,
+       rounds=rounds if rounds != 1 else None)
+
+pc = param_counts("v4.1-flash")
+try:
+    work = agent_round(int(read), int(written), pc["active_prefill"], pc["active_decode"], pc["backbone"], int(rounds))
+except CalcError as e:
+    st.error(str(e))
+    st.stop()
+
+m = st.columns(4)
+m[0].metric("Read : written", f"{work.token_ratio:,.0f} : 1" if work.token_ratio >= 1 else f"1 : {1 / work.token_ratio:,.0f}")
+m[1].metric("Active per prompt token", f"{pc['active_prefill'] / 1e9:.1f}B", help=f"{pc['active_prefill']:,}")
+m[2].metric("Active per generated token", f"{pc['active_decode'] / 1e9:.1f}B", help=f"{pc['active_decode']:,}")
+m[3].metric("Stored in the backbone", f"{pc['backbone'] / 1e9:,.0f}B", help=f"{pc['backbone']:,}")
+st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters "
+            f"take part per prompt token and **{pc['active_decode']:,}** per generated token, out of "
+            f"**{pc['backbone']:,}** stored in the backbone (plus {pc['engram']:,} in the Engram tables). Active "
+            "counts are computation, not the memory needed to hold the weights.")
+
+a, b = st.columns(2)
+with a:
+    st.plotly_chart(pair_bar(["read (prefill)", "written (decode)"], [work.read * rounds, work.written * rounds],
+                             "Tokens", [f"{work.read * rounds:,}", f"{work.written * rounds:,}"]),
+                    width="stretch", key=f"{P}_tokens")
+with b:
+    st.plotly_chart(pair_bar(["prefill", "decode"], [work.prefill_flops, work.decode_flops],
+                             "Weight-multiply work (FLOPs)", [human_flops(work.prefill_flops),
+                                                              human_flops(work.decode_flops)]),
+                    width="stretch", key=f"{P}_work")
+st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": f"{v:,.4g}"} for i, f, v in work.rows]),
+             hide_index=True, key=f"{P}_rows")
+st.markdown(f"Making each prompt token cheaper touches **{work.token_ratio:,.0f}x** as many tokens as making each "
+            f"generated token cheaper; with these counts, prefill is **{work.work_ratio:,.1f}x** the weight-multiply "
+            "work of decode in this round.")
+st.info(WORK_NOT_TIME)
+
+k = dataclasses.replace(defaults("v4.1-flash"), context=min(work.read + work.written, 1 << 24))
+try:
+    grow = calculate(build("v4.1-flash", k), k).hbm.growth_per_token
+    st.caption(f"Each round also adds about {human_bytes(grow * (work.read + work.written))} to the request's "
+               f"DeepSeek-V4.1 cache ({grow:,.0f} bytes per token, from the cache calculator).")
+except CalcError:
+    pass
+
+st.subheader("Measured on the running model")
+st.markdown(MEASURE_TEXT)
+model = sess.model
+if model is None:
+    st.info(sess.error or "No model loaded: choose weights in the sidebar.")
+    st.stop()
+c = st.columns(3)
+t_read = c[0].number_input("Tokens read", 1, 8192, value=qp_int("tread", 500, 1, 8192), key=f"{P}_tread")
+t_written = c[1].number_input("Tokens written", 1, 512, value=qp_int("twritten", 5, 1, 512), key=f"{P}_twritten")
+mode = c[2].radio("Prefill mode", ["bounded", "exact"], horizontal=True, key=f"{P}_mode")
+qp_set(tread=t_read if t_read != 500 else None, twritten=t_written if t_written != 5 else None)
+if st.button("Measure one round", key=f"{P}_measure"):
+    bar = st.progress(0.0, text="starting ...")
+    try:
+        with st.spinner(f"Prefill {t_read} tokens, then decode {t_written} ..."):
+            res = measure_round(model, int(t_read), int(t_written), mode,
+                                progress=lambda f, msg: bar.progress(min(1.0, f), text=msg))
+        st.session_state[f"{P}_res"] = res
+    except (CalcError, RuntimeError, ValueError) as e:
+        st.error(f"The measurement could not run: {e}")
+    bar.empty()
+res = st.session_state.get(f"{P}_res")
+if res is not None:
+    tiny = config_counts(model)
+    rows = [
+        {"phase": f"prefill ({res.mode})", "tokens": res.read, "seconds": round(res.prefill_s, 3),
+         "ms per token": round(res.prefill_ms_per_token, 2), "active params per token": tiny["active_prefill"]},
+        {"phase": "decode", "tokens": res.written, "seconds": round(res.decode_s, 3),
+         "ms per token": round(res.decode_ms_per_token, 2), "active params per token": tiny["active_decode"]},
+    ]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{P}_measured")
+    per = res.decode_ms_per_token / res.prefill_ms_per_token if res.prefill_ms_per_token else float("inf")
+    st.markdown(f"On {res.device.upper()}, reading {res.read:,} tokens took **{res.prefill_s:.2f} s** and writing "
+                f"{res.written:,} took **{res.decode_s:.2f} s**: a generated token cost **{per:,.1f}x** the time of a "
+                f"prompt token, although it passes only {tiny['active_decode'] / max(1, tiny['active_prefill']):.1f}x "
+                "the active parameters. That gap is the parallel-versus-sequential difference, and the reason a "
+                "token-count ratio is a place to start measuring, not a prediction of total time.")

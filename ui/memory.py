@@ -1,0 +1,98 @@
+"""Streamlit helpers shared by the Memory pages: cached parameter counts, chart export, derivation downloads,
+and knob widgets mirrored in the URL."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import streamlit as st
+
+from lessons.calculator import KNOB_HELP, LIMITS, MODES, SUPPORTED_BITS, Calculation, Knobs, parse_knobs
+from ui.common import qp_set
+from ui.figures_memory import chart_config
+
+
+@st.cache_data(show_spinner="Counting parameters on the meta device (once per server; ~10 s for the full config) ...")
+def param_counts(preset: str) -> dict:
+    """count_params of a preset, as plain numbers (the full config takes seconds: computed once)."""
+    from model import V41Config, count_params
+
+    pc = count_params(V41Config.preset(preset))
+    return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "drafter": pc.drafter,
+            "vision": pc.vision, "active_prefill": pc.active_prefill, "active_decode": pc.active_decode,
+            "active_per_layer": list(pc.active_per_layer)}
+
+
+def config_counts(model) -> dict:
+    """count_params of the running model's own config (small: fast)."""
+    from model import count_params
+
+    pc = count_params(model.cfg)
+    return {"total": pc.total, "backbone": pc.backbone, "active_prefill": pc.active_prefill,
+            "active_decode": pc.active_decode, "active_per_layer": list(pc.active_per_layer)}
+
+
+def chart(fig, key: str, fmt: str, filename: str) -> None:
+    st.plotly_chart(fig, width="stretch", key=key, config=chart_config(fmt, filename))
+
+
+def chart_format(key: str) -> str:
+    fmt = st.radio("Chart download format (camera button above each chart)", ["png", "svg"], horizontal=True,
+                   key=key, format_func=str.upper)
+    return fmt
+
+
+def derivation_table(calc: Calculation) -> pd.DataFrame:
+    cols = ["memory", "item", "kind", "entries_rule", "entries", "numbers", "copies", "bits", "batch", "bytes",
+            "read_by", "layers", "note"]
+    return pd.DataFrame(calc.records())[cols + ["formula"]]
+
+
+def downloads(calc: Calculation, stem: str, key: str) -> None:
+    df = derivation_table(calc)
+    c1, c2 = st.columns(2)
+    c1.download_button("Derivation as CSV", df.to_csv(index=False).encode(), file_name=f"{stem}.csv",
+                       mime="text/csv", key=f"{key}_csv")
+    c2.download_button("Derivation as JSON", calc.to_json().encode(), file_name=f"{stem}.json",
+                       mime="application/json", key=f"{key}_json")
+
+
+# ---- knobs mirrored in the URL -------------------------------------------------------------------
+
+def init_knobs(prefix: str, defaults: Knobs, force: bool = False) -> list[str]:
+    """Put the knob values into session state once (from the URL, validated); returns the URL's problems."""
+    flag = f"{prefix}_init"
+    if st.session_state.get(flag) and not force:
+        return st.session_state.get(f"{prefix}_msgs", [])
+    raw = {} if force else {k: st.query_params.get(k) for k in list(LIMITS) + ["bits", "mode"]}
+    k, msgs = parse_knobs(raw, defaults)
+    for name, v in dataclasses.asdict(k).items():
+        st.session_state[f"{prefix}_{name}"] = v
+    st.session_state[flag] = True
+    st.session_state[f"{prefix}_msgs"] = msgs
+    return msgs
+
+
+def knob_widget(prefix: str, name: str, used: bool, label: str | None = None, col=None) -> None:
+    where = col or st
+    key = f"{prefix}_{name}"
+    help_ = KNOB_HELP[name] + ("" if used else " (not used by this design)")
+    text = label or KNOB_HELP[name].capitalize()
+    if name == "bits":
+        where.selectbox(text, SUPPORTED_BITS, key=key, disabled=not used, help=help_)
+    elif name == "mode":
+        where.radio(text, MODES, key=key, disabled=not used, help=help_, horizontal=True)
+    else:
+        lo, hi = LIMITS[name]
+        where.number_input(text, min_value=lo, max_value=hi, step=1, key=key, disabled=not used, help=help_)
+
+
+def read_knobs(prefix: str) -> Knobs:
+    return Knobs(**{f.name: st.session_state[f"{prefix}_{f.name}"] for f in dataclasses.fields(Knobs)})
+
+
+def mirror_knobs(k: Knobs, used: tuple[str, ...], defaults: Knobs) -> None:
+    """Write the knobs a design uses into the URL (defaults left out to keep links short)."""
+    qp_set(**{f.name: (getattr(k, f.name) if f.name in used and getattr(k, f.name) != getattr(defaults, f.name)
+                       else None) for f in dataclasses.fields(Knobs)})
