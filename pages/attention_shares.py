@@ -7,7 +7,7 @@ from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_IN
                             TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
 from ui.common import qp_int, qp_set, sidebar
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
-from ui.live import init_state, live_trace, prompt_picker
+from ui.live import init_state, picked_trace
 
 sess = sidebar()
 st.title("Same entries, new shares")
@@ -37,12 +37,7 @@ st.subheader("The same idea in the running model")
 st.write("A query's shares go to three places: the raw rows of its window, the compressed entries it selected, "
          "and a learned sink that absorbs attention the head does not want to spend. Each row of the map is a "
          "head; the red lines separate window, entries and sink. Every row adds up to 1.")
-text = prompt_picker("Prompt")
-if text is None:
-    st.stop()
-lt = live_trace(sess, text)
-if lt is None:
-    st.stop()
+lt = picked_trace(sess)
 tr, n_tok = lt.trace, lt.n_tokens
 n_layers = len(tr.layers)
 heads = tr.layers[0].shares.window.shape[2]

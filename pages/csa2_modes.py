@@ -6,7 +6,7 @@ import streamlit as st
 
 from lessons.layers import MODES, MODES_NOTE, computed_by_layer, computed_rows, full_reads_subset, mode_checks
 from ui.common import sidebar
-from ui.live import live_trace, prompt_picker
+from ui.live import picked_trace
 
 sess = sidebar()
 st.title("CSA2: Full, Reuse, Reindex")
@@ -20,12 +20,7 @@ st.write("The table below is not a restatement of the labels: every count is rea
          "model on the prompt you choose. Index scores exist only where a layer ran its indexer; entries are "
          "recorded only where a layer made them; a reused selection is compared entry by entry with the one it "
          "claims to reuse.")
-text = prompt_picker("Prompt")
-if text is None:
-    st.stop()
-lt = live_trace(sess, text)
-if lt is None:
-    st.stop()
+lt = picked_trace(sess)
 comp = computed_by_layer(lt.trace)
 st.caption(f"{lt.n_tokens} tokens traced on {sess.label}. 'Last query reads' is for the query at the last "
            f"position.")

@@ -9,7 +9,7 @@ from lessons.recurrence import (CONTRAST, INTRO, TOKEN_RECURRENCE_NOTE, layer_pa
 from model import layer_map
 from ui.common import qp_int, qp_set, require_model, sidebar
 from ui.figures import layer_map_figure
-from ui.live import init_state, live_trace, prompt_picker
+from ui.live import init_state, picked_trace
 
 sess = sidebar()
 st.title("Is this recurrence?")
@@ -62,12 +62,7 @@ else:
 
 # ---- the data -------------------------------------------------------------------------------------------
 st.subheader("What the Reuse layer does share")
-text = prompt_picker("Prompt")
-if text is None:
-    st.stop()
-lt = live_trace(sess, text)
-if lt is None:
-    st.stop()
+lt = picked_trace(sess)
 rf = reuse_facts(lt.trace, layer)
 st.write(f"On {lt.n_tokens} tokens, layer {sess.num(layer)} read the {rf.entries_read} entries layer "
          f"{sess.num(rf.kv_source)} made, at the positions layer {sess.num(rf.index_source)} picked: "

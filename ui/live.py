@@ -93,3 +93,12 @@ def live_trace(sess: Session, text: str) -> LiveTrace | None:
     if lt.truncated:
         st.caption(f"Only the last {MAX_TOKENS} tokens were traced.")
     return lt
+
+
+def picked_trace(sess: Session, label: str = "Prompt") -> LiveTrace:
+    """Prompt picker + cached trace; stops the page (after a message) when either is unavailable."""
+    text = prompt_picker(label)
+    lt = None if text is None else live_trace(sess, text)
+    if lt is None:
+        st.stop()
+    return lt
