@@ -356,7 +356,7 @@ def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
              "design trims it four ways at once: a window (each layer reads only its last "
              f"{f['W']} raw rows), packing ({f['enc_ratio']} tokens squeezed into one entry in the left half), "
              f"picking (a query reads at most {f['topk']} packed entries), and preparing once for several "
-             "layers. Packing shrinks what is stored; picking shrinks what is read.",
+             "layers. Packing means fewer entries to keep; picking means fewer entries touched by each query.",
              frozenset({"layer"}), None, levers(cfg)),
         Step("fresh", "Same information, a fresh question",
              "Keys decide how relevant a stored position is; values are what gets mixed in. A layer's query "
@@ -387,7 +387,8 @@ def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
              f"A dotted frame marked x{rep_n} means \"this drawn structure occurs {rep_n} times in a row\". It "
              "is a way to draw a long stack compactly, not a statement that the copies share weights. In this "
              "model every copy is a separate layer with its own tensors; the Is this recurrence? page checks "
-             "that on the real weights.",
+             "that on the real weights. Switch on Compact to see the stack drawn that way; the full drawing "
+             "gives every copy its own row and numbers the repeated frames 1/n, 2/n, ...",
              frozenset({"repeat"}), None),
         Step("vision", "Images come in from the side",
              "Pictures do not go through the tokenizer. A separate network, the vision encoder, cuts an image "
