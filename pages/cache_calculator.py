@@ -7,11 +7,12 @@ from lessons.calculator import (CALC_INTRO, LEAVES_OUT, REPLAY_TEXT, CalcError, 
                                 replay_tradeoff)
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
 from lessons.workload import check_against_engine
-from model import V41Config
+from model import V41Config, layer_map
 from ui.common import qp_get, qp_set, sidebar
+from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
-                       param_counts, read_knobs)
+                       param_counts, read_knobs, run_on_click)
 
 P = "cc"
 sess = sidebar()
@@ -97,6 +98,13 @@ with tabs[1]:
           st.session_state.get(f"{P}_fmt", "png"), f"cache-{preset}-by-layer")
     st.caption("A shared copy is drawn at the layer that makes it; the derivation's 'read_by' column says how many "
                "layers read it.")
+    if preset == "v4.1-flash":
+        st.plotly_chart(layer_map_figure([(design.label, layer_map(V41Config.preset("v4.1-flash")))], sess.one_based),
+                        width="stretch", key=f"{P}_map")
+        full = [f"{sess.num(s.index)} (ratio {s.compress_ratio})" for s in layer_map(V41Config.preset("v4.1-flash"))
+                if s.role == "Full"]
+        st.caption(f"Layers {', '.join(full)} are the Full layers holding the stored latents and index keys; every "
+                   "other compressed layer reads theirs.")
 with tabs[2]:
     st.markdown("Each row: **entries x numbers per entry x stored layer copies x bits per number / 8** "
                 "(x sequences). Block scales and padding are rows of their own.")
@@ -115,17 +123,9 @@ with tabs[3]:
                     "config.")
         n = st.number_input("Prompt length for the check (tokens)", 1, 4096, value=min(knobs.context, 200), step=1,
                             key=f"{P}_checkn")
-        if st.button("Check against the running model", key=f"{P}_check"):
-            bar = st.progress(0.0, text="prefill ...")
-            try:
-                with st.spinner(f"Prefilling {n} tokens ..."):
-                    chk = check_against_engine(model, int(n), knobs.mode, knobs.rollback,
-                                               progress=lambda f, msg: bar.progress(min(1.0, f), text=msg))
-                st.session_state[f"{P}_checkres"] = chk
-            except (CalcError, RuntimeError, ValueError) as e:
-                st.error(f"The check could not run: {e}")
-            bar.empty()
-        chk = st.session_state.get(f"{P}_checkres")
+        chk = run_on_click("Check against the running model", f"{P}_check",
+                           lambda progress: check_against_engine(model, int(n), knobs.mode, knobs.rollback, progress),
+                           f"Prefilling {n} tokens ...")
         if chk is not None:
             rows = [{"kind": k, "formula bytes": chk.formula[k], "measured bytes": chk.measured.get(k, 0),
                      "difference": chk.measured.get(k, 0) - chk.formula[k]} for k in chk.formula]

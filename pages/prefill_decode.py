@@ -11,7 +11,7 @@ from lessons.workload import (AGENT_READ, AGENT_WRITTEN, MEASURE_TEXT, V41_SPLIT
                               agent_round, measure_round)
 from ui.common import qp_int, qp_set, sidebar
 from ui.figures_memory import pair_bar
-from ui.memory import config_counts, param_counts
+from ui.memory import config_counts, param_counts, run_on_click
 
 P = "pd"
 sess = sidebar()
@@ -81,17 +81,9 @@ t_read = c[0].number_input("Tokens read", 1, 8192, value=qp_int("tread", 500, 1,
 t_written = c[1].number_input("Tokens written", 1, 512, value=qp_int("twritten", 5, 1, 512), key=f"{P}_twritten")
 mode = c[2].radio("Prefill mode", ["bounded", "exact"], horizontal=True, key=f"{P}_mode")
 qp_set(tread=t_read if t_read != 500 else None, twritten=t_written if t_written != 5 else None)
-if st.button("Measure one round", key=f"{P}_measure"):
-    bar = st.progress(0.0, text="starting ...")
-    try:
-        with st.spinner(f"Prefill {t_read} tokens, then decode {t_written} ..."):
-            res = measure_round(model, int(t_read), int(t_written), mode,
-                                progress=lambda f, msg: bar.progress(min(1.0, f), text=msg))
-        st.session_state[f"{P}_res"] = res
-    except (CalcError, RuntimeError, ValueError) as e:
-        st.error(f"The measurement could not run: {e}")
-    bar.empty()
-res = st.session_state.get(f"{P}_res")
+res = run_on_click("Measure one round", f"{P}_measure",
+                   lambda progress: measure_round(model, int(t_read), int(t_written), mode, progress),
+                   f"Prefill {t_read} tokens, then decode {t_written} ...")
 if res is not None:
     tiny = config_counts(model)
     rows = [

@@ -96,3 +96,21 @@ def mirror_knobs(k: Knobs, used: tuple[str, ...], defaults: Knobs) -> None:
     """Write the knobs a design uses into the URL (defaults left out to keep links short)."""
     qp_set(**{f.name: (getattr(k, f.name) if f.name in used and getattr(k, f.name) != getattr(defaults, f.name)
                        else None) for f in dataclasses.fields(Knobs)})
+
+
+def run_on_click(label: str, key: str, compute, text: str):
+    """A button that runs `compute(progress)` with a progress bar; the result stays in session state across
+    reruns (a new click replaces it). Errors become a message, never a traceback."""
+    from lessons.calculator import CalcError
+
+    if st.button(label, key=key):
+        bar = st.progress(0.0, text=text)
+        try:
+            with st.spinner(text):
+                st.session_state[f"{key}_result"] = compute(
+                    lambda f, msg: bar.progress(min(1.0, max(0.0, float(f))), text=msg))
+        except (CalcError, RuntimeError, ValueError) as e:
+            st.error(f"This could not run: {e}")
+        finally:
+            bar.empty()
+    return st.session_state.get(f"{key}_result")
