@@ -267,7 +267,7 @@ def _add_entries(model, input_ids, tr: Trace, ablation) -> None:
     for rec in tr.layers:
         if rec.latent is None:
             continue
-        attn = model.layers[rec.spec.index].attn
+        attn = model.layer(rec.spec.index).attn  # layer(): a layer-streamed model loads it on demand
         lat = rec.latent.to(model.device)
         pos = attn.ratio * torch.arange(lat.shape[1], device=model.device)
         cos, sin = model.rotary.cos_sin(pos, "compress")

@@ -133,8 +133,9 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
         raise CheckpointError(f"{path}: not a directory")
     try:
         cfg = V41Config.from_json(path / "config.json")
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from None
+    except ConfigError as e:  # name the file (from_json's own messages already do)
+        msg, where = str(e), str(path / "config.json")
+        raise CheckpointError(msg if where in msg else f"{where}: {msg}") from None
     if cfg.quantization_config or (path / "model.safetensors.index.json").exists():
         from .release import load_release  # sharded / FP8 / MXFP4 checkpoints, optionally layer-streamed
 
