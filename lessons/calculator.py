@@ -203,6 +203,7 @@ class Design:
     layer_names: dict[int, str] = field(default_factory=dict)  # labels for extra layers (the drafter)
     has_replay: bool = False                  # V4.1-style bounded replay of the decoder's windows
     decoder_layers: tuple[int, ...] = ()
+    short: str = ""                           # a few words, for chart axes
 
 
 def check_design(d: Design) -> None:

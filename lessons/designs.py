@@ -88,16 +88,19 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
     for lo, hi, c, stack in ((0, dec, cap, "encoder"), (dec, n, min(cap, window) if bounded else cap, "decoder")):
         if hi > lo:
             stores.append(Store(
-                name=f"{stack} window rows", kind="window", layers=tuple(range(lo, hi)), parts=wparts, cap=c, in_engine=True,
+                name=f"{stack} window rows", kind="window", layers=tuple(range(lo, hi)), parts=wparts, cap=c,
+                in_engine=True,
                 read_by=hi - lo, persist="window" if (stack == "decoder" and dec < n) else "always",
                 note=f"each layer keeps its own last {window - 1} rows + {rb} rollback slack"
-                     + (" (bounded prefill: the replayed decoder rows only)" if bounded and stack == "decoder" else "")))
+                     + (" (bounded prefill: the replayed decoder rows only)"
+                        if bounded and stack == "decoder" else "")))
     lfmt = latent_format(bits)
     for r in sorted({s.compress_ratio for s in specs if s.role == "Full"}, reverse=True):
         src = tuple(s.index for s in specs if s.role == "Full" and s.compress_ratio == r)
         readers = sum(1 for s in specs if s.kv_source in src)
         selectors = sum(1 for s in specs if s.kv_source in src and s.selects)
-        stores.append(Store(name=f"latents, ratio {r}", kind="latents", layers=src, ratio=r, read_by=readers, in_engine=True,
+        stores.append(Store(name=f"latents, ratio {r}", kind="latents", layers=src, ratio=r, read_by=readers,
+                            in_engine=True,
                             parts=_parts(lfmt, d, "latent values", "latents") if lfmt.scale_bits
                             else (Part(f"latent values ({bits}-bit)", d, bits, "latents"),),
                             note=f"made by layer{'s' if len(src) > 1 else ''} {', '.join(map(str, src))}; "
@@ -125,11 +128,13 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
     full = cfg.name in ("v4.1-flash",)
     return Design(
         key=key, label=label, stores=stores, n_layers=n, roles=roles, layer_names=names,
+        short=label.replace("DeepSeek-", ""),
         summary=("CSA2: every layer keeps a 128-row FP8 window; four Full layers make FP4 latents + index keys "
                  "that Reuse/Reindex layers share; the encoder pools pairs of tokens, the decoder keeps one latent per "
                  "token made once from the encoder's output."),
         status="config" if full else "config (our preset)",
-        sources=["HF V4.1 config + modeling [DOC] (brief §5.1-5.4)", "our engine's packed formats (ARCHITECTURE §3.2)"],
+        sources=["HF V4.1 config + modeling [DOC] (brief §5.1-5.4)",
+                 "our engine's packed formats (ARCHITECTURE §3.2)"],
         unknowns=["The deployed system's exact cache layout (paging, padding, alignment) is not public; these are the "
                   "bytes of our faithful engine.", "The drafter's cache format is assumed."] if full else [],
         shares=V41_SHARES, knobs_used=("context", "batch", "bits", "window", "replay", "rollback", "mode"),
@@ -173,7 +178,8 @@ def v4_flash(k: Knobs) -> Design:
     ]
     roles = ["SWA"] + ["SWA"] + ["CSA (ratio 4)" if r == 4 else "HCA (ratio 128)" for r in ratios[2:]] + ["Drafter"]
     return Design(
-        key="v4-flash", label="DeepSeek-V4-Flash", stores=stores, n_layers=n, roles=roles, layer_names={n: "MTP"},
+        key="v4-flash", label="DeepSeek-V4-Flash", short="V4-Flash", stores=stores, n_layers=n, roles=roles,
+        layer_names={n: "MTP"},
         summary="Hybrid attention: 21 CSA layers (pool 4 tokens, select top-512) and 20 HCA layers (pool 128, read "
                 "all), each storing its own compressed entries; a 128-row window on every layer.",
         status="published formats",
@@ -200,7 +206,8 @@ def v32(k: Knobs) -> Design:
               note="DSA lightning indexer: FP8 key + one fp32 scale per 128"),
     ]
     return Design(
-        key="v3.2", label="DeepSeek-V3.2 (MLA + DSA)", stores=stores, n_layers=n, roles=["MLA + indexer"] * n,
+        key="v3.2", label="DeepSeek-V3.2 (MLA + DSA)", short="V3.2", stores=stores, n_layers=n,
+        roles=["MLA + indexer"] * n,
         summary="Every layer stores one MLA latent (512 + 64 numbers) per token and an FP8 indexer key; sparse "
                 "attention reads the top-2048 tokens.",
         status="published formats", sources=["DeepSeek-V3.2-Exp config + inference/model.py [DOC] (brief §3)"],
@@ -223,7 +230,9 @@ def _uniform(key: str, label: str, n: int, parts: tuple[Part, ...], k: Knobs, su
     stores = [Store(name="global entries" if key == "teaching" else "K/V rows", kind="kv", layers=owners,
                     ratio=k.ratio, parts=parts, read_by=n,
                     note=per_layer_note + (f"; groups of {k.group} layers share one copy" if k.group > 1 else ""))]
-    return Design(key=key, label=label, stores=stores, n_layers=n, roles=roles, summary=summary, status=status,
+    short = {"teaching": "Teaching", "gqa": "GQA", "plain-v41": "Plain V4.1 sizes"}[key]
+    return Design(key=key, label=label, short=short,
+                  stores=stores, n_layers=n, roles=roles, summary=summary, status=status,
                   sources=sources, knobs_used=("context", "batch", "bits", "group", "ratio")
                   + (("layers", "numbers") if key == "teaching" else ()),
                   shares={"prepared data": f"{'Yes, ' + str(k.group) + ' layers per copy' if k.group > 1 else 'No'}",
@@ -275,7 +284,8 @@ def gemma4_like(k: Knobs) -> Design:
     reads_global = sum(1 for i in range(first, n) if glob[i])
     stores = [
         Store(name="local window K/V", kind="window", layers=local, cap=k.window, read_by=len(local) + reads_local,
-              parts=(Part("K (2 heads x 256)", 512, k.bits, "window"), Part("V (2 heads x 256)", 512, k.bits, "window")),
+              parts=(Part("K (2 heads x 256)", 512, k.bits, "window"),
+                     Part("V (2 heads x 256)", 512, k.bits, "window")),
               note=f"layer {src_local} also serves the {reads_local} shared local layers"),
         Store(name="global K=V", kind="kv", layers=glob_own, read_by=len(glob_own) + reads_global,
               parts=(Part("K=V (1 head x 512)", 512, k.bits, "kv"),),
@@ -283,7 +293,8 @@ def gemma4_like(k: Knobs) -> Design:
     ]
     roles = [("Global" if glob[i] else "Local") + (" (shared K/V)" if i >= first else "") for i in range(n)]
     return Design(
-        key="gemma4-like", label="Gemma-4-like (local/global + KV sharing)", stores=stores, n_layers=n, roles=roles,
+        key="gemma4-like", label="Gemma-4-like (local/global + KV sharing)", short="Gemma-4-like", stores=stores,
+        n_layers=n, roles=roles,
         summary="Five sliding-window layers per global layer; only global layers keep the whole context; the last "
                 "15 layers compute no K/V and reuse an earlier layer's (cross-layer KV sharing).",
         status="illustrative",
@@ -315,7 +326,8 @@ def qwen_next_like(k: Knobs) -> Design:
     ]
     roles = ["Sparse attention (K/V)" if i in attn else "Gated DeltaNet (state)" for i in range(n)]
     return Design(
-        key="qwen-next-like", label="Qwen3.8-Flash-Next-like hybrid", stores=stores, n_layers=n, roles=roles,
+        key="qwen-next-like", label="Qwen3.8-Flash-Next-like hybrid", short="Qwen-Next-like", stores=stores,
+        n_layers=n, roles=roles,
         summary="Three Gated DeltaNet layers per attention layer: those three keep a fixed-size recurrent state "
                 "updated token by token instead of a growing K/V cache.",
         status="illustrative",
@@ -335,12 +347,14 @@ def looped(k: Knobs) -> Design:
     block, passes = 4, 8
     n = block * passes
     stores = [Store(name="K/V per application", kind="kv", layers=tuple(range(n)), read_by=n,
-                    parts=(Part("K (8 heads x 128)", 1024, k.bits, "kv"), Part("V (8 heads x 128)", 1024, k.bits, "kv")),
+                    parts=(Part("K (8 heads x 128)", 1024, k.bits, "kv"),
+                           Part("V (8 heads x 128)", 1024, k.bits, "kv")),
                     note="the same weights see different states in each pass, so each application keeps its own K/V")]
     roles = [f"Block layer {i % block}" for i in range(n)]
     names = {i: f"application {i} (pass {i // block + 1}, block layer {i % block})" for i in range(n)}
     return Design(
-        key="looped", label="Shared-depth recurrence (looped block)", stores=stores, n_layers=n, roles=roles,
+        key="looped", label="Shared-depth recurrence (looped block)", short="Looped block", stores=stores,
+        n_layers=n, roles=roles,
         layer_names=names,
         summary="One block of 4 layers applied 8 times: 32 layers of computation from 4 layers of weights. The "
                 "weights are shared; the prepared data is not.",

@@ -34,7 +34,7 @@ class RoundWork:
     stored: int
     prefill_flops: float
     decode_flops: float
-    rows: list[tuple[str, str, float]] = field(default_factory=list)   # (item, formula, value)
+    rows: list[tuple[str, str, float, str]] = field(default_factory=list)   # (item, formula, value, shown)
 
     @property
     def token_ratio(self) -> float:
@@ -55,16 +55,20 @@ def agent_round(read: int, written: int, active_prefill: int, active_decode: int
         raise CalcError("keep tokens per round at most 10,000,000 and rounds at most 100,000")
     pf = 2.0 * active_prefill * read * rounds
     df = 2.0 * active_decode * written * rounds
+    from .calculator import human_flops
+
     per = f" x {rounds} rounds" if rounds > 1 else ""
     rows = [
-        ("tokens read : written", f"{read:,} : {written:,}", read / written),
+        ("tokens read : written", f"{read:,} : {written:,}", read / written, f"{read / written:,.4g}"),
         ("active parameters per prompt token", "encoder + the decoder's first layer publishing latents and keys",
-         float(active_prefill)),
-        ("active parameters per generated token", "every layer + output head", float(active_decode)),
-        ("stored backbone parameters", "layers + embeddings + head (Engram, drafter, vision excluded)", float(stored)),
-        ("prefill work", f"2 x {active_prefill:,} x {read:,} tokens{per}", pf),
-        ("decode work", f"2 x {active_decode:,} x {written:,} tokens{per}", df),
-        ("prefill : decode work", "prefill work / decode work", pf / df),
+         float(active_prefill), f"{active_prefill:,}"),
+        ("active parameters per generated token", "every layer + output head", float(active_decode),
+         f"{active_decode:,}"),
+        ("stored backbone parameters", "layers + embeddings + head (Engram, drafter, vision excluded)", float(stored),
+         f"{stored:,}"),
+        ("prefill work", f"2 x {active_prefill:,} x {read:,} tokens{per}", pf, human_flops(pf)),
+        ("decode work", f"2 x {active_decode:,} x {written:,} tokens{per}", df, human_flops(df)),
+        ("prefill : decode work", "prefill work / decode work", pf / df, f"{pf / df:,.4g}"),
     ]
     return RoundWork(read=read, written=written, rounds=rounds, active_prefill=active_prefill,
                      active_decode=active_decode, stored=stored, prefill_flops=pf, decode_flops=df, rows=rows)

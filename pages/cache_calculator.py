@@ -54,7 +54,7 @@ knob_widget(P, "replay", "replay" in used, "Bounded-replay rows", c[0])
 knob_widget(P, "rollback", "rollback" in used, "Rollback slack", c[1])
 with c[2]:
     knob_widget(P, "mode", "mode" in used, "Prefill mode")
-keep_windows = c[3].toggle("Keep window state in the persistent cache", value=qp_get("keepwin") == "1",
+keep_windows = c[3].toggle("Keep windows in persistent", value=qp_get("keepwin") == "1",
                            key=f"{P}_keepwin", help="Off: bounded replay recomputes the decoder's windows instead")
 
 knobs = read_knobs(P)
@@ -69,12 +69,12 @@ mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
 m = st.columns(4)
-m[0].metric("On the accelerator (HBM)", human_bytes(hbm.total), help=f"{hbm.total:,} bytes for {knobs.batch} "
+m[0].metric("HBM (accelerator)", human_bytes(hbm.total), help=f"{hbm.total:,} bytes for {knobs.batch} "
             f"sequence(s) of {knobs.context:,} tokens")
-m[1].metric("Added per further token", f"{hbm.growth_per_token:,.1f} B",
+m[1].metric("Per further token", f"{hbm.growth_per_token:,.1f} B",
             help="bytes the growing stores add per token, long run (batch included)")
-m[2].metric("Average per held token", f"{hbm.per_token:,.1f} B", help="total / (context x batch)")
-m[3].metric("Persistent cache per saved context", human_bytes(per.total),
+m[2].metric("Average per token", f"{hbm.per_token:,.1f} B", help="total / (context x batch)")
+m[3].metric("Persistent, per context", human_bytes(per.total),
             help=f"{per.total:,} bytes in host memory or on SSD for one saved context; a separate budget")
 st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
            "figure are two separate results; adding them would say nothing about either memory.")
@@ -118,7 +118,8 @@ with tabs[3]:
     else:
         cfg = model.cfg
         st.markdown(f"Runs a prompt through the running model ({sess.label}: {cfg.num_hidden_layers} layers, window "
-                    f"{cfg.sliding_window}) with prefill mode **{knobs.mode}** and rollback slack **{knobs.rollback}**, "
+                    f"{cfg.sliding_window}) with prefill mode **{knobs.mode}** and rollback slack "
+                    f"**{knobs.rollback}**, "
                     "then compares the bytes its cache holds (`cache.nbytes()`) with the same formula applied to its "
                     "config.")
         n = st.number_input("Prompt length for the check (tokens)", 1, 4096, value=min(knobs.context, 200), step=1,

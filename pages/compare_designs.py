@@ -64,14 +64,15 @@ st.caption("'Added per token' is what the growing stores take per further token;
 
 fmt = chart_format(f"{P}_fmt")
 log = st.toggle("Log scale", value=True, key=f"{P}_log")
-chart(compare_bar([(c.design.label, c.hbm) for c in calcs], f"Cache on the accelerator at {int(ctx):,} tokens", log),
+chart(compare_bar([(c.design.short or c.design.label, c.hbm) for c in calcs],
+                  f"Cache on the accelerator at {int(ctx):,} tokens", log),
       f"{P}_bar", fmt, "compare-designs")
 chart(role_strip([c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
 
 st.subheader("What is shared")
 aspects = ["prepared data", "selection", "update rule (weights)", "per-token state"]
-st.dataframe(pd.DataFrame([{"design": c.design.label, **{a: c.design.shares.get(a, "") for a in aspects}}
-                           for c in calcs]), hide_index=True, width="stretch", key=f"{P}_shares")
+st.table(pd.DataFrame([{"design": c.design.label, **{a: c.design.shares.get(a, "") for a in aspects}}
+                       for c in calcs]).set_index("design"))
 st.markdown("Sharing **prepared data** saves storage: fewer copies of the same entries. Sharing **the update rule** "
             "saves weights, not cache: a looped block still keeps K/V for every application. A **fixed-size state** "
             "changes how memory grows with the context, at the price of keeping only what the state can hold.")

@@ -36,9 +36,10 @@ except CalcError as e:
     st.stop()
 
 m = st.columns(4)
-m[0].metric("Read : written", f"{work.token_ratio:,.0f} : 1" if work.token_ratio >= 1 else f"1 : {1 / work.token_ratio:,.0f}")
-m[1].metric("Active per prompt token", f"{pc['active_prefill'] / 1e9:.1f}B", help=f"{pc['active_prefill']:,}")
-m[2].metric("Active per generated token", f"{pc['active_decode'] / 1e9:.1f}B", help=f"{pc['active_decode']:,}")
+ratio = f"{work.token_ratio:,.0f} : 1" if work.token_ratio >= 1 else f"1 : {1 / work.token_ratio:,.0f}"
+m[0].metric("Read : written", ratio)
+m[1].metric("Active / prompt token", f"{pc['active_prefill'] / 1e9:.1f}B", help=f"{pc['active_prefill']:,}")
+m[2].metric("Active / generated token", f"{pc['active_decode'] / 1e9:.1f}B", help=f"{pc['active_decode']:,}")
 m[3].metric("Stored in the backbone", f"{pc['backbone'] / 1e9:,.0f}B", help=f"{pc['backbone']:,}")
 st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters "
             f"take part per prompt token and **{pc['active_decode']:,}** per generated token, out of "
@@ -55,7 +56,7 @@ with b:
                              "Weight-multiply work (FLOPs)", [human_flops(work.prefill_flops),
                                                               human_flops(work.decode_flops)]),
                     width="stretch", key=f"{P}_work")
-st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": f"{v:,.4g}"} for i, f, v in work.rows]),
+st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in work.rows]),
              hide_index=True, key=f"{P}_rows")
 st.markdown(f"Making each prompt token cheaper touches **{work.token_ratio:,.0f}x** as many tokens as making each "
             f"generated token cheaper; with these counts, prefill is **{work.work_ratio:,.1f}x** the weight-multiply "

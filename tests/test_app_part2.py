@@ -44,10 +44,10 @@ def test_page_renders(page):
 def test_calculator_seed_example_and_sharing():
     at = app("cache_calculator")
     no_errors(at)
-    assert metrics(at)["On the accelerator (HBM)"] == "8.00 MiB"   # 16 x 4,096 x 128 x 8 bits
+    assert metrics(at)["HBM (accelerator)"] == "8.00 MiB"   # 16 x 4,096 x 128 x 8 bits
     at.number_input(key="cc_group").set_value(4).run()
     no_errors(at)
-    assert metrics(at)["On the accelerator (HBM)"] == "2.00 MiB"
+    assert metrics(at)["HBM (accelerator)"] == "2.00 MiB"
     assert at.query_params["group"] in (["4"], "4")               # the input is in the URL
     rows = frame(at, "entries_rule")
     assert int(rows["bytes"].sum()) == 2 * 2 ** 21 * 2 // 2        # HBM row + persistent row, 2 MiB each
@@ -62,11 +62,11 @@ def test_calculator_url_opens_v41_and_rejects_bad_values():
     warns = " ".join(w.value for w in at.warning)
     assert "bits=6 must be one of 4, 8, 16, 32" in warns and "batch='lots' is not a whole number" in warns
     m = metrics(at)
-    assert m["Added per further token"] == "890.0 B"
-    assert m["On the accelerator (HBM)"].endswith("MiB")
-    before = m["On the accelerator (HBM)"]
+    assert m["Per further token"] == "890.0 B"
+    assert m["HBM (accelerator)"].endswith("MiB")
+    before = m["HBM (accelerator)"]
     at.selectbox(key="cc_bits").set_value(8).run()
-    assert metrics(at)["On the accelerator (HBM)"] != before
+    assert metrics(at)["HBM (accelerator)"] != before
     assert "replay" in " ".join(x.value for x in at.markdown).lower()
 
 
@@ -86,7 +86,7 @@ def test_prefill_decode_round_and_measurement():
     no_errors(at)
     m = metrics(at)
     assert m["Read : written"] == "100 : 1"
-    assert m["Active per prompt token"] == "7.9B" and m["Active per generated token"] == "16.1B"
+    assert m["Active / prompt token"] == "7.9B" and m["Active / generated token"] == "16.1B"
     assert m["Stored in the backbone"] == "552B"
     at.number_input(key="pd_written").set_value(1000).run()
     assert metrics(at)["Read : written"] == "10 : 1"
@@ -106,5 +106,6 @@ def test_compare_designs_context_and_url():
     at.number_input(key="cd_ctx").set_value(4096).run()
     after = list(frame(at, "HBM bytes")["HBM bytes"])
     assert after[1] == 4096 * 327_680 and after != before
-    shares = frame(at, "selection")
-    assert "update rule (weights)" in shares.columns
+    shares = at.table[0].value
+    assert "update rule (weights)" in shares.columns and shares.loc["Plain per-layer K/V (GQA, 80 layers)",
+                                                                     "prepared data"] == "No"

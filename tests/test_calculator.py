@@ -127,7 +127,8 @@ def _knob_strategy():
         context=st.integers(*LIMITS["context"]), batch=st.integers(*LIMITS["batch"]),
         layers=st.integers(*LIMITS["layers"]), numbers=st.integers(1, 4096).map(lambda n: 2 * n),
         bits=st.sampled_from(SUPPORTED_BITS), group=st.integers(1, 8), ratio=st.integers(*LIMITS["ratio"]),
-        window=st.integers(1, 1 << 16), replay=st.integers(*LIMITS["replay"]), rollback=st.integers(*LIMITS["rollback"]),
+        window=st.integers(1, 1 << 16), replay=st.integers(*LIMITS["replay"]),
+        rollback=st.integers(*LIMITS["rollback"]),
         mode=st.sampled_from(["exact", "bounded"]),
     ).filter(lambda k: k.group <= k.layers)
 

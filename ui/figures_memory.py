@@ -15,11 +15,11 @@ KIND_COLORS = {
     "pending": "#8c564b", "recurrent_state": "#2ca02c", "drafter": "#9467bd",
 }
 EXTRA_ROLE_COLORS = {
-    "Drafter": "#9467bd", "CSA (ratio 4)": "#1f77b4", "HCA (ratio 128)": "#17becf", "MLA + indexer": "#d62728",
+    "Drafter": "#9467bd", "CSA (ratio 4)": "#3b4cc0", "HCA (ratio 128)": "#17becf", "MLA + indexer": "#d62728",
     "Own copy": "#d62728", "Shares copy": "#f4a6a6", "Local": "#9aa5b1", "Global": "#d62728",
     "Local (shared K/V)": "#cfd5db", "Global (shared K/V)": "#f4a6a6", "Sparse attention (K/V)": "#d62728",
-    "Gated DeltaNet (state)": "#2ca02c", "Block layer 0": "#2ca02c", "Block layer 1": "#98df8a",
-    "Block layer 2": "#1f77b4", "Block layer 3": "#aec7e8",
+    "Gated DeltaNet (state)": "#2ca02c", "Block layer 0": "#6a3d9a", "Block layer 1": "#9e7cc1",
+    "Block layer 2": "#c2a5cf", "Block layer 3": "#e7d4e8",
 }
 
 
