@@ -115,7 +115,7 @@ def reindex_inputs(model, trace: Trace) -> PoolInputs:
             raise ValueError("the pool lesson needs a trace with detail='full' (recorded streams and latents)")
         if not torch.equal(prev.positions, rec.positions) or not torch.equal(rec.positions, pos):
             raise ValueError(f"layer {spec.index} and its neighbours processed different rows")
-        block = model.layers[spec.index]
+        block = model.layer(spec.index)
         att = block.attn
         streams = (rec.engram_out if rec.engram_out is not None else prev.streams).to(dev)
         x = block.attn_norm(collapse(streams, prev.pre_mix.to(dev)))
@@ -123,7 +123,7 @@ def reindex_inputs(model, trace: Trace) -> PoolInputs:
         cos, sin = model.rotary.cos_sin(p, "compress")
         q_res = att.q_norm(att.wq_a(x))
         # the group's entries and index keys, re-derived from the KV source's latents as the model makes them
-        src = model.layers[spec.kv_source].attn
+        src = model.layer(spec.kv_source).attn
         lat = recs[spec.kv_source].latent.to(dev)
         epos = src.ratio * torch.arange(lat.shape[1], device=dev)
         ecos, esin = model.rotary.cos_sin(epos, "compress")

@@ -37,7 +37,8 @@ def vision_hook():
 samples = load_samples()
 names = ["(your own text)"] + [s.name for s in samples]
 if "insp_sample" not in st.session_state:
-    st.session_state["insp_sample"] = qp_int("sample", 0, 0, len(samples)) if qp_get("sample") else 0
+    # the URL's sample is 0-based into data/prompts.json; the selectbox's 0 is "your own text"
+    st.session_state["insp_sample"] = qp_int("sample", 0, 0, len(samples) - 1) + 1 if qp_get("sample") else 0
     url_prompt = qp_get("prompt")
     if url_prompt is not None and len(url_prompt) > 40000:
         st.warning(f"The prompt in the URL has {len(url_prompt):,} characters; the limit is 40,000. "
@@ -78,7 +79,7 @@ if problem:
     st.stop()
 sample_i = st.session_state["insp_sample"]
 from_sample = sample_i and samples[sample_i - 1].text == prompt
-qp_set(sample=sample_i if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
+qp_set(sample=sample_i - 1 if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
        mode=mode if mode != "bounded" else None, gen=int(n_new))
 
 

@@ -1,0 +1,102 @@
+"""Ablation lab: switch one component off at a time and compare quality, time and cache bytes side by side.
+Quality numbers come from bench/quality.py's `evaluate` (through lessons/ablation.py); each configuration's
+result is cached, so adding one configuration only runs that one.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, reading, run_config
+from lessons.inspect import encode_prompt, load_samples
+from ui.common import cached_with_progress, require_model, sidebar
+from ui.figures_run import ablation_figure
+
+sess = sidebar()
+st.title("Ablation lab")
+st.write(INTRO)
+st.caption(CAVEAT)
+model = require_model(sess)
+cfg = model.cfg
+if sess.weights != "trained":
+    st.warning("These are not the trained weights: with random weights every configuration scores near chance, so "
+               "the table shows the machinery, not the model's behaviour.")
+
+with st.expander("What each configuration switches off", expanded=False):
+    st.dataframe(pd.DataFrame([(n, CONFIGS[n][1], CONFIGS[n][2]) for n in CONFIGS],
+                              columns=["configuration", "prefill", "what changes"]), hide_index=True)
+
+names = list(CONFIGS)
+chosen = st.multiselect("Configurations", names, default=names, key="abl_configs")
+c1, c2, c3 = st.columns(3)
+topk = c1.slider("Smaller top-k", 1, max(1, cfg.index_topk - 1), value=min(4, max(1, cfg.index_topk - 1)),
+                 key="abl_topk", help=f"The model reads {cfg.index_topk} entries per query.")
+stories = c2.selectbox("Held-out stories per configuration", [3, 15, 30, 90, 300], index=2, key="abl_stories",
+                       help="Split evenly over the three distance buckets; 300 is the whole held-out set.")
+natural = c3.selectbox("Held-out natural-text tokens", [512, 2048, 8192, 0], index=1, key="abl_natural",
+                       format_func=lambda n: "all" if n == 0 else f"{n:,}")
+samples = [s for s in load_samples() if s.kind == "long"]
+cost_sample = st.selectbox("Prompt for time and cache bytes", range(len(samples)), key="abl_cost",
+                           format_func=lambda i: samples[i].name) if samples else None
+cost_ids, problem = encode_prompt(model, samples[cost_sample].text if samples else "The key is in the blue box.")
+if problem:
+    st.warning(problem)
+    st.stop()
+if not chosen:
+    st.info("Pick at least one configuration.")
+    st.stop()
+
+budget = (sess.label, stories, natural, tuple(cost_ids))
+
+
+def _run(name: str, progress):
+    return run_config(model, name, cost_ids, topk=topk if name == "smaller top-k" else None, max_stories=stories,
+                      max_natural_tokens=natural or None, progress=progress)
+
+
+go = st.button("Run the selected configurations", type="primary", key="abl_run")
+rows, missing = [], []
+for name in chosen:
+    key = budget + (name, topk if name == "smaller top-k" else None)
+    if go or ("abl_done" in st.session_state and key in st.session_state["abl_done"]):
+        try:
+            rows.append(cached_with_progress("ablation", key, lambda p, n=name: _run(n, p),
+                                             f"Evaluating: {label(name, topk)} ...", max_entries=64))
+            st.session_state.setdefault("abl_done", set()).add(key)
+        except Exception as e:  # a failing configuration becomes a message; the others still show
+            st.error(f"{label(name, topk)} failed: {e}")
+    else:
+        missing.append(label(name, topk))
+if missing:
+    st.info("Not run yet at these settings: " + ", ".join(missing) + ". Press the button (each configuration takes "
+            "seconds to minutes on CPU; results are kept).")
+if not rows:
+    st.stop()
+
+table = ablation_table(rows)
+df = pd.DataFrame(table)
+st.subheader("Side by side")
+st.dataframe(df, hide_index=True, column_config={
+    "loss": st.column_config.NumberColumn("loss (nats/token)", format="%.3f"),
+    "recall_inside": st.column_config.NumberColumn("recall inside window", format="%.2f"),
+    "recall_just_past": st.column_config.NumberColumn("recall just past", format="%.2f"),
+    "recall_far": st.column_config.NumberColumn("recall far", format="%.2f"),
+    "prefill_s": st.column_config.NumberColumn("prefill s", format="%.3f"),
+    "decode_ms_per_token": st.column_config.NumberColumn("decode ms/token", format="%.1f"),
+    "cache_bytes": st.column_config.NumberColumn("cache bytes", format="%d"),
+})
+st.download_button("Table (CSV)", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv", key="abl_dl")
+st.plotly_chart(ablation_figure(table, [("loss", "held-out loss"), ("recall_far", "far recall"),
+                                        ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
+                                f"Same prompt ({len(cost_ids)} tokens), same budget"), width="stretch",
+                key="abl_chart")
+for line in reading(table):
+    st.write(line)
+same_bytes = len({r["cache_bytes"] for r in table}) == 1
+st.caption(("Cache bytes are the same in every configuration: the trained model still writes its compressed entries "
+            "when a switch stops it from reading them, the selection size does not change what is stored, and "
+            "bounded prefill stores the same rows as exact (it saves decoder work, not memory). "
+            if same_bytes else "") +
+           "Compressed entries read per query in a selecting layer: "
+           + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in table) + ".")

@@ -1,0 +1,241 @@
+"""DSpark draft & verify: step through drafting and verification for a prompt, then the statistics of a whole
+run (acceptance per position, accepted length vs the formula, confidence calibration, speed-up against plain
+decoding with identical output). Built on model/dspark.py (`start`, `verify_step`, `summarize`,
+`speculative_generate`); user text is shown only through widgets, st.text/st.code and dataframes.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from lessons.inspect import encode_prompt, load_samples
+from ui.common import cached_with_progress, qp_get, qp_int, qp_set, require_model, sidebar
+from ui.figures import show_token
+
+sess = sidebar()
+st.title("DSpark: draft, then verify")
+st.write(
+    "Decoding normally costs one pass of the whole model per new token. DSpark lets a small drafter guess the next "
+    "few tokens in one cheap pass; the target model then checks all of them in a single pass of its own, keeps the "
+    "longest run it agrees with, and adds one token of its own. Rejected guesses are removed from the cache again. "
+    "Step through it below, then look at a whole run."
+)
+model = require_model(sess)
+cfg = model.cfg
+try:
+    from model.dspark import (Drafter, SpecStats, expected_tokens_per_pass, speculative_generate, start, summarize,
+                              verify_step)
+except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
+    st.info(f"The DSpark drafter is not available in this build ({e}).")
+    st.stop()
+from model.engine import Sampler, generate  # noqa: E402
+
+
+@st.cache_resource(show_spinner="Preparing a random drafter ...")
+def _random_drafter(weights_key: str) -> Drafter:
+    """A freshly initialised drafter for models shipped without one (kept apart from the shared model)."""
+    return Drafter(cfg).init_weights(model, seed=0).to(model.device).eval()
+
+
+drafter = model.mtp if isinstance(getattr(model, "mtp", None), Drafter) else None
+if drafter is None:
+    if cfg.num_nextn_predict_layers < 1:
+        st.info("This model's config has no drafter (num_nextn_predict_layers = 0).")
+        st.stop()
+    drafter = _random_drafter(sess.label)
+    st.warning("These weights have no trained drafter, so a random one is used: expect most drafts to be rejected. "
+               "The rules, the cache bookkeeping and the statistics work the same way.")
+
+# ---- settings --------------------------------------------------------------------------------------------------
+samples = load_samples()
+if "ds_prompt" not in st.session_state:
+    st.session_state["ds_prompt"] = qp_get("prompt") or samples[0].text
+
+
+def _pick():
+    i = st.session_state["ds_sample"]
+    if i >= 0:
+        st.session_state["ds_prompt"] = samples[i].text
+
+
+st.selectbox("Sample prompt", [-1] + list(range(len(samples))), key="ds_sample", on_change=_pick,
+             format_func=lambda i: "(your own text)" if i < 0 else samples[i].name,
+             index=1 + qp_int("sample", 0, 0, len(samples) - 1) if qp_get("sample") else 0)
+text = st.text_area("Prompt", key="ds_prompt", height=90, max_chars=40000)
+c1, c2, c3, c4 = st.columns(4)
+rule = c1.radio("Verification rule", ["greedy", "stochastic"], key="ds_rule",
+                index=1 if qp_get("rule") == "stochastic" else 0)
+temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, 0.1, key="ds_temp", disabled=rule == "greedy")
+gmax = drafter.max_draft
+dl_opts = ["max", "auto"] + list(range(1, gmax + 1))
+draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl",
+                            format_func=lambda v: f"{gmax} (whole block)" if v == "max" else
+                            "auto (confidence)" if v == "auto" else str(v))
+threshold = c2.slider("Confidence threshold (auto)", 0.05, 0.95, 0.3, 0.05, key="ds_thr",
+                      disabled=draft_length != "auto")
+max_new = c3.number_input("New tokens", 1, 128, qp_int("gen", 24, 1, 128), key="ds_new")
+seed = c3.number_input("Seed", 0, 10_000, 0, key="ds_seed", disabled=rule == "greedy")
+mode = c4.radio("Prefill", ["bounded", "exact"], key="ds_mode")
+ids, problem = encode_prompt(model, text, 4096)
+if problem:
+    st.warning(problem)
+    st.stop()
+if len(ids) + int(max_new) + drafter.block_size > cfg.max_position_embeddings:
+    st.warning("The prompt plus the new tokens exceed the model's positions; shorten the prompt.")
+    st.stop()
+from_sample = st.session_state["ds_sample"] >= 0 and samples[st.session_state["ds_sample"]].text == text
+qp_set(sample=st.session_state["ds_sample"] if from_sample else None,
+       prompt=None if from_sample or len(text) > 1500 else text, rule=rule if rule != "greedy" else None,
+       gen=int(max_new))
+temp = 0.0 if rule == "greedy" else float(temperature)
+settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(seed), mode)
+
+
+def tok(i: int | None) -> str:
+    return "" if i is None else show_token(model.decode([int(i)]))
+
+
+RULE_TEXT = {
+    "greedy": "Greedy rule: draft j is accepted when it equals the target's most likely token at that position. "
+              "At the first mismatch the target's own choice replaces it and the step ends; if every draft "
+              "matches, the target adds one more (bonus) token.",
+    "stochastic": "Stochastic rule: draw u uniformly in [0, 1); accept draft j when u < min(1, p_j(x)/q_j(x)). On "
+                  "rejection, draw a replacement from max(0, p_j - q_j), normalised, and end the step; if all drafts "
+                  "pass, draw a bonus token from p. The output then follows exactly the target's distribution.",
+}
+
+# ---- step through ------------------------------------------------------------------------------------------------
+st.subheader("Step through")
+st.caption(RULE_TEXT[rule])
+state = st.session_state.get("ds_state")
+if state is not None and st.session_state.get("ds_state_key") != settings:
+    state = None  # the settings changed: the old session no longer matches
+b1, b2, b3 = st.columns(3)
+if b1.button("Start (read the prompt)", key="ds_start"):
+    try:
+        state = start(model, drafter, ids, int(max_new), sampler=Sampler(temp, 1.0, int(seed)), prefill_mode=mode,
+                      draft_length=draft_length, confidence_threshold=float(threshold))
+    except Exception as e:
+        st.error(f"Could not start: {e}")
+        st.stop()
+    st.session_state["ds_state"], st.session_state["ds_state_key"] = state, settings
+if b2.button("Draft & verify one step", key="ds_step", disabled=state is None or state.done):
+    verify_step(state)
+if b3.button("Reset", key="ds_reset"):
+    st.session_state.pop("ds_state", None)
+    state = None
+
+if state is None:
+    st.info("Press Start: the target reads the prompt, emits its first token, and the drafter is ready.")
+else:
+    st.text("Output so far: " + model.decode(state.tokens))
+    st.caption(f"Prompt {state.prompt_tokens} tokens; cache length {state.cache.length}; {len(state.log)} steps; "
+               + ("done." if state.done else f"anchor (last emitted, not yet in the cache): {tok(state.anchor)!r}"))
+    if state.log:
+        n = len(state.log)
+        if st.session_state.get("ds_seen_steps") != n:  # a new step: show it
+            st.session_state["ds_step_view"] = n
+            st.session_state["ds_seen_steps"] = n
+        si = st.slider("Step", 1, n, key="ds_step_view") if n > 1 else 1
+        lg = state.log[si - 1]
+        rows = []
+        for j, x in enumerate(lg.drafted):
+            verdict = lg.rules[j] if j < len(lg.rules) else "not examined"
+            rows.append({"position": j + 1, "drafted": tok(x), "q(draft)": lg.q_draft[j], "p(draft)": lg.p_draft[j],
+                         "target's top": tok(lg.target_top[j]),
+                         "min(1, p/q)": lg.ratios[j] if j < len(lg.ratios) else None,
+                         "u": lg.uniforms[j] if j < len(lg.uniforms) else None,
+                         "confidence": lg.confidence[j] if j < len(lg.confidence) else None,
+                         "verdict": {"accept": "accepted", "reject": "REJECTED"}.get(verdict, verdict)})
+        st.write(f"Step {si}: the drafter proposed {len(lg.drafted)} token(s) after the anchor; the target checked "
+                 f"them in one pass and accepted {lg.accepted}.")
+        st.code("anchor: " + tok(lg.anchor), language=None)
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
+        else:
+            st.caption("No drafts this step (the confidence or the token limit stopped the drafter): a plain step.")
+        if lg.resampled is not None:
+            st.error("Draft rejected at position " + str(lg.accepted + 1) + "; the target's replacement token: "
+                     + repr(tok(lg.resampled)), icon=":material/close:")
+        elif lg.bonus is not None:
+            st.success("Every draft accepted; bonus token from the target: " + repr(tok(lg.bonus)))
+        m = st.columns(4)
+        m[0].metric("Cache rows appended", lg.rows_appended, help="anchor + drafts, written by the verify pass")
+        m[1].metric("Rows rolled back", lg.rows_rolled_back, help="rejected drafts removed again (cache.rollback)")
+        m[2].metric("Cache length after", lg.cache_length)
+        m[3].metric("Tokens emitted", len(lg.emitted))
+
+# ---- a whole run --------------------------------------------------------------------------------------------------
+st.subheader("A whole run")
+st.caption("The same prompt and settings, run to the end, and the same request decoded plainly (one target pass per "
+           "token) for comparison.")
+
+
+def _whole(progress):
+    sampler_kw = dict(temperature=temp, top_p=1.0, seed=int(seed))
+    progress(0.05, "plain decoding ...")
+    plain = generate(model, [ids], int(max_new), prefill=mode, stop_at_eos=True, **sampler_kw)
+    progress(0.5, "speculative decoding ...")
+    spec = speculative_generate(model, drafter, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(seed)),
+                                prefill_mode=mode, draft_length=draft_length, confidence_threshold=float(threshold))
+    return plain, spec
+
+
+ran = st.session_state.setdefault("ds_ran", set())
+if not st.button("Run both to the end", key="ds_run") and settings not in ran:
+    st.stop()
+ran.add(settings)
+try:
+    plain, spec = cached_with_progress("dspark", settings, _whole, "Decoding ...", max_entries=16)
+except Exception as e:
+    st.error(f"The run failed: {e}")
+    st.stop()
+stats: SpecStats = spec.stats
+same = plain.tokens == spec.tokens
+c = st.columns(4)
+c[0].metric("Target passes (plain)", plain.target_passes)
+c[1].metric("Target passes (DSpark)", spec.target_passes)
+speed = plain.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
+c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
+c[3].metric("Identical output", "yes" if same else "no")
+if rule == "greedy" and not same:
+    st.error("Greedy speculative decoding should reproduce plain greedy decoding token for token; it did not here.")
+elif rule == "stochastic":
+    st.caption("With the stochastic rule the output follows the target's distribution, but the random draws differ "
+               "from plain sampling, so the tokens need not be identical.")
+st.text("Plain:  " + model.decode(plain.tokens))
+st.text("DSpark: " + model.decode(spec.tokens))
+
+g = stats.mean_draft_length
+st.write(f"Per-token acceptance α = accepted / examined = {stats.accepted} / {max(1, sum(stats.reached))} = "
+         f"{stats.alpha:.3f}; mean draft length γ = {g:.2f}.")
+st.latex(r"\mathbb{E}[\text{tokens per pass}] = \frac{1-\alpha^{\gamma+1}}{1-\alpha} = "
+         + f"{expected_tokens_per_pass(stats.alpha, g):.2f}")
+st.write(f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass; mean accepted length "
+         f"{stats.mean_accepted_length:.2f} of {g:.2f} drafted. (The formula assumes every position is accepted "
+         "independently with the same α; the table below shows how far that holds.)")
+acc = pd.DataFrame({"position": list(range(1, len(stats.acceptance_by_position) + 1)),
+                    "steps that reached it": stats.reached, "accepted": stats.accepted_at,
+                    "acceptance": stats.acceptance_by_position})
+fig = go.Figure(go.Bar(x=acc["position"], y=acc["acceptance"], marker_color="#2ca02c"))
+fig.update_layout(title="Acceptance per draft position", xaxis_title="draft position j", yaxis_title="accepted",
+                  yaxis=dict(range=[0, 1]), height=300, margin=dict(l=10, r=10, t=50, b=40))
+st.plotly_chart(fig, width="stretch", key="ds_acc")
+st.dataframe(acc, hide_index=True)
+cal = pd.DataFrame([vars(r) for r in stats.calibration])
+if not cal.empty:
+    fig2 = go.Figure()
+    fig2.add_scatter(x=cal["predicted"], y=cal["observed"], mode="markers+text", text=cal["position"],
+                     textposition="top center", name="per position")
+    fig2.add_scatter(x=cal["predicted_survival"], y=cal["observed_survival"], mode="markers", name="prefix survival")
+    fig2.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="perfect")
+    fig2.update_layout(title="Confidence head calibration", xaxis_title="predicted (mean confidence)",
+                       yaxis_title="observed acceptance", height=340, margin=dict(l=10, r=10, t=50, b=40))
+    st.plotly_chart(fig2, width="stretch", key="ds_cal")
+    st.dataframe(cal, hide_index=True)
+    st.download_button("Calibration (CSV)", cal.to_csv(index=False), file_name="dspark_calibration.csv",
+                       mime="text/csv", key="ds_dl_cal")
+st.download_button("Acceptance (CSV)", acc.to_csv(index=False), file_name="dspark_acceptance.csv", mime="text/csv",
+                   key="ds_dl_acc")

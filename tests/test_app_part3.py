@@ -1,0 +1,187 @@
+"""AppTest for the "Run a prompt" pages: prompt inspector, indexer pools, DSpark draft & verify, ablation lab.
+Each renders on CPU with the random tiny weights; stepping changes what is shown; a long prompt works; a
+rejected draft is shown as rejected; bad input (empty prompt, markup and control characters, out-of-range URL
+values) gives a message, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+
+HOSTILE = "<script>alert('x')</script> <b>bold</b> **star** \x07\x1b[31m \u202eevil\u202c ünï 🙂 `code`"
+
+
+def app(page: str, **params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
+    at.query_params["weights"] = "random"
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    return at.run()
+
+
+def no_errors(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def markup_texts(at: AppTest) -> list[str]:
+    """Everything rendered as Markdown (where markup would be interpreted)."""
+    out = [m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader]
+    out += [x.value for x in at.info] + [x.value for x in at.warning] + [x.value for x in at.error]
+    out += [x.value for x in at.success]
+    return out
+
+
+def warnings(at: AppTest) -> str:
+    return "\n".join([w.value for w in at.warning] + [e.value for e in at.error])
+
+
+# ---- prompt inspector ------------------------------------------------------------------------------------------
+
+def test_inspector_renders_and_steps_layers():
+    at = app("inspector")
+    no_errors(at)
+    first = at.subheader[0].value
+    assert first.startswith("Layer 6 · Full")           # default: the first decoder layer
+    at.button(key="insp_next").click().run()
+    no_errors(at)
+    assert at.subheader[0].value.startswith("Layer 7 · Reuse") and at.select_slider(key="insp_layer").value == 7
+    at.button(key="insp_back").click().run()
+    at.button(key="insp_back").click().run()
+    assert at.subheader[0].value.startswith("Layer 5 · Reuse · encoder")
+    assert at.query_params["layer"] in ("5", ["5"])
+    at.button(key="insp_tback").click().run()            # the token stepper moves the query token
+    no_errors(at)
+    assert "prompt token" in at.subheader[0].value
+
+
+def test_inspector_url_layer_and_one_based_numbering():
+    at = app("inspector", layer=2, token=1, numbering=1)
+    no_errors(at)
+    assert at.subheader[0].value.startswith("Layer 3 · Full") and "token 1" in at.subheader[0].value
+
+
+def test_inspector_bad_url_values_warn():
+    at = app("inspector", layer=99, token=-4)
+    no_errors(at)
+    w = warnings(at)
+    assert "layer=99" in w and "token=-4" in w
+    assert at.subheader[0].value.startswith("Layer 6")
+    at2 = app("inspector", layer="abc")
+    no_errors(at2)
+    assert "not a whole number" in warnings(at2)
+
+
+def test_inspector_long_prompt_bounded_shows_missing_decoder_rows():
+    at = app("inspector", sample=5, gen=2)          # the ~300-token story, past the 32-token window
+    no_errors(at)
+    assert any("decoder records for prompt tokens" in i.value for i in at.info)
+    at.slider(key="insp_token").set_value(3).run()
+    no_errors(at)
+    assert "bounded prefill the decoder runs only over the last" in warnings(at)
+    at.slider(key="insp_token").set_value(at.slider(key="insp_token").max).run()   # a generated token
+    no_errors(at)
+    assert "generated token" in at.subheader[0].value
+    at.selectbox(key="insp_quantity").set_value("attention entropy").run()
+    no_errors(at)
+
+
+def test_inspector_empty_and_hostile_prompts():
+    at = app("inspector")
+    at.text_area(key="insp_prompt").input("   ").run()
+    no_errors(at)
+    assert "empty" in warnings(at)
+    at.text_area(key="insp_prompt").input(HOSTILE).run()
+    no_errors(at)
+    assert at.subheader and not any("<script>" in t or "<b>bold" in t for t in markup_texts(at))
+    from model.tokenizer import load_tokenizer
+    from ui.figures import show_token
+
+    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    ids = tok.encode(HOSTILE).ids
+    assert at.code[0].value == show_token(tok.decode([ids[-1]], skip_special_tokens=False))
+    bell = next(i for i, t in enumerate(ids) if "\x07" in tok.decode([t], skip_special_tokens=False))
+    at.slider(key="insp_token").set_value(bell).run()     # the control character shows as visible text
+    no_errors(at)
+    assert "\\x07" in at.code[0].value
+
+
+# ---- indexer pools ----------------------------------------------------------------------------------------------
+
+def test_pools_page_table_and_live_sliders():
+    at = app("indexer_pools", sample=5)              # ~300 tokens: more entries than the 64-entry pool
+    no_errors(at)
+    table = at.dataframe[1].value
+    assert list(table["layer"]) == [8, 10]
+    assert (table["rows where the pool excludes entries"] > 0).all()
+    assert any("equals the model's own selection" in c.value for c in at.caption)
+    before = table["mean recall"].tolist()
+    at.slider(key="pool_nb").set_value(at.slider(key="pool_nb").max).run()   # the pool holds every entry
+    no_errors(at)
+    after = at.dataframe[1].value
+    assert after["mean recall"].tolist() == [1.0, 1.0] and after["mean recall"].tolist() != before
+    assert (after["mean attention mass dropped"] == 0).all()
+    assert at.query_params["pool"] not in (None, "")
+
+
+def test_pools_bad_url_and_empty_prompt():
+    at = app("indexer_pools", sample=5, layer=3, token=1)
+    no_errors(at)
+    w = warnings(at)
+    assert "not a Reindex layer" in w and "not a query row" not in w   # exact mode: token 1 is a query row
+    at.text_area(key="pool_prompt").input("").run()
+    no_errors(at)
+    assert "empty" in warnings(at)
+
+
+# ---- DSpark --------------------------------------------------------------------------------------------------
+
+def test_dspark_step_shows_rejected_draft():
+    at = app("dspark")
+    no_errors(at)
+    at.button(key="ds_start").click().run()
+    no_errors(at)
+    assert at.button(key="ds_step").disabled is False
+    at.button(key="ds_step").click().run()
+    no_errors(at)
+    steps = at.dataframe[0].value
+    # a random drafter against the target: the first examined draft that fails is marked, the rest not examined
+    assert "REJECTED" in list(steps["verdict"]) or list(steps["verdict"]).count("accepted") == len(steps)
+    if "REJECTED" in list(steps["verdict"]):
+        assert any("Draft rejected at position" in e.value for e in at.error)
+        assert at.metric[1].value != "0"                 # rows rolled back
+    at.button(key="ds_step").click().run()
+    no_errors(at)
+    assert at.slider(key="ds_step_view").value == 2
+
+
+@pytest.mark.slow
+def test_dspark_whole_run_greedy_identical():
+    at = app("dspark", gen=4)
+    at.button(key="ds_run").click().run()
+    no_errors(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Identical output"] == "yes"
+    assert int(metrics["Target passes (DSpark)"]) <= int(metrics["Target passes (plain)"])
+
+
+# ---- ablation lab ------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_ablation_lab_runs_two_configurations():
+    at = app("ablation")
+    no_errors(at)
+    assert "Not run yet" in "\n".join(i.value for i in at.info)
+    at.multiselect(key="abl_configs").set_value(["full model", "window only"])
+    at.selectbox(key="abl_stories").set_value(3)
+    at.selectbox(key="abl_natural").set_value(512)
+    at.selectbox(key="abl_cost").set_value(0)
+    at.run()
+    at.button(key="abl_run").click().run()
+    no_errors(at)
+    table = at.dataframe[-1].value
+    assert list(table["configuration"]) == ["full model", "window only"]
+    assert table.loc[1, "entries_read"] == 0 and table.loc[0, "Δ loss"] == 0
+    at.run()                                             # results stay without pressing the button again
+    assert list(at.dataframe[-1].value["configuration"]) == ["full model", "window only"]
