@@ -34,6 +34,8 @@ class Prefill:
     replay_logits: torch.Tensor | None = None  # [B, R, V] of the replay segment (bounded) / last rows (exact)
     reused: int = 0               # prompt tokens served by the prefix cache
     seconds: float = 0.0
+    taps: dict[int, torch.Tensor] = field(default_factory=dict)  # tap_layers: layer -> [B, rows, D], the
+    #                               last rows (at most sliding_window) of the prompt that the layer ran on
 
 
 def _chunks(n: int, size: int, start: int = 0, extra_cuts: tuple = (), tail: int | None = None):
@@ -50,8 +52,11 @@ def _chunks(n: int, size: int, start: int = 0, extra_cuts: tuple = (), tail: int
 def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: int = DEFAULT_CHUNK,
             progress: Callable[[float, str], None] | None = None, rollback: int = 1,
             prefix_cache=None, ablation: Ablation | None = None, replay_logits: bool = False,
-            max_prompt_tokens: int | None = None, trace=None) -> Prefill:
-    """Read a prompt into a fresh cache; returns the cache and the next-token logits."""
+            max_prompt_tokens: int | None = None, trace=None, tap_layers=()) -> Prefill:
+    """Read a prompt into a fresh cache; returns the cache and the next-token logits.
+
+    `tap_layers`: also return those layers' attention inputs (mean over mHC streams) for the last
+    rows of the prompt (the DSpark drafter's context, model/dspark.py)."""
     if mode not in ("bounded", "exact"):
         raise InputError(f"prefill mode must be 'bounded' or 'exact', got {mode!r}")
     ids = model.check_ids(input_ids)
@@ -79,17 +84,22 @@ def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: in
     steps = len(spans) + (1 if bounded else 0)
     carry = cache.carry if bounded else None
     out_logits, rl = None, None
+    taps: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for ci, (a, b) in enumerate(spans):
             if not bounded:
                 last = b == total
-                out = model(ids[:, a:b], cache, ablation=ablation, last_only=not (last and replay_logits), trace=trace)
+                out = model(ids[:, a:b], cache, ablation=ablation, last_only=not (last and replay_logits), trace=trace,
+                            tap_layers=tap_layers)
+                _keep_taps(taps, out.taps, w)
                 if last:
                     out_logits = out.logits[:, -1]
                     rl = out.logits[:, -w:] if replay_logits else None
             else:
-                streams, pre, ctx, rope, hash_ids = model.prepare(ids[:, a:b], cache, ablation=ablation, trace=trace)
+                streams, pre, ctx, rope, hash_ids = model.prepare(ids[:, a:b], cache, ablation=ablation, trace=trace,
+                                                                  tap_layers=[t for t in tap_layers if t < dec])
                 streams, pre = model.run_layers(streams, pre, 0, dec, ctx, rope, hash_ids)
+                _keep_taps(taps, ctx.taps, w)
                 ctx.publish_only = True
                 model.layer(dec)(streams, pre, ctx, rope, hash_ids)
                 carry = _append_carry(carry, streams, pre, w)
@@ -100,11 +110,19 @@ def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: in
             if progress is not None:
                 progress((ci + 1) / steps, f"read tokens {a}-{b} of {total}")
         if bounded:
-            out_logits, rl = _replay(model, cache, carry, ablation, replay_logits, trace)
+            replay_taps = {t: None for t in tap_layers if t >= dec}
+            out_logits, rl = _replay(model, cache, carry, ablation, replay_logits, trace, replay_taps)
+            _keep_taps(taps, replay_taps, w)
             if progress is not None:
                 progress(1.0, f"replayed the last {carry[0].shape[1]} rows through the decoder")
     return Prefill(cache=cache, logits=out_logits, replay_logits=rl, reused=reused,
-                   seconds=time.perf_counter() - t0)
+                   seconds=time.perf_counter() - t0, taps=taps)
+
+
+def _keep_taps(taps: dict, new: dict, w: int) -> None:
+    for layer, t in new.items():
+        if t is not None:
+            taps[layer] = (t if layer not in taps else torch.cat([taps[layer], t], 1))[:, -w:]
 
 
 def _append_carry(carry, streams, pre, w):
@@ -113,8 +131,9 @@ def _append_carry(carry, streams, pre, w):
     return torch.cat([carry[0], streams], 1)[:, -w:].clone(), torch.cat([carry[1], pre], 1)[:, -w:].clone()
 
 
-def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trace=None):
-    """Run the decoder over the replay segment (the last W rows), windows floored at its start."""
+def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trace=None, taps: dict | None = None):
+    """Run the decoder over the replay segment (the last W rows), windows floored at its start.
+    `taps` (layer -> None) is filled with those layers' taps over the segment."""
     cfg = model.cfg
     dec, n_layers = cfg.decoder_start, cfg.num_hidden_layers
     streams, pre = carry
@@ -123,7 +142,7 @@ def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trac
     cache.decoder_floor = start
     positions = torch.arange(start, cache.length, device=model.device)
     ctx = Context(positions=positions, cache=cache, ablation=ablation or Ablation(), skip_compress=frozenset({dec}),
-                  trace=trace)
+                  trace=trace, tap_layers=frozenset(taps or ()))
     ctx.shared["rotary"] = model.rotary
     rope = {k: model.rotary.cos_sin(positions, k) for k in ("main", "compress")}
     hash_ids = None
@@ -136,6 +155,8 @@ def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trac
     if trace is not None:
         trace.end(hidden, logits)
     cache.carry = None  # decode does not need it; the prefix cache keeps its own copy
+    if taps is not None:
+        taps.update(ctx.taps)
     return logits[:, -1], (logits if keep_all else None)
 
 

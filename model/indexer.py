@@ -80,8 +80,8 @@ def candidate_pool(scores: torch.Tensor, positions: torch.Tensor, ratio: int, to
     newest = (visible_counts(positions, ratio) - 1).div(block, rounding_mode="floor")  # -1 -> nothing pinned
     pinned = torch.arange(nb, device=scores.device).view(1, 1, -1) == newest.view(1, -1, 1)
     ranked = bs.masked_fill(pinned, float("inf"))
-    top = ranked.topk(min(topk_blocks, nb), dim=-1)
-    keep = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, top.indices, top.values > NEG_INF)
+    values, indices = stable_topk(ranked, min(topk_blocks, nb))
+    keep = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, indices, values > NEG_INF)
     return keep.repeat_interleave(block, dim=-1)[..., :width], bs
 
 
@@ -91,9 +91,18 @@ def select_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     if k == 0:
         empty = scores.new_zeros((*scores.shape[:-1], 0))
         return empty.long(), empty
-    top = scores.topk(k, dim=-1)
-    idx = torch.where(top.values > NEG_INF, top.indices, torch.full_like(top.indices, -1))
-    return idx, top.values
+    values, indices = stable_topk(scores, k)
+    idx = torch.where(values > NEG_INF, indices, torch.full_like(indices, -1))
+    return idx, values
+
+
+def stable_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top k along the last dim; equal scores go to the lower index. `torch.topk` breaks ties in an
+    order that depends on the tensor's width, so entries that a query cannot see yet (masked -inf,
+    but present in a multi-row forward) could change which of two tied entries it picks: future
+    rows would change past logits (speculative verification depends on this never happening)."""
+    values, indices = scores.sort(dim=-1, descending=True, stable=True)
+    return values[..., :k], indices[..., :k]
 
 
 def topk_mask(idx: torch.Tensor, width: int) -> torch.Tensor:
