@@ -24,7 +24,7 @@ from model.accounting import keep_rows
 SUPPORTED_BITS = (4, 8, 16, 32)
 MODES = ("exact", "bounded")
 # display kinds, in chart order; "block_scales" gathers the scale bytes of every store
-KINDS = ("window", "latents", "kv", "index_keys", "block_scales", "pending", "recurrent_state", "drafter")
+KINDS = ("window", "recurrent_state", "latents", "kv", "index_keys", "block_scales", "pending", "drafter")
 KIND_LABELS = {
     "window": "window rows", "latents": "compressed latents", "kv": "full K/V rows", "index_keys": "index keys",
     "block_scales": "block scales", "pending": "pending rows", "recurrent_state": "recurrent state",
@@ -364,7 +364,7 @@ class ReplayTradeoff:
     stored_bytes: int            # decoder window state kept per saved context
     flops_per_reuse: float       # work to rebuild it by replaying the last rows
     input_bytes: int             # the replay's input rows, as our engine's prefix cache keeps them
-    derivation: list[tuple[str, str, float]]   # (item, formula, value)
+    derivation: list[tuple[str, str, float, str]]   # (item, formula, value, shown)
     by_reuse: list[tuple[int, float, int]]      # (reuses, total replay FLOPs, bytes read back if stored)
 
     @property
@@ -384,27 +384,29 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
     validate_knobs(knobs)
     r = knobs.replay
     dec = set(d.decoder_layers)
-    stored = 0
+    stored, parts = 0, []
     for s in d.stores:
-        if s.kind == "window" and s.in_engine:
-            dec_copies = sum(1 for i in s.layers if i in dec)
-            stored += dec_copies * min(r, s.cap or r) * s.entry_bytes()
+        n_dec = sum(1 for i in s.layers if i in dec)
+        if s.kind == "window" and s.in_engine and n_dec:
+            rows = min(r, s.cap or r)
+            stored += n_dec * rows * s.entry_bytes()
+            parts.append(f"{n_dec} layers x {rows} rows x {s.entry_bytes()} B")
     params = sum(active_per_layer[i] for i in sorted(dec))
     mm = 2.0 * params * r
     keys = min(r, knobs.window) + topk
     att = 4.0 * heads * head_dim * keys * len(dec) * r
     work = mm + att
     der = [
-        ("window rows kept (decoder)", f"{len(dec)} layers x min({r}, window) rows x row bytes", float(stored)),
-        ("matmul work", f"2 x {params:,} active parameters in the decoder x {r} rows", mm),
+        ("window rows kept (decoder)", " + ".join(parts) or "none", float(stored), human_bytes(stored)),
+        ("matmul work", f"2 x {params:,} active parameters in the decoder x {r} rows", mm, human_flops(mm)),
         ("attention work", f"4 x {heads} heads x {head_dim} dims x ({min(r, knobs.window)} window + {topk} selected) "
-                           f"keys x {len(dec)} layers x {r} rows", att),
-        ("work per reuse", "matmul + attention", work),
+                           f"keys x {len(dec)} layers x {r} rows", att, human_flops(att)),
+        ("work per reuse", "matmul + attention", work, human_flops(work)),
     ]
     inp = r * input_numbers * 4
     if input_numbers:
         der.append(("replay input kept by our engine", f"{r} rows x {input_numbers:,} numbers (streams + pre) x "
-                    "32 bits / 8", float(inp)))
+                    "32 bits / 8", float(inp), human_bytes(inp)))
     return ReplayTradeoff(rows_replayed=r, stored_bytes=stored, flops_per_reuse=work, input_bytes=inp, derivation=der,
                           by_reuse=[(k, k * work, k * stored) for k in reuses])
 

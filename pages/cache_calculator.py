@@ -54,7 +54,7 @@ knob_widget(P, "replay", "replay" in used, "Bounded-replay rows", c[0])
 knob_widget(P, "rollback", "rollback" in used, "Rollback slack", c[1])
 with c[2]:
     knob_widget(P, "mode", "mode" in used, "Prefill mode")
-keep_windows = c[3].toggle("Keep windows in persistent", value=qp_get("keepwin") == "1",
+keep_windows = c[3].toggle("Persist windows", value=qp_get("keepwin") == "1",
                            key=f"{P}_keepwin", help="Off: bounded replay recomputes the decoder's windows instead")
 
 knobs = read_knobs(P)
@@ -124,7 +124,7 @@ with tabs[3]:
                     "config.")
         n = st.number_input("Prompt length for the check (tokens)", 1, 4096, value=min(knobs.context, 200), step=1,
                             key=f"{P}_checkn")
-        chk = run_on_click("Check against the running model", f"{P}_check",
+        chk = run_on_click("Run the check", f"{P}_check",
                            lambda progress: check_against_engine(model, int(n), knobs.mode, knobs.rollback, progress),
                            f"Prefilling {n} tokens ...")
         if chk is not None:
@@ -160,7 +160,7 @@ with tabs[4]:
         a.metric("Store: decoder window state per saved context", human_bytes(tr.stored_bytes),
                  help=f"{tr.stored_bytes:,} bytes kept in the persistent cache")
         b.metric(f"Recompute: replay {tr.rows_replayed} rows, per reuse", human_flops(tr.flops_per_reuse))
-        st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": v} for i, f, v in tr.derivation]),
+        st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in tr.derivation]),
                      hide_index=True, key=f"{P}_replayrows")
         k, total, read = tr.by_reuse[-1]
         st.markdown(f"Reused **{k:,}** times, replay spends **{human_flops(total)}** in all; storing keeps "
