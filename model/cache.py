@@ -300,6 +300,27 @@ class Cache:
             t["carry.streams"], t["carry.pre"] = self.carry
         return {k: v.detach().cpu().clone().contiguous() for k, v in t.items()}
 
+    def essential_state(self) -> dict[str, torch.Tensor]:
+        """What any future step can read: the last W-1 rows of each window, every entry and index key,
+        the rows of the incomplete groups, the token history. Two caches with equal essential states
+        produce identical logits from here on, even if one keeps more rollback slack than the other
+        (a rollback leaves fewer spare rows until new tokens refill them)."""
+        w = self.cfg.sliding_window - 1
+        t: dict[str, torch.Tensor] = {"tokens": self.tokens, "length": torch.tensor([self.length])}
+        for layer, st in sorted(self.windows.items()):
+            k = min(w, len(st.rows))
+            if k:
+                t[f"window.{layer}.values"] = st.rows.values[:, len(st.rows) - k:]
+                t[f"window.{layer}.scales"] = st.rows.scales[:, len(st.rows) - k:]
+        for layer, st in sorted(self.sources.items()):
+            t.update(st.entries.state(f"source.{layer}.entries"))
+            t.update(st.keys.state(f"source.{layer}.keys"))
+            pend = st.length % st.ratio if st.ratio > 1 else 0
+            if pend:
+                t[f"source.{layer}.pending_kv"] = st.rows_kv[:, st.rows_kv.shape[1] - pend:]
+                t[f"source.{layer}.pending_gate"] = st.rows_gate[:, st.rows_gate.shape[1] - pend:]
+        return {k: v.detach().cpu() for k, v in t.items()}
+
     @classmethod
     def from_state(cls, cfg: V41Config, t: dict[str, torch.Tensor], device: torch.device | str = "cpu",
                    mode: str = "exact") -> "Cache":

@@ -70,7 +70,8 @@ def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: in
     bounded = mode == "bounded" and dec < n_layers
     cache, reused = None, 0
     if prefix_cache is not None:
-        hit = prefix_cache.lookup(ids, mode="bounded" if bounded else "exact", rollback=rollback)
+        # at least the last token is always read, so there are logits to return
+        hit = prefix_cache.lookup(ids[:, :-1], mode="bounded" if bounded else "exact", rollback=rollback)
         if hit is not None:
             cache, reused = hit
     if cache is None:

@@ -137,6 +137,8 @@ class V41Model(torch.nn.Module):
         ctx.shared["rotary"] = self.rotary
         rope = {k: self.rotary.cos_sin(positions, k) for k in ("main", "compress")}
         hash_ids = None
+        if cache is not None:
+            cache.pending_ids = ids
         if self.cfg.engram_layer_ids:
             if self.hasher is None:
                 raise InputError("this model has Engram layers: bind a tokenizer first (model.bind_tokenizer), "
