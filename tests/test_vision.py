@@ -510,3 +510,34 @@ def test_trained_vision_answers_above_chance():
     r = evaluate(m, n=100)
     assert r["accuracy_text_only"] < r["chance_boxes_in_picture"]      # the text alone cannot know the colour
     assert r["accuracy_with_image"] > 2 * r["chance_boxes_in_picture"]  # the picture tells which box
+
+
+def _prompt_app():
+    import sys
+
+    import streamlit as st
+
+    sys.path.insert(0, "tests")
+    from conftest import random_tiny
+    from model.images import draw_scene, make_scene
+    from model.vision import attach_vision
+    from ui.vision_panel import draw_image_prompt
+
+    m = random_tiny()
+    no_vision = st.checkbox("plain", key="plain")
+    if not no_vision:
+        attach_vision(m, seed=0)
+    draw_image_prompt(m.eval(), "Where is the key? The key is in the", draw_scene(make_scene(1), 96), key="p")
+
+
+def test_panel_image_prompt():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_prompt_app, default_timeout=120).run()
+    assert not at.exception and not at.error
+    assert any("Which positions are image tokens" in md.value and "16 image tokens" in md.value for md in at.markdown)
+    assert len(at.selectbox(key="p_layer").options) == 12
+    at.selectbox(key="p_layer").set_value(6).run()
+    assert not at.exception
+    at.checkbox(key="plain").check().run()
+    assert not at.exception and any("no vision tower" in i.value for i in at.info)
