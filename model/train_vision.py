@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import random
@@ -40,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from .images import HELDOUT_SEED_BASE, PALETTE, TRAIN_SEED_BASE, Scene, draw_scene, make_scene, plan_grid, to_pixels
+from .train import lr_at  # warm-up then cosine, read from the same field names
 from .vision import (MARKERS, attach_vision, doc_prefix, encode_image, image_span_embeds, span_ids,
                      vision_named_parameters, vision_state_dict)
 
@@ -60,13 +60,6 @@ class VisionTrainConfig:
     threads: int = 2
     eval_n: int = 300
     eval_every: int = 0            # 0 = only at the end
-
-
-def lr_at(tc: VisionTrainConfig, step: int) -> float:
-    if step < tc.warmup_steps:
-        return tc.lr * (step + 1) / tc.warmup_steps
-    t = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
-    return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
 # ------------------------------------------------------------------------------------------------
