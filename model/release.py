@@ -485,7 +485,10 @@ class LayerStreamer:
     def __init__(self, cfg: V41Config, ck: ReleaseCheckpoint, plans: dict[str, TensorPlan], device: torch.device,
                  dtype: torch.dtype, block: int, capacity: int = 1,
                  on_layer: Callable[[LayerLoad], None] | None = None):
-        self.cfg, self.ck, self.plans = cfg, ck, plans
+        self.cfg, self.ck = cfg, ck
+        self.plans: dict[int, dict[str, TensorPlan]] = {}  # layer -> its plans
+        for name, p in plans.items():
+            self.plans.setdefault(int(name.split(".", 2)[1]), {})[name] = p
         self.device, self.dtype, self.block = device, dtype, block
         self.capacity = max(1, int(capacity))
         self.on_layer = on_layer
@@ -512,7 +515,10 @@ class LayerStreamer:
             blk = Block(self.cfg, i)
         cast_params(blk, self.dtype)
         blk.to_empty(device=self.device)
-        nbytes = fill(blk, self.plans, self.ck, self.device, self.block, prefix=f"layers.{i}.")
+        plans = self.plans.get(i, {})
+        if len(plans) != len(blk.state_dict()):  # load_release checked every tensor; this guards a changed Block
+            raise RuntimeError(f"internal: layer {i} has {len(blk.state_dict())} tensors, the plan {len(plans)}")
+        nbytes = fill(blk, plans, self.ck, self.device, self.block, prefix=f"layers.{i}.")
         blk.requires_grad_(False)
         blk.eval()
         dt = time.perf_counter() - t0
