@@ -77,7 +77,7 @@ def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: in
     if cache is None:
         cache = Cache(cfg, device=model.device, batch=ids.shape[0], rollback=rollback,
                       mode="bounded" if bounded else "exact")
-    save_at = prefix_cache.save_point(total) if prefix_cache is not None else None
+    save_at = prefix_cache.save_point(total - 1) if prefix_cache is not None else None  # lookups keep the last token
     if save_at is not None and save_at <= reused:
         save_at = None
     tail = total - w if replay_logits else None  # exact: the last W rows in one chunk, to compare with bounded

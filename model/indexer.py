@@ -97,12 +97,25 @@ def select_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def stable_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top k along the last dim; equal scores go to the lower index. `torch.topk` breaks ties in an
+    """Top k along the last dim; among equal scores the lower index wins. `torch.topk` breaks ties in an
     order that depends on the tensor's width, so entries that a query cannot see yet (masked -inf,
     but present in a multi-row forward) could change which of two tied entries it picks: future
-    rows would change past logits (speculative verification depends on this never happening)."""
-    values, indices = scores.sort(dim=-1, descending=True, stable=True)
-    return values[..., :k], indices[..., :k]
+    rows would change past logits (speculative verification depends on this never happening).
+    Linear time (two top-k passes and a cumulative sum), not a full sort: contexts can be long."""
+    k = min(k, scores.shape[-1])
+    kth = scores.topk(k, dim=-1).values[..., -1:]
+    above = scores > kth
+    ties = scores == kth
+    need = k - above.sum(-1, keepdim=True)
+    chosen = above | (ties & (ties.cumsum(-1) <= need))
+    keyed = torch.where(chosen, scores, torch.full_like(scores, float("-inf")))
+    # order by score; ties (and the -inf picks) by index, via a second key on the chosen set only
+    idx = torch.arange(scores.shape[-1], device=scores.device).expand_as(scores)
+    rank = torch.where(chosen, idx, torch.full_like(idx, scores.shape[-1]))
+    order = rank.topk(k, dim=-1, largest=False).indices                  # chosen positions, ascending index
+    vals = keyed.gather(-1, order)
+    resort = vals.sort(dim=-1, descending=True, stable=True).indices      # only k elements: cheap
+    return vals.gather(-1, resort), order.gather(-1, resort)
 
 
 def topk_mask(idx: torch.Tensor, width: int) -> torch.Tensor:

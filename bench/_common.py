@@ -1,0 +1,48 @@
+"""Helpers shared by the benchmarks: a model to measure, timing, and the final key=value line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "data" / "weights" / "tiny"
+
+
+def tiny_model():
+    """The shipped trained tiny model, or random tiny weights (said so) when it is absent."""
+    from model import load
+
+    if (TINY / "model.safetensors").exists():
+        return load(TINY, device="cpu"), "trained tiny"
+    from model import V41Config, V41Model
+    from model.engram import compressed_token_map
+    from model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(TINY / "tokenizer.json")
+    _, n = compressed_token_map(tok)
+    m = V41Model(V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()).init_weights(0)
+    return m.eval().bind_tokenizer(tok), "random tiny (trained weights absent)"
+
+
+def random_ids(n: int, vocab: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(8, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    """Minimum wall time of `repeats` calls (the least disturbed run on a shared machine)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def line(name: str, **kv) -> str:
+    parts = []
+    for k, v in kv.items():
+        parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+    return f"{name}: " + " ".join(parts)
