@@ -4,7 +4,8 @@ from pathlib import Path
 
 import streamlit as st
 
-st.set_page_config(page_title="V4.1 Explorer", page_icon=":material/account_tree:", layout="wide")
+# an emoji favicon is drawn locally; a ":material/...:" one is fetched from a font CDN (fails offline)
+st.set_page_config(page_title="V4.1 Explorer", page_icon="🧭", layout="wide")
 
 HERE = Path(__file__).parent
 SECTIONS = {

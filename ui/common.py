@@ -48,10 +48,14 @@ def device_name() -> str:
 @st.cache_resource(show_spinner="Loading the model ...")
 def load_model(weights: str, path: str = ""):
     """One model per (weights, path) for the whole server."""
+    from streamlit.logger import get_logger
+
     from model import V41Config, V41Model, load
     from model.tokenizer import load_tokenizer
 
     dev = device_name()
+    # one line per real load: bench.load counts them to show the model is shared by all sessions
+    get_logger(__name__).info("Loading the model: weights=%s path=%r device=%s", weights, path, dev)
     if weights == "trained":
         return load(TINY_DIR, device=dev)
     if weights == "random":
