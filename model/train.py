@@ -61,6 +61,8 @@ class TrainConfig:
     drafter_steps: int = 300
     stream: str = ".cache/corpus/tokens_train.npy"
     tokenizer: str = "data/weights/tiny/tokenizer.json"
+    drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/stories.py)
+    init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
 
 
 def lr_at(tc: TrainConfig, step: int) -> float:
@@ -72,6 +74,34 @@ def lr_at(tc: TrainConfig, step: int) -> float:
 
 def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(tc.seed * 1_000_003 + step)
+
+
+def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n rows of packed recall drills (each drill after an <|eos|>), deterministic for a seed."""
+    import random
+
+    from .stories import recall_drill
+    from .tokenizer import EOS_ID
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        ids: list[int] = []
+        while len(ids) < seq_len + 1:
+            ids += [EOS_ID] + tok.encode(recall_drill(rng), add_special_tokens=False).ids
+        start = rng.randrange(0, len(ids) - seq_len) if len(ids) > seq_len + 1 else 0
+        rows.append(ids[start:start + seq_len + 1])
+    t = torch.tensor(rows, dtype=torch.long)
+    return t[:, :-1], t[:, 1:]
+
+
+def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n_drill = int(round(tc.batch * tc.drill_frac))
+    x, y = stream.sample_batch(tc.batch - n_drill, tc.seq_len, batch_generator(tc, step))
+    if n_drill:
+        dx, dy = drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step)
+        x, y = torch.cat([x, dx]), torch.cat([y, dy])
+    return x, y
 
 
 def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41Model:
@@ -217,6 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     opt = make_optimizer(m, tc)
     ckpt = Path(args.ckpt_dir)
     start, log = 0, []
+    previous = None
+    if tc.init_from:
+        src = Path(tc.init_from)
+        if (src / "ckpt.safetensors").exists():
+            t = load_file(str(src / "ckpt.safetensors"))
+            m.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")}, strict=True)
+            meta = json.loads((src / "ckpt.json").read_text())
+            previous = {"from": str(src), "step": meta["step"], "train_config": meta["train"],
+                        "log_every_step": meta.get("log", [])}
+        else:
+            from .weights import load_state_dict
+            load_state_dict(m, src, strict=False)
+            previous = {"from": str(src)}
+        print(f"initialised from {src}", file=sys.stderr)
     if args.resume and (ckpt / "ckpt.safetensors").exists():
         start, log = load_state(ckpt, m, opt)
         print(f"resumed from {ckpt} at step {start}", file=sys.stderr)
@@ -226,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"training {tc.preset}: {n_params / 1e6:.2f}M parameters, {tc.steps} steps x {tokens_per_step} tokens "
           f"on {device} ({torch.get_num_threads()} threads)", file=sys.stderr)
     for step in range(start, tc.steps):
-        x, y = stream.sample_batch(tc.batch, tc.seq_len, batch_generator(tc, step))
+        x, y = make_batch(tc, stream, tok, step)
         rec = train_step(m, opt, x.to(device), y.to(device), tc, step)
         rec["step"] = step + 1
         done = step + 1 - start
@@ -270,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                     "torch": torch.__version__},
         "final": {k: v for k, v in final.items() if isinstance(v, (int, float))},
         "drafter": drafter_info,
+        "previous_phase": previous,
         "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in log],
     }
     (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
