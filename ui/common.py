@@ -15,6 +15,11 @@ from typing import Any, Callable, Hashable
 import streamlit as st
 import torch
 
+# One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP
+# team that cannot get all its cores makes every op wait for the missing thread.
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DIR = ROOT / "data" / "weights" / "tiny"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped)", "random": "Random tiny", "checkpoint": "Checkpoint directory"}
