@@ -1,0 +1,197 @@
+"""The DSpark page's lesson: draft, then verify, with the acceptance statistics of a real run.
+
+Follows reference-brief.md §8.3 (the rules and the expected-tokens formula) and §8.4 (DSpark's
+block drafter, Markov head, confidence head). Pure computations: each takes plain values or the
+`SpecStats` / `StepLog` of `model.dspark` and returns rows a page can draw or tabulate, with the
+formula that produced each number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model.dspark import SpecStats, StepLog, expected_tokens_per_pass, residual, verify
+
+INTRO = (
+    "Producing text one token per pass leaves most of a big model's arithmetic idle: each pass reads every "
+    "weight to make a single token. DSpark lets a small drafter guess the next few tokens at once, and the big "
+    "model then checks all the guesses in one pass. Every guess the big model agrees with is a token gained "
+    "for free; the first guess it disagrees with is replaced by the big model's own choice, and the rest are "
+    "thrown away, together with the cache rows they wrote."
+)
+
+DEFINITIONS = [
+    ("Anchor", "The last token the big model produced. The drafter starts its block from it; the big model "
+               "has not read it yet, so it goes first in the checking pass."),
+    ("Block", "The anchor followed by placeholder (noise) tokens at the next positions. The drafter fills every "
+              "placeholder in one parallel pass, reading the big model's hidden states of the recent context."),
+    ("Markov head", "A cheap correction applied left to right: the token just drafted nudges the scores of the "
+                    "next one, so the guesses in a block fit together."),
+    ("Confidence", "The drafter's own estimate that a guess survives, given that the guesses before it did. "
+                   "Multiplying them gives the chance that a whole prefix survives; drafting can stop when that "
+                   "product gets too small."),
+    ("Verification", "Greedy: keep guesses while they equal the big model's top choice. Sampling: keep guess x "
+                     "with probability min(1, p(x)/q(x)); on a refusal draw from what p has left over q, "
+                     "norm(max(0, p - q)). Either way the text has exactly the big model's distribution."),
+    ("Rollback", "The checking pass wrote a cache row for every guess. Rows of refused guesses are dropped "
+                 "again, so the cache is what it would be had they never been proposed."),
+]
+
+
+@dataclass
+class Explained:
+    label: str
+    value: float
+    formula: str
+
+
+@dataclass
+class PositionRow:
+    position: int              # draft position j (1-based)
+    reached: int               # steps that checked position j
+    accepted: int              # ... and kept it
+    rate: float                # accepted / reached: P(accept j | drafts before j accepted)
+    predicted: float           # mean confidence at j over those steps
+    survival_observed: float   # share of steps drafting >= j tokens whose first j were all kept
+    survival_predicted: float  # mean running product of confidences there
+
+
+# ------------------------------------------------------------------------------------------------
+# Formulas
+# ------------------------------------------------------------------------------------------------
+
+def acceptance(p: torch.Tensor, q: torch.Tensor) -> float:
+    """Chance one drafted token is kept under the sampling rule: sum_x min(p(x), q(x)) = 1 - TV(p, q)."""
+    return float(torch.minimum(p.float(), q.float()).sum())
+
+
+def leftover(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Where a refused position draws from: norm(max(0, p - q))."""
+    return residual(p, q)
+
+
+def expected_tokens(alpha: float, gamma: float) -> float:
+    """Tokens per big-model pass with g guesses each kept with chance a: (1 - a^(g+1)) / (1 - a)."""
+    return expected_tokens_per_pass(alpha, gamma)
+
+
+def walltime_factor(alpha: float, gamma: float, cost_ratio: float) -> float:
+    """Speed-up when a drafter step costs `cost_ratio` of a big-model pass: E[tokens] / (g c + 1)."""
+    return expected_tokens(alpha, gamma) / (gamma * cost_ratio + 1)
+
+
+def survival(confidences: list[float]) -> list[float]:
+    """Running products of the confidences: the predicted chance that the first j guesses all survive."""
+    out, run = [], 1.0
+    for c in confidences:
+        run *= c
+        out.append(run)
+    return out
+
+
+def auto_length(confidences: list[float], threshold: float) -> int:
+    """Guesses to send for checking: stop before the first position whose running product < threshold."""
+    n = 0
+    for s in survival(confidences):
+        if s < threshold:
+            break
+        n += 1
+    return n
+
+
+def formula_table(alpha: float, gammas: range | list[int] = range(1, 9), cost_ratio: float = 0.1) -> list[dict]:
+    return [{"guesses": g, "tokens_per_pass": expected_tokens(alpha, g),
+             "speedup": walltime_factor(alpha, g, cost_ratio)} for g in gammas]
+
+
+# ------------------------------------------------------------------------------------------------
+# A run's statistics
+# ------------------------------------------------------------------------------------------------
+
+def position_rows(stats: SpecStats) -> list[PositionRow]:
+    return [PositionRow(c.position, stats.reached[c.position - 1], stats.accepted_at[c.position - 1], c.observed,
+                        c.predicted, c.observed_survival, c.predicted_survival) for c in stats.calibration]
+
+
+def summary_rows(stats: SpecStats, plain_seconds: float | None = None, plain_tokens: int | None = None) -> list[Explained]:
+    g = stats.mean_draft_length
+    rows = [
+        Explained("checking passes", stats.steps, "one big-model pass per draft-and-verify step"),
+        Explained("guesses checked", sum(stats.reached), "positions the rules looked at"),
+        Explained("guesses kept", stats.accepted, "sum over steps of the accepted prefix length k"),
+        Explained("acceptance a", stats.alpha, "kept / checked"),
+        Explained("mean guesses per step g", g, "drafted / steps"),
+        Explained("tokens per pass (measured)", stats.tokens_per_pass, "emitted / steps = 1 + mean k"),
+        Explained("tokens per pass (formula)", stats.formula_tokens_per_pass,
+                  f"(1 - a^(g+1)) / (1 - a) with a = {stats.alpha:.3f}, g = {g:.2f}"),
+        Explained("drafter seconds", stats.draft_seconds, "sum over steps"),
+        Explained("checking seconds", stats.verify_seconds, "sum over steps"),
+    ]
+    if plain_seconds is not None and plain_tokens:
+        spec_rate = (stats.emitted + 1) / max(1e-9, stats.wall_seconds - stats.prefill_seconds)
+        plain_rate = plain_tokens / max(1e-9, plain_seconds)
+        rows.append(Explained("speed-up vs one token per pass", spec_rate / plain_rate,
+                              "tokens per second with drafting / without"))
+    return rows
+
+
+def step_rows(step: StepLog, decode=None) -> list[dict]:
+    """One row per checked guess, then the token the big model added (correction or bonus)."""
+    text = decode or (lambda t: str(t))
+    rows = []
+    for j, x in enumerate(step.drafted):
+        checked = j < len(step.rules)
+        rows.append({
+            "position": j + 1, "guess": x, "text": text(x), "q(guess)": step.q_draft[j], "p(guess)": step.p_draft[j],
+            "keep chance": step.ratios[j] if j < len(step.ratios) else (1.0 if step.target_top[j] == x else 0.0),
+            "draw": step.uniforms[j] if j < len(step.uniforms) else None,
+            "confidence": step.confidence[j] if j < len(step.confidence) else None,
+            "verdict": step.rules[j] if checked else "not checked (after a refusal)",
+        })
+    last = step.resampled if step.resampled is not None else step.bonus
+    kind = "correction (drawn from the leftover)" if step.resampled is not None else "bonus (all guesses kept)"
+    rows.append({"position": step.accepted + 1, "guess": last, "text": text(last), "q(guess)": None,
+                 "p(guess)": None, "keep chance": None, "draw": None, "confidence": None, "verdict": kind})
+    return rows
+
+
+def cache_rows(step: StepLog) -> list[Explained]:
+    return [Explained("rows written by the checking pass", step.rows_appended, "anchor + guesses"),
+            Explained("rows rolled back", step.rows_rolled_back, "refused guesses (and rows after an end token)"),
+            Explained("cache length after", step.cache_length, "prompt + tokens the big model has read")]
+
+
+# ------------------------------------------------------------------------------------------------
+# Why the sampling rule is lossless: a simulation the page can run
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Simulation:
+    target: list[float]       # p
+    draft: list[float]        # q
+    empirical: list[float]    # share of each token among the first tokens emitted per step
+    acceptance: float         # measured share of kept guesses
+    predicted_acceptance: float
+
+
+def simulate(p: list[float], q: list[float], n: int = 5000, seed: int = 0) -> Simulation:
+    """n one-guess steps: draw x ~ q, apply the rule against p, count the emitted first token."""
+    pt = torch.tensor(p, dtype=torch.float32)
+    qt = torch.tensor(q, dtype=torch.float32)
+    if pt.shape != qt.shape or pt.ndim != 1 or (pt < 0).any() or (qt < 0).any():
+        raise ValueError("p and q must be non-negative lists of the same length")
+    if float(pt.sum()) <= 0 or float(qt.sum()) <= 0:
+        raise ValueError("p and q must each have a positive total")
+    pt, qt = pt / pt.sum(), qt / qt.sum()
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros_like(pt)
+    kept = 0
+    pp = pt.expand(2, -1)
+    for _ in range(n):
+        x = int(torch.multinomial(qt, 1, generator=g))
+        v = verify(pp, qt.view(1, -1), [x], False, g)
+        counts[v.tokens[0]] += 1
+        kept += v.accepted
+    return Simulation(pt.tolist(), qt.tolist(), (counts / n).tolist(), kept / n, acceptance(pt, qt))
