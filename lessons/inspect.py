@@ -107,6 +107,7 @@ class Run:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     step_s: list[float] = field(default_factory=list)
+    memo: dict = field(default_factory=dict, repr=False)   # quantity -> overview matrix (the run is read-only)
 
     @property
     def n(self) -> int:
@@ -400,6 +401,12 @@ def overview(run: Run, quantity: str) -> np.ndarray:
     """[layers, tokens] float array, NaN where the layer has no record for the token."""
     if quantity not in QUANTITIES:
         raise ValueError(f"unknown quantity {quantity!r}")
+    if quantity not in run.memo:
+        run.memo[quantity] = _overview(run, quantity)
+    return run.memo[quantity]
+
+
+def _overview(run: Run, quantity: str) -> np.ndarray:
     n = run.n
     out = np.full((run.n_layers, n), np.nan)
     final = None

@@ -29,12 +29,12 @@ gives the recorded scores and selection back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from model.indexer import NEG_INF, candidate_pool, mask_visible, select_topk, topk_mask
+from model.indexer import NEG_INF, candidate_pool, mask_visible, topk_mask
 from model.mhc import collapse
 from model.quant import fake_latent
 from model.rope import apply_rope
@@ -71,6 +71,23 @@ class LayerInputs:
     would_share: torch.Tensor       # [S, H, T] exp(z) / Z: share each entry would get against the actual
                                     #   denominator Z (equals the recorded share for the entries read)
     recorded_topk: torch.Tensor     # [S, k0] the model's own selection (-1 = none)
+    memo: dict = field(default_factory=dict, repr=False)   # k -> exhaustive mask; "probs"; "actual"
+
+    def index_probs(self) -> torch.Tensor:
+        """softmax of the index scores over the visible entries (zeros where nothing is visible)."""
+        if "probs" not in self.memo:
+            self.memo["probs"] = index_softmax(self.scores)
+        return self.memo["probs"]
+
+    def exhaustive(self, k: int) -> torch.Tensor:
+        if ("exhaustive", k) not in self.memo:   # independent of the pool: computed once per k
+            self.memo[("exhaustive", k)] = stable_topk_mask(self.scores, k)
+        return self.memo[("exhaustive", k)]
+
+    def actual(self) -> torch.Tensor:
+        if "actual" not in self.memo:
+            self.memo["actual"] = topk_mask(self.recorded_topk, self.scores.shape[-1])
+        return self.memo["actual"]
 
 
 @dataclass
@@ -85,6 +102,7 @@ class PoolInputs:
     topk_blocks: int                # the config's values
     block_size: int
     index_topk: int
+    memo: dict = field(default_factory=dict, repr=False)   # (blocks, k) -> reselect() result
 
     @property
     def width(self) -> int:
@@ -169,12 +187,28 @@ def pool_mask(candidate_scores: torch.Tensor, positions: torch.Tensor, ratio: in
     return keep[0]
 
 
+def stable_topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., T] -> bool mask of the same entries `model.indexer.select_topk` picks (top k, equal scores to the
+    lower index, -inf never), without its full stable sort: everything above the k-th largest value, then the
+    lowest-index entries equal to it until k are taken. A test checks it against select_topk."""
+    k = min(int(k), scores.shape[-1])
+    if k <= 0:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    kth = scores.topk(k, dim=-1).values[..., -1:]
+    above = scores > kth
+    tied = scores == kth
+    need = k - above.sum(-1, keepdim=True)
+    out = above | tied
+    over = (tied.sum(-1, keepdim=True) > need).squeeze(-1)      # rows with more ties than places left
+    if bool(over.any()):
+        t = tied[over]
+        out[over] = above[over] | (t & (t.cumsum(-1) <= need[over]))
+    return out & (scores > NEG_INF)
+
+
 def selections(scores: torch.Tensor, pool: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(restricted [S, T] bool, exhaustive [S, T] bool) top-k masks."""
-    width = scores.shape[-1]
-    r, _ = select_topk(scores.masked_fill(~pool, NEG_INF).unsqueeze(0), k)
-    e, _ = select_topk(scores.unsqueeze(0), k)
-    return topk_mask(r, width)[0], topk_mask(e, width)[0]
+    return stable_topk_mask(scores.masked_fill(~pool, NEG_INF), k), stable_topk_mask(scores, k)
 
 
 def recall(restricted: torch.Tensor, exhaustive: torch.Tensor) -> torch.Tensor:
@@ -184,22 +218,26 @@ def recall(restricted: torch.Tensor, exhaustive: torch.Tensor) -> torch.Tensor:
     return torch.where(n > 0, hit / n.clamp_min(1), torch.full_like(n, float("nan")))
 
 
-def indexer_mass(scores: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-    """[S] share of softmax(scores over the visible entries) that falls on `chosen` (0 where nothing visible)."""
+def index_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """softmax over the visible entries (-inf = not visible); rows that see nothing are all zeros."""
     vis = torch.isfinite(scores)
     p = torch.softmax(scores.masked_fill(~vis, NEG_INF).float(), -1)
-    p = torch.where(vis.any(-1, keepdim=True), p, torch.zeros_like(p))
-    return (p * chosen).sum(-1)
+    return torch.where(vis.any(-1, keepdim=True), p, torch.zeros_like(p))
+
+
+def indexer_mass(scores: torch.Tensor, chosen: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
+    """[S] share of softmax(scores over the visible entries) that falls on `chosen` (0 where nothing visible)."""
+    p = index_softmax(scores) if probs is None else probs
+    return torch.bmm(p.unsqueeze(1), chosen.to(p.dtype).unsqueeze(-1)).view(-1)
 
 
 def attention_mass(would_share: torch.Tensor, actual: torch.Tensor, counterfactual: torch.Tensor,
                    dropped: torch.Tensor) -> torch.Tensor:
     """[S] mean over heads of the share `dropped` entries get when the layer reads `counterfactual` instead of
     the `actual` selection: sum_dropped a / (1 - sum_actual a + sum_counterfactual a), a = exp(z) / Z."""
-    a = would_share.float()
-    sel = lambda m: (a * m.unsqueeze(1)).sum(-1)  # noqa: E731  [S, H]
-    denom = (1.0 - sel(actual) + sel(counterfactual)).clamp_min(1e-12)
-    return (sel(dropped) / denom).mean(-1)
+    masks = torch.stack([actual, counterfactual, dropped], -1).to(would_share.dtype)   # [S, T, 3]
+    s_act, s_cf, s_drop = torch.bmm(would_share, masks).float().unbind(-1)              # [S, H] each
+    return (s_drop / (1.0 - s_act + s_cf).clamp_min(1e-12)).mean(-1)
 
 
 @dataclass
@@ -221,20 +259,26 @@ def reselect(inp: PoolInputs, topk_blocks: int | None = None, k: int | None = No
     k = inp.index_topk if k is None else int(k)
     if nb < 1 or k < 1:
         raise ValueError("pool size and k must be at least 1")
+    if (nb, k) in inp.memo:      # a slider position seen before (inputs are read-only, results too)
+        return inp.memo[(nb, k)]
     pool = pool_mask(inp.candidate_scores, inp.positions, inp.ratio, nb, inp.block_size)
     out = {}
     for lid, li in inp.layers.items():
         w = li.scores.shape[-1]
         pl = pool[:, :w]
-        r, e = selections(li.scores, pl, k)
+        r = stable_topk_mask(li.scores.masked_fill(~pl, NEG_INF), k)
+        e = li.exhaustive(k)
         dropped = e & ~r
-        actual = topk_mask(li.recorded_topk, w)
+        actual = li.actual()
         matches = True
         if nb == inp.topk_blocks and k == inp.index_topk:
             matches = bool(torch.equal(r, actual))
         out[lid] = LayerResult(layer=lid, pool=pl, restricted=r, exhaustive=e, dropped=dropped, recall=recall(r, e),
-                               indexer_mass=indexer_mass(li.scores, dropped),
+                               indexer_mass=indexer_mass(li.scores, dropped, li.index_probs()),
                                attention_mass=attention_mass(li.would_share, actual, e, dropped), matches_model=matches)
+    if len(inp.memo) > 32:
+        inp.memo.clear()
+    inp.memo[(nb, k)] = out
     return out
 
 

@@ -67,8 +67,11 @@ qp_set(sample=sample_i if from_sample else None, prompt=None if from_sample or l
 
 def _compute(progress):
     tr = trace_for_pools(model, ids, mode, progress=lambda f, m: progress(0.9 * f, m))
-    progress(0.95, "re-running the Reindex layers' queries on the recorded states")
-    return reindex_inputs(model, tr)
+    progress(0.9, "re-running the Reindex layers' queries on the recorded states")
+    inp = reindex_inputs(model, tr)
+    progress(0.97, "selecting at the configured pool size and k")
+    reselect(inp)
+    return inp
 
 
 try:

@@ -182,6 +182,18 @@ def test_selection_recall_and_indexer_mass_by_hand():
     assert math.isnan(pools.recall(torch.zeros(1, 3, dtype=torch.bool), torch.zeros(1, 3, dtype=torch.bool)).item())
 
 
+def test_stable_topk_mask_equals_the_models_selection():
+    from model.indexer import select_topk, topk_mask
+
+    g = torch.Generator().manual_seed(0)
+    for k in (1, 3, 7, 40):
+        scores = torch.randint(-3, 4, (1, 30, 33), generator=g).float()     # many ties
+        scores[:, :, 20:] = -INF                                            # and invisible entries
+        scores[0, 5] = -INF                                                 # a row that sees nothing
+        idx, _ = select_topk(scores, k)
+        assert torch.equal(pools.stable_topk_mask(scores[0], k), topk_mask(idx, 33)[0])
+
+
 def test_attention_mass_by_hand():
     # one head; against the actual denominator Z: read entries 1 and 2 got 0.2 and 0.1, entry 0 would get 0.4
     a = torch.tensor([[[0.4, 0.2, 0.1, 0.05]]])

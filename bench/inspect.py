@@ -1,0 +1,154 @@
+"""`python -m bench.inspect`: how responsive the "Run a prompt" pages are on a 2,000-token prompt.
+
+Measures, in one run on the tiny model (trained weights when shipped, else random ones):
+- trace_2k: reading a 2,000-token prompt with the tracer on (bounded prefill, the inspector's default;
+  exact too), i.e. what the inspector does once per prompt behind its progress bar;
+- each interaction once the run is cached, as the lesson computations alone (layer view, overview per
+  quantity, pool re-selection) and as whole page reruns through Streamlit's AppTest (step a layer,
+  move the token, change the overview quantity, move the pool slider), which is what the reader waits for;
+- the one-time costs around them (the pools page's full-detail trace and re-run, the trace JSON).
+Last line: `inspect: trace_2k_s=… worst_interaction_s=…` (worst = slowest cached page rerun).
+Timings are wall-clock on this machine's CPU and include whatever else it is running (load shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _model(weights: str):
+    from ui.common import TINY_DIR, trained_available
+
+    if weights == "trained" or (weights == "auto" and trained_available()):
+        from model import load
+
+        return load(TINY_DIR, device="cpu"), "trained"
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import random_tiny
+
+    return random_tiny(), "random"
+
+
+def long_prompt(model, n: int = 2000) -> tuple[str, list[int]]:
+    """Story text cut to exactly n tokens (held-out stories joined until long enough)."""
+    from model.stories import load_heldout_stories
+
+    text, ids = "", []
+    for row in sorted(load_heldout_stories(), key=lambda r: -len(r["text"])):
+        text += row["text"] + "\n"
+        ids = model.encode(text)
+        if len(ids) >= n:
+            break
+    ids = ids[:n]
+    return model.decode(ids), ids
+
+
+def timed(fn, *a, repeat: int = 1, **kw):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn(*a, **kw)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.inspect")
+    ap.add_argument("--weights", choices=["auto", "trained", "random"], default="auto")
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--no-pages", action="store_true", help="skip the AppTest page reruns")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+    from lessons import inspect as ins
+    from lessons import pools
+
+    model, kind = _model(a.weights)
+    text, ids = long_prompt(model, a.tokens)
+    cfg = model.cfg
+    print(f"tiny model ({kind} weights), prompt {len(ids)} tokens, {torch.get_num_threads()} threads, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    rows: list[tuple[str, float]] = []
+
+    t_b, run = timed(ins.run_prompt, model, ids, "bounded")
+    rows.append(("trace 2k, bounded (once per prompt)", t_b))
+    t_e, run_e = timed(ins.run_prompt, model, ids, "exact")
+    rows.append(("trace 2k, exact (once per prompt)", t_e))
+    t_g, _ = timed(ins.run_prompt, model, ids, "bounded", new_tokens=8)
+    rows.append(("trace 2k + 8 generated tokens, bounded", t_g))
+
+    lesson: list[tuple[str, float]] = []
+    last = run_e.n - 1
+    worst_view = max(timed(ins.layer_view, run_e, layer, pos, cfg, model=model, repeat=3)[0]
+                     for layer in range(cfg.num_hidden_layers) for pos in (last, run_e.n // 2))
+    lesson.append(("layer view (any layer, token)", worst_view))
+    for q in ins.QUANTITIES:
+        lesson.append((f"overview: {q} (first time; then memoised)", timed(ins._overview, run_e, q)[0]))
+    t_json, js = timed(ins.trace_to_json, run.trace, run.tokens, include_scores=False)
+    rows.append((f"trace JSON without scores ({len(js) / 1e6:.1f} MB, on download)", t_json))
+
+    t_full, tr = timed(pools.trace_for_pools, model, ids, "exact")
+    t_rerun, inp = timed(pools.reindex_inputs, model, tr)
+    rows.append(("pools: full-detail trace (once per prompt)", t_full))
+    rows.append(("pools: re-run of the Reindex layers (once per prompt)", t_rerun))
+    for nb, k in ((cfg.candidate_topk_blocks, cfg.index_topk), (2, 4), (64, cfg.index_topk)):
+        t, res = timed(pools.reselect, inp, nb, k)
+        t2, _ = timed(pools.summary_rows, inp, res)
+        lesson.append((f"pools: re-select pool={nb} k={k} + summary", t + t2))
+
+    page: list[tuple[str, float]] = []
+    if not a.no_pages:
+        from streamlit.testing.v1 import AppTest
+
+        def app(name: str, **qp) -> AppTest:
+            at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=600)
+            at.query_params["weights"] = kind
+            for k_, v in qp.items():
+                at.query_params[k_] = str(v)
+            return at
+
+        at = app("inspector", prompt=text)
+        rows.append(("inspector page, first run (loads the model, traces)", timed(at.run)[0]))
+        assert not at.exception, [e.value for e in at.exception]
+        page.append(("inspector: rerun, nothing changed", timed(at.run)[0]))
+        page.append(("inspector: Next layer", timed(at.button(key="insp_next").click().run)[0]))
+        page.append(("inspector: Back layer", timed(at.button(key="insp_back").click().run)[0]))
+        page.append(("inspector: token -> middle", timed(at.slider(key="insp_token").set_value(len(ids) // 2).run)[0]))
+        page.append(("inspector: overview quantity", timed(at.selectbox(key="insp_quantity")
+                                                           .set_value("attention entropy").run)[0]))
+        page.append(("inspector: one head", timed(at.radio(key="insp_head").set_value("head 1").run)[0]))
+        assert not at.exception, [e.value for e in at.exception]
+        at = app("indexer_pools", prompt=text)
+        rows.append(("pools page, first run (full trace + re-run)", timed(at.run)[0]))
+        assert not at.exception, [e.value for e in at.exception]
+        page.append(("pools: pool slider", timed(at.slider(key="pool_nb").set_value(2).run)[0]))
+        page.append(("pools: k slider", timed(at.slider(key="pool_k").set_value(4).run)[0]))
+        page.append(("pools: query token", timed(at.select_slider(key="pool_token").set_value(len(ids) // 2).run)[0]))
+        assert not at.exception, [e.value for e in at.exception]
+
+    print(f"\n{'one-time work':62} {'seconds':>8}")
+    for name, t in rows:
+        print(f"{name:62} {t:8.3f}")
+    print(f"\n{'interaction: lesson computation only':62} {'seconds':>8}")
+    for name, t in lesson:
+        print(f"{name:62} {t:8.3f}")
+    if page:
+        print(f"\n{'interaction: whole page rerun (AppTest, cached run)':62} {'seconds':>8}")
+        for name, t in page:
+            print(f"{name:62} {t:8.3f}")
+    worst = max(t for _, t in (page or lesson))
+    print(f"inspect: trace_2k_s={t_b:.2f} trace_2k_exact_s={t_e:.2f} worst_interaction_s={worst:.3f} "
+          f"worst_lesson_s={max(t for _, t in lesson):.3f} load={os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
