@@ -119,7 +119,8 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--ckpt", default=None, help="use this release directory instead of writing one")
+    ap.add_argument("--ckpt", default=None, help="release directory to use; written there (and kept) if it "
+                                                 "has no config.json yet")
     ap.add_argument("--child", choices=("resident", "streamed"), help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -133,7 +134,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_streaming_") as tmp:
         tmp = Path(tmp)
         ckpt = Path(args.ckpt) if args.ckpt else tmp / "ckpt"
-        if not args.ckpt:
+        if not (ckpt / "config.json").exists():
             t0 = time.perf_counter()
             info = build(ckpt, args.hidden, args.experts, args.inter, seed=0)
             print(f"checkpoint: small preset, hidden {args.hidden}, {args.experts} experts x {args.inter}: "

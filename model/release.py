@@ -41,7 +41,9 @@ once with a `CheckpointError` naming the file and the tensor. When the model wou
 memory budget (argument, env `V41_MEMORY_BUDGET` like "2G", or 80% of free memory / 90% of free GPU
 memory) only embeddings, final norm and head stay resident; `LayerStreamer.layer(i)` builds Block i
 on the meta device, materializes it with `to_empty` and copies its dequantized tensors from the
-shards as the forward reaches it, dropping the least recently used layer first.
+shards as the forward reaches it, dropping the least recently used layer first; a streamed Engram
+layer never materializes its table (3.8e8 rows in the release): `MappedEngramTable` reads the rows a
+forward needs from the memory-mapped shard. Streamed and resident logits are bitwise equal.
 Only safetensors are read: nothing in a checkpoint can execute code.
 """
 
@@ -60,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -170,6 +173,7 @@ class TensorInfo:
     file: Path
     dtype: str                 # safetensors code, e.g. "F8_E4M3"
     shape: tuple[int, ...]
+    offset: int = 0            # absolute byte offset of the data in the file
 
     @property
     def nbytes(self) -> int:
@@ -210,7 +214,7 @@ def read_header(f: Path) -> dict[str, TensorInfo]:
         if b > data:
             raise CheckpointError(f"{f}: truncated: tensor {name!r} needs data bytes {a}..{b} but the file holds "
                                   f"only {data} (re-download or re-copy this shard)")
-        out[name] = TensorInfo(name, f, dtype, shape)
+        out[name] = TensorInfo(name, f, dtype, shape, 8 + n + int(a))
     return out
 
 
@@ -463,6 +467,50 @@ def memory_budget(device: torch.device) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
+# Engram tables, memory-mapped (streaming): the released tables have ~3.8e8 rows, and a forward reads
+# only the rows its n-gram hashes name
+# ------------------------------------------------------------------------------------------------
+
+def _mapped(info: TensorInfo) -> np.memmap:
+    row = math.prod(info.shape[1:]) * _ELT_BYTES[info.dtype]
+    return np.memmap(info.file, dtype=np.uint8, mode="r", offset=info.offset, shape=(info.shape[0], row))
+
+
+class MappedEngramTable(torch.nn.Module):
+    """Stands in for `EngramEmbedding` in a streamed layer: looks rows up in the shard file (memory-mapped)
+    and dequantizes just those, to the values the resident (dequantized) table holds."""
+
+    def __init__(self, plan: TensorPlan, device: torch.device):
+        super().__init__()
+        self.plan, self.device = plan, device
+        self.rows, self.dim = plan.shape
+        self._w = _mapped(plan.source)
+        self._s = _mapped(plan.scale) if plan.kind == "engram_fp8" else None
+
+    def _gather(self, mm: np.memmap, info: TensorInfo, idx: np.ndarray) -> torch.Tensor:
+        raw = torch.from_numpy(np.ascontiguousarray(mm[idx]))
+        return raw.view(info.torch_dtype).reshape(len(idx), *info.shape[1:])
+
+    def full(self) -> dict[str, torch.Tensor]:
+        """The whole dequantized table as `EngramEmbedding` tensors (weight, unit scale), e.g. for writing."""
+        ids = torch.arange(self.rows)
+        return {"weight": self(ids), "scale": torch.ones(self.rows, max(1, self.dim // ENGRAM_BLOCK))}
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1).cpu().numpy()
+        if flat.size and (flat.min() < 0 or flat.max() >= self.rows):
+            raise IndexError(f"Engram row id out of range [0, {self.rows})")
+        uniq, inv = np.unique(flat, return_inverse=True)
+        w = self._gather(self._w, self.plan.source, uniq)
+        raw = {self.plan.source.name: w}
+        if self._s is not None:
+            raw[self.plan.scale.name] = self._gather(self._s, self.plan.scale, uniq)
+        sub = dataclasses.replace(self.plan, shape=(len(uniq), self.dim))
+        rows = dequantize(sub, raw, self.device, 0)
+        return rows[torch.from_numpy(inv.reshape(-1)).to(self.device)].reshape(*ids.shape, self.dim)
+
+
+# ------------------------------------------------------------------------------------------------
 # Layer streaming
 # ------------------------------------------------------------------------------------------------
 
@@ -513,9 +561,13 @@ class LayerStreamer:
         t0 = time.perf_counter()
         with torch.device("meta"):
             blk = Block(self.cfg, i)
+        plans = dict(self.plans.get(i, {}))
+        table = plans.get(f"layers.{i}.engram.embed.weight")
+        if table is not None:  # never materialize the table: rows are read from the shard on use
+            blk.engram.embed = MappedEngramTable(table, self.device)
+            plans = {n: p for n, p in plans.items() if not n.startswith(f"layers.{i}.engram.embed.")}
         cast_params(blk, self.dtype)
         blk.to_empty(device=self.device)
-        plans = self.plans.get(i, {})
         if len(plans) != len(blk.state_dict()):  # load_release checked every tensor; this guards a changed Block
             raise RuntimeError(f"internal: layer {i} has {len(blk.state_dict())} tensors, the plan {len(plans)}")
         nbytes = fill(blk, plans, self.ck, self.device, self.block, prefix=f"layers.{i}.")
@@ -777,6 +829,9 @@ def _model_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
         blk = model.layer(i) if getattr(model, "streamer", None) is not None else model.layers[i]
         for k, v in blk.state_dict().items():
             yield f"layers.{i}.{k}", v
+        if blk.engram is not None and isinstance(blk.engram.embed, MappedEngramTable):
+            for k, v in blk.engram.embed.full().items():
+                yield f"layers.{i}.engram.embed.{k}", v
     yield from (kv for kv in top if not kv[0].startswith("embed."))
 
 

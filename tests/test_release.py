@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from model import CheckpointError, load
 from model.quant import (FP4_VALUES, dequantize_fp8_weight, dequantize_mxfp4_weight, quantize_fp8_weight,
                          quantize_mxfp4_weight)
-from model.release import (INDEX, load_release, main, parse_bytes, read_header, write_release)
+from model.release import INDEX, MappedEngramTable, load_release, main, parse_bytes, read_header, write_release
 from conftest import ROOT, random_model
 
 IDS = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
@@ -274,6 +274,9 @@ def test_streamed_logits_equal_resident(release_dir, resident):
     with torch.no_grad():
         s(IDS[:, :5])
     assert s.streamer.loads == 2 * n  # every forward re-reads every layer
+    engram_layer = s.streamer.layer(s.cfg.engram_layer_ids[0])  # its table stays in the shard, memory-mapped
+    assert isinstance(engram_layer.engram.embed, MappedEngramTable)
+    assert not any("engram.embed" in k for k in engram_layer.state_dict())
 
 
 def test_stream_decision_from_budget_env(release_dir, monkeypatch):
@@ -307,8 +310,8 @@ def test_writer_reads_a_streamed_model(tmp_path, release_dir, resident):
     s = load_release(release_dir, device="cpu", budget_bytes=small_budget(resident))
     d = write_release(s, tmp_path / "again", fp8=False, mxfp4_experts=False)
     again = load(d, device="cpu")
-    assert torch.equal(again.state_dict()["layers.5.ffn.experts.1.w3.weight"],
-                       resident.state_dict()["layers.5.ffn.experts.1.w3.weight"])
+    for n in ("layers.5.ffn.experts.1.w3.weight", "layers.1.engram.embed.weight"):  # the table: read row by row
+        assert torch.equal(again.state_dict()[n], resident.state_dict()[n]), n
 
 
 # ------------------------------------------------------------------------------------------------
