@@ -62,6 +62,7 @@ class TrainConfig:
     stream: str = ".cache/corpus/tokens_train.npy"
     tokenizer: str = "data/weights/tiny/tokenizer.json"
     drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/stories.py)
+    repeat_frac: float = 0.0            # share made of repeated random spans (pure copy-from-far-back practice)
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
 
 
@@ -95,12 +96,35 @@ def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torc
     return t[:, :-1], t[:, 1:]
 
 
+def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n rows where random token spans (8-24 tokens) come back after 0-400 tokens of corpus text:
+    the second copy can only be predicted by finding the first, near or far back. This is the
+    cheapest way to make a small model form its copy (induction) behaviour on a short budget."""
+    rows = []
+    for _ in range(n):
+        ids: list[int] = []
+        while len(ids) < seq_len + 1:
+            span = torch.randint(8, vocab, (int(torch.randint(8, 25, (1,), generator=generator)),),
+                                 generator=generator).tolist()
+            gap = int(torch.randint(0, 401, (1,), generator=generator))
+            fx, _ = stream.sample_batch(1, max(gap, 2), generator)
+            ids += span + fx[0, :gap].tolist() + span
+        rows.append(ids[:seq_len + 1])
+    t = torch.tensor(rows, dtype=torch.long)
+    return t[:, :-1], t[:, 1:]
+
+
 def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     n_drill = int(round(tc.batch * tc.drill_frac))
-    x, y = stream.sample_batch(tc.batch - n_drill, tc.seq_len, batch_generator(tc, step))
+    n_rep = int(round(tc.batch * tc.repeat_frac))
+    g = batch_generator(tc, step)
+    x, y = stream.sample_batch(tc.batch - n_drill - n_rep, tc.seq_len, g)
     if n_drill:
         dx, dy = drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step)
         x, y = torch.cat([x, dx]), torch.cat([y, dy])
+    if n_rep:
+        rx, ry = repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size())
+        x, y = torch.cat([x, rx]), torch.cat([y, ry])
     return x, y
 
 
