@@ -62,7 +62,7 @@ class TrainConfig:
     stream: str = ".cache/corpus/tokens_train.npy"
     tokenizer: str = "data/weights/tiny/tokenizer.json"
     drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/stories.py)
-    repeat_frac: float = 0.0            # share made of repeated random spans (pure copy-from-far-back practice)
+    repeat_frac: float = 0.0            # share made of repeated text spans (pure copy-from-far-back practice)
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
 
 
@@ -97,17 +97,22 @@ def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torc
 
 
 def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """n rows where random token spans (8-24 tokens) come back after 0-400 tokens of corpus text:
-    the second copy can only be predicted by finding the first, near or far back. This is the
-    cheapest way to make a small model form its copy (induction) behaviour on a short budget."""
+    """n rows where spans of corpus text (8-24 tokens) come back after a gap of other corpus text,
+    half the time inside the window (0-16 tokens), half far back (32-400 tokens): the second copy
+    can only be predicted by finding the first. Real-text spans (frequent tokens with trained
+    embeddings) make this the quickest way for a small model to learn to copy from far back; random
+    token ids are much slower to learn from. `vocab` is kept for the signature."""
     rows = []
     for _ in range(n):
         ids: list[int] = []
         while len(ids) < seq_len + 1:
-            span = torch.randint(8, vocab, (int(torch.randint(8, 25, (1,), generator=generator)),),
-                                 generator=generator).tolist()
-            gap = int(torch.randint(0, 401, (1,), generator=generator))
+            span_len = int(torch.randint(8, 25, (1,), generator=generator))
+            near = bool(torch.rand((), generator=generator) < 0.5)
+            gap = int(torch.randint(0, 17, (1,), generator=generator)) if near else \
+                int(torch.randint(32, 401, (1,), generator=generator))
+            sx, _ = stream.sample_batch(1, span_len, generator)
             fx, _ = stream.sample_batch(1, max(gap, 2), generator)
+            span = sx[0].tolist()
             ids += span + fx[0, :gap].tolist() + span
         rows.append(ids[:seq_len + 1])
     t = torch.tensor(rows, dtype=torch.long)
