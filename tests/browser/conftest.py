@@ -1,0 +1,197 @@
+"""Real-browser fixtures: the app started as the README starts it, driven by Playwright in Debian's Chromium.
+
+- `app`: `streamlit run app.py` on a free loopback port (bench/server.py), waited for through
+  /_stcore/health, stopped by its process id at the end of the session.
+- `browser`: headless /usr/bin/chromium (Playwright's own browser download is not used) with a fresh
+  user-data directory and no network beyond loopback.
+- `ui`: one tab per test, wrapped in `AppPage` (open a page, wait for the script run and the charts,
+  read text back, collect console errors, save a screenshot to artifacts/screenshots/).
+
+Weights: the trained tiny weights when data/weights/tiny/model.safetensors exists, else `?weights=random`.
+Everything waits generously (BROWSER_TIMEOUT_S, default 600 s) because a loaded 2-core machine can
+take a minute to run a page; a fast machine passes through these waits at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import server as app_server  # noqa: E402
+
+SHOTS = ROOT / "artifacts" / "screenshots"
+TIMEOUT_MS = int(float(os.environ.get("BROWSER_TIMEOUT_S", "600")) * 1000)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def chromium_path() -> str | None:
+    for p in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+        if p and Path(p).exists():
+            return p
+    return None
+
+
+@pytest.fixture(scope="session")
+def app(tmp_path_factory):
+    srv = app_server.start(tmp_path_factory.mktemp("server") / "server.log")
+    yield srv
+    srv.stop()
+    assert srv.model_loads() <= 1, f"the model was loaded {srv.model_loads()} times in one server"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    exe = chromium_path()
+    if exe is None:
+        msg = "Debian's chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="v41-chromium-")
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=exe, headless=True, args=CHROMIUM_ARGS,
+                                                    viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+        # loopback only: anything else is refused in the browser and reported as a failed request
+        ctx.route(re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/]).*"), lambda route: route.abort())
+        yield ctx
+        ctx.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+class AppPage:
+    """One browser tab on the app, with the waits and reads every page test needs."""
+
+    def __init__(self, page, app, name: str):
+        self.page, self.app, self.name = page, app, name
+        self.console: list[str] = []
+        self.failed: list[str] = []
+        self.dialogs: list[str] = []
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        page.on("requestfailed", lambda r: self.failed.append(f"{r.url} {r.failure}"))
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        page.set_default_timeout(TIMEOUT_MS)
+
+    # ---- navigation and waiting ----------------------------------------------------------------------------
+    def open(self, path: str = "", **params) -> "AppPage":
+        w = app_server.default_weights()
+        if w and "weights" not in params:
+            params = {"weights": w, **params}
+        q = ("?" + urlencode(params)) if params else ""
+        self.page.goto(f"{self.app.url}/{path}{q}")
+        return self.settle()
+
+    def settle(self, charts: bool = True) -> "AppPage":
+        """Wait until the script run is over and every chart on the page has drawn."""
+        p = self.page
+        p.wait_for_selector('[data-testid="stApp"]')
+        time.sleep(0.3)      # let a rerun that was just triggered register as running
+        p.wait_for_function(
+            """() => { const a = document.querySelector('[data-testid="stApp"]');
+                       return a && a.getAttribute('data-test-script-state') === 'notRunning'
+                              && !document.querySelector('[data-testid="stSkeleton"]'); }""",
+            timeout=TIMEOUT_MS)
+        if charts:  # visible charts only: those in closed tabs or expanders draw when opened
+            p.wait_for_function(
+                """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                          .filter(c => c.offsetParent !== null).every(c => c.querySelector('.main-svg'))""",
+                timeout=TIMEOUT_MS)
+        return self
+
+    def charts(self) -> int:
+        """How many plotly charts have drawn their SVG."""
+        return self.page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                                            .filter(c => c.querySelector('.main-svg')).length""")
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def main_text(self) -> str:
+        return self.page.locator('[data-testid="stMain"]').inner_text()
+
+    def texts(self, selector: str) -> list[str]:
+        return self.page.locator(selector).all_inner_texts()
+
+    def key(self, key: str):
+        """The element container of the widget with this key."""
+        return self.page.locator(f".st-key-{key}")
+
+    def wait_text(self, selector: str, pattern: str, timeout: int = TIMEOUT_MS) -> str:
+        """Wait until some element matching `selector` has text matching the regex `pattern`; return it."""
+        self.page.wait_for_function(
+            """([sel, pat]) => [...document.querySelectorAll(sel)].some(e => new RegExp(pat).test(e.innerText))""",
+            arg=[selector, pattern], timeout=timeout)
+        return next(t for t in self.texts(selector) if re.search(pattern, t))
+
+    def alerts(self, kind: str = "") -> list[str]:
+        """Texts of st.warning / st.error / st.info boxes (kind: Warning, Error, Info, Success or '' for all)."""
+        return self.texts(f'[data-testid="stAlertContent{kind}"]' if kind else '[data-testid="stAlert"]')
+
+    # ---- acting --------------------------------------------------------------------------------------------
+    def choose(self, key: str, option: str) -> "AppPage":
+        """Pick `option` (its visible text) in the selectbox with this key."""
+        box = self.key(key).locator('[data-baseweb="select"]')
+        box.click()
+        self.page.locator('[role="option"]', has_text=option).first.click()
+        return self.settle()
+
+    def click(self, key: str) -> "AppPage":
+        self.key(key).locator("button").first.click()
+        return self.settle()
+
+    def type_into(self, key: str, text: str, submit: str = "Control+Enter") -> "AppPage":
+        """Replace a text area / text input / number input's content and commit it like a reader."""
+        box = self.key(key).locator("textarea, input").first
+        box.fill(text)
+        box.press(submit)
+        return self.settle()
+
+    # ---- checks --------------------------------------------------------------------------------------------
+    def assert_clean(self) -> None:
+        """No Streamlit exception box, no browser console error, no failed request, no JS dialog."""
+        exc = self.texts('[data-testid="stException"]')
+        assert not exc, f"{self.name}: Streamlit exception box(es): {exc}"
+        assert not self.console, f"{self.name}: browser console errors: {self.console}"
+        assert not self.failed, f"{self.name}: failed requests: {self.failed}"
+        assert not self.dialogs, f"{self.name}: a dialog opened (script ran?): {self.dialogs}"
+
+    def shot(self, name: str | None = None) -> Path:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"{name or self.name}.png"
+        self.page.screenshot(path=str(path))
+        return path
+
+
+@pytest.fixture
+def ui(app, browser, request):
+    page = browser.new_page()
+    ap = AppPage(page, app, request.node.name.removeprefix("test_").replace("[", "-").rstrip("]"))
+    yield ap
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:  # what the page looked like when the test failed
+        try:
+            ap.shot(ap.name + "-failed")
+        except Exception:
+            pass
+    page.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep

@@ -1,0 +1,256 @@
+"""Every page of the app in a real browser: it draws its charts, its main interaction changes what is shown,
+and no Streamlit exception box, console error or failed request appears. One screenshot per page goes to
+artifacts/screenshots/ (the README's pictures are copies of some of them)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.browser
+
+
+def listed_pages() -> list[tuple[str, str]]:
+    """(file, title) of every page app.py lists whose file exists."""
+    tree = ast.parse((ROOT / "app.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
+            return [(f, t) for pages in ast.literal_eval(node.value).values() for f, t, *_ in pages
+                    if (ROOT / f).exists()]
+    raise AssertionError("app.py has no SECTIONS literal")
+
+
+def number(text: str) -> int:
+    return int(re.search(r"\d[\d,]*", text).group().replace(",", ""))
+
+
+def heading(ui, pattern: str) -> str:
+    return ui.wait_text('[data-testid="stMain"] h3, [data-testid="stMain"] h2', pattern)
+
+
+COVERED = {"start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
+           "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation"}
+
+
+def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
+    pages = listed_pages()
+    missing = {f.split("/")[-1][:-3] for f, _ in pages} - COVERED
+    assert not missing, f"pages without a browser test: {missing}"
+    ui.open()
+    nav = ui.page.locator('[data-testid="stSidebarNav"]')
+    more = nav.locator('[data-testid="stSidebarNavViewButton"]')
+    if more.count():
+        more.click()                              # "View N more"
+    links = [re.sub(r"^\S+\n+", "", t).strip() for t in nav.locator('[data-testid="stSidebarNavLink"]').all_inner_texts()]
+    assert [t for _, t in pages] == links
+    # a click in the sidebar opens the page (client-side navigation, no reload)
+    nav.locator('[data-testid="stSidebarNavLink"]', has_text="Layer map").click()
+    ui.page.wait_for_url(re.compile(r"/layer_map"))
+    ui.settle()
+    assert ui.page.locator("h1").first.inner_text().startswith("Layer map")
+    ui.assert_clean()
+
+
+def test_start(ui):
+    ui.open()
+    assert ui.charts() == 1
+    before = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
+    ui.type_into("start_prompt", "Anna put the silver key in the green box near the door. Later she opened the")
+    after = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
+    assert after > before
+    assert "prompt=Anna" in ui.page.url                   # the prompt is mirrored in the URL
+    assert ui.charts() == 1
+    ui.assert_clean()
+    ui.shot("start")
+
+
+def test_figure3(ui):
+    ui.open("figure3")
+    assert ui.charts() == 1
+    assert heading(ui, r"^1\. ")
+    ui.click("fig3_next")
+    assert heading(ui, r"^2\. ")
+    assert "step=2" in ui.page.url
+    # a click on a box's dot in the drawing opens that box (a plotly selection event: browser only)
+    box = ui.key("fig3_box").locator('[data-baseweb="select"]')
+    assert "(none)" in box.inner_text() or box.inner_text()
+    before = box.inner_text()
+    dot = ui.key("fig3_chart").locator(".scatterlayer .trace").last.locator("path.point").nth(5)
+    dot.click(force=True)
+    ui.settle()
+    ui.page.wait_for_function("([sel, old]) => document.querySelector(sel).innerText !== old",
+                              arg=['.st-key-fig3_box [data-baseweb="select"]', before])
+    assert box.inner_text() != before
+    assert "box=" in ui.page.url
+    ui.assert_clean()
+    ui.shot("figure3")
+
+
+def test_layer_map(ui):
+    ui.open("layer_map")
+    assert ui.charts() >= 1
+    ui.choose("lm_layer", "layer 3:")
+    info = ui.wait_text('[data-testid="stAlertContentInfo"]', r"^Layer 3 \(")
+    assert "layer=3" in ui.page.url and info
+    ui.assert_clean()
+    ui.shot("layer_map")
+
+
+def test_csa2_modes(ui):
+    ui.open("csa2_modes")
+    before = ui.wait_text('[data-testid="stCaptionContainer"]', "tokens traced")
+    options = ui.key("live_sample").locator('[data-baseweb="select"]')
+    options.click()
+    opts = ui.page.locator('[role="option"]').all_inner_texts()
+    current = options.inner_text().strip()
+    other = next(o for o in opts if o.strip() and o.strip() != current and o.strip() != "Your own text")
+    ui.page.locator('[role="option"]', has_text=other.strip()).first.click()
+    ui.settle()
+    after = ui.wait_text('[data-testid="stCaptionContainer"]', "tokens traced")
+    assert after != before
+    assert not ui.alerts("Error"), ui.alerts("Error")   # the trace agrees with the layer map
+    ui.assert_clean()
+    ui.shot("csa2_modes")
+
+
+def test_attention_shares(ui):
+    ui.open("attention_shares")
+    assert ui.charts() >= 2
+    metric = ui.key("toy_0").locator("xpath=ancestor::*[contains(@class,'stColumn')][1]").locator(
+        '[data-testid="stMetricValue"]')
+    before = metric.inner_text()
+    thumb = ui.key("toy_0").locator('[role="slider"]')
+    thumb.focus()
+    thumb.press("ArrowRight")
+    ui.settle()
+    ui.page.wait_for_function("([el, old]) => el.innerText !== old", arg=[metric.element_handle(), before])
+    assert metric.inner_text() != before
+    assert "toy0=" in ui.page.url
+    ui.assert_clean()
+    ui.shot("attention_shares")
+
+
+def test_recurrence(ui):
+    ui.open("recurrence")
+    assert ui.charts() >= 1
+    before = heading(ui, r"^The weights of layer")
+    box = ui.key("rec_layer").locator('[data-baseweb="select"]')
+    box.click()
+    opts = [o.strip() for o in ui.page.locator('[role="option"]').all_inner_texts()]
+    other = next(o for o in opts if o and o != box.inner_text().strip())
+    ui.page.locator('[role="option"]', has_text=other).first.click()
+    ui.settle()
+    after = heading(ui, r"^The weights of layer")
+    assert after != before
+    assert ui.alerts("Success")              # no tensor shared between layers
+    ui.assert_clean()
+    ui.shot("recurrence")
+
+
+def test_cache_calculator(ui):
+    ui.open("cache_calculator")
+    assert ui.charts() >= 1
+    hbm = ui.page.locator('[data-testid="stMetricValue"]').first
+    before = hbm.inner_text()
+    ui.type_into("cc_context", "65536", submit="Enter")
+    ui.page.wait_for_function("([el, old]) => el.innerText !== old", arg=[hbm.element_handle(), before])
+    assert "context=65536" in ui.page.url
+    # switching the design changes the chart's title (read back from the drawn SVG)
+    ui.choose("cc_preset", "DeepSeek-V4.1-Flash")
+    title = ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "65,536 tokens")
+    assert "V4.1" in title or title
+    ui.assert_clean()
+    ui.shot("cache_calculator")
+
+
+def test_prefill_decode(ui):
+    ui.open("prefill_decode", tread=60, twritten=2)
+    assert ui.charts() >= 2
+    ratio = ui.page.locator('[data-testid="stMetricValue"]').first
+    before = ratio.inner_text()
+    ui.type_into("pd_read", "2000", submit="Enter")
+    ui.page.wait_for_function("([el, old]) => el.innerText !== old", arg=[ratio.element_handle(), before])
+    ui.click("pd_measure")
+    text = ui.wait_text('[data-testid="stMarkdownContainer"]', r"reading 60 tokens took")
+    assert "writing 2 took" in text
+    ui.assert_clean()
+    ui.shot("prefill_decode")
+
+
+def test_compare_designs(ui):
+    ui.open("compare_designs")
+    assert ui.charts() >= 2
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "1,048,576 tokens")
+    ui.type_into("cd_ctx", "4096", submit="Enter")
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "at 4,096 tokens")
+    assert "ctx=4096" in ui.page.url
+    ui.assert_clean()
+    ui.shot("compare_designs")
+
+
+def test_inspector(ui):
+    ui.open("inspector", gen=2)
+    assert ui.charts() >= 3
+    before = heading(ui, r"^Layer \d+ ·")
+    ui.click("insp_next")
+    after = heading(ui, r"^Layer \d+ ·")
+    assert number(after) == number(before) + 1
+    assert f"layer={number(after)}" in ui.page.url
+    ui.assert_clean()
+    ui.shot("inspector")
+
+
+def test_indexer_pools(ui):
+    ui.open("indexer_pools")
+    if ui.alerts("Info") and any("no candidate pool" in a for a in ui.alerts("Info")):
+        pytest.skip("this model has no candidate pool")
+    assert ui.charts() >= 3
+    title = ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "every query row")
+    radios = ui.key("pool_layer").locator("label")
+    assert radios.count() >= 2
+    radios.nth(1).click()
+    ui.settle()
+    after = ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "every query row")
+    assert after != title
+    ui.assert_clean()
+    ui.shot("indexer_pools")
+
+
+def test_dspark(ui):
+    ui.open("dspark", gen=6)
+    ui.click("ds_start")
+    ui.wait_text('[data-testid="stText"]', "Output so far")
+    ui.wait_text('[data-testid="stCaptionContainer"]', r"\b0 steps")
+    ui.click("ds_step")
+    cap = ui.wait_text('[data-testid="stCaptionContainer"]', r"\b1 steps")
+    assert "cache length" in cap
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"^Step 1: the drafter proposed")
+    ui.click("ds_run")
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "Acceptance per draft position")
+    ui.assert_clean()
+    ui.shot("dspark")
+
+
+def test_ablation(ui):
+    ui.open("ablation")
+    # the cheapest run: one configuration, 3 stories, 512 natural tokens
+    ui.key("abl_configs").locator('[data-baseweb="select"]').locator('[role="button"][aria-label^="Clear all"], '
+                                                                   '[data-testid="stMultiSelectClearAll"], '
+                                                                   'svg[title="Clear all"]').first.click()
+    ui.settle(charts=False)
+    ui.key("abl_configs").locator('[data-baseweb="select"]').click()
+    ui.page.locator('[role="option"]').first.click()
+    ui.page.keyboard.press("Escape")
+    ui.settle(charts=False)
+    ui.choose("abl_stories", "3")
+    ui.choose("abl_natural", "512")
+    ui.click("abl_run")
+    ui.wait_text('[data-testid="stMain"] h3', "Side by side")
+    assert ui.charts() == 1
+    ui.assert_clean()
+    ui.shot("ablation")
