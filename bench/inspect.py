@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--no-pages", action="store_true", help="skip the AppTest page reruns")
     a = ap.parse_args(argv)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(1)  # as the app does on CPU (ui.common): one intra-op thread per session
 
     from lessons import inspect as ins
     from lessons import pools

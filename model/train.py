@@ -64,6 +64,7 @@ class TrainConfig:
     drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/stories.py)
     repeat_frac: float = 0.0            # share made of repeated text spans (pure copy-from-far-back practice)
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
+    stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
 
 
 def lr_at(tc: TrainConfig, step: int) -> float:
@@ -298,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in m.parameters())
     print(f"training {tc.preset}: {n_params / 1e6:.2f}M parameters, {tc.steps} steps x {tokens_per_step} tokens "
           f"on {device} ({torch.get_num_threads()} threads)", file=sys.stderr)
-    for step in range(start, tc.steps):
+    end = min(tc.stop_at or tc.steps, tc.steps)
+    for step in range(start, end):
         x, y = make_batch(tc, stream, tok, step)
         rec = train_step(m, opt, x.to(device), y.to(device), tc, step)
         rec["step"] = step + 1
@@ -309,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
         bar = "#" * int(30 * (step + 1) / tc.steps)
         print(f"\r[{bar:<30}] {step + 1}/{tc.steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f} "
               f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
-        if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
+        if (step + 1) % tc.eval_every == 0 or step + 1 == end:
             rec.update(quick_eval(m, tok, tc.seq_len))
             print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(("heldout", "recall"))),
                   file=sys.stderr)
         log.append(rec)
-        if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
+        if (step + 1) % tc.ckpt_every == 0 or step + 1 == end:
             save_state(ckpt, m, opt, step + 1, tc, log)
     train_seconds = time.time() - t0
     print(file=sys.stderr)
@@ -336,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": tc.seed, "preset": tc.preset, "train_config": asdict(tc),
         "data": {"stream": tc.stream, "manifest": stream.manifest, "tokenizer": tc.tokenizer},
-        "steps": tc.steps, "tokens": tc.steps * tokens_per_step, "parameters": n_params,
+        "steps": end, "tokens": end * tokens_per_step, "parameters": n_params,
         "wall_seconds": round(train_seconds, 1), "resumed_at_step": start or None,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device),

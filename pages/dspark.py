@@ -7,23 +7,21 @@ decoding with identical output). Built on model/dspark.py (`start`, `verify_step
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
+from lessons.dspark import DEFINITIONS, INTRO, cache_rows, position_rows, step_rows, summary_rows
 from lessons.inspect import encode_prompt, load_samples
 from ui.common import cached_with_progress, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
+from ui.figures_run import acceptance_figure, calibration_figure
 
 sess = sidebar()
 st.title("DSpark: draft, then verify")
-st.write(
-    "Decoding normally costs one pass of the whole model per new token. DSpark lets a small drafter guess the next "
-    "few tokens in one cheap pass; the target model then checks all of them in a single pass of its own, keeps the "
-    "longest run it agrees with, and adds one token of its own. Rejected guesses are removed from the cache again. "
-    "Step through it below, then look at a whole run."
-)
+st.write(INTRO)
 model = require_model(sess)
 cfg = model.cfg
+with st.expander("Words used on this page", expanded=False):
+    st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
 try:
     from model.dspark import (Drafter, SpecStats, expected_tokens_per_pass, speculative_generate, start, summarize,
                               verify_step)
@@ -63,7 +61,7 @@ def _pick():
 st.selectbox("Sample prompt", [-1] + list(range(len(samples))), key="ds_sample", on_change=_pick,
              format_func=lambda i: "(your own text)" if i < 0 else samples[i].name,
              index=1 + qp_int("sample", 0, 0, len(samples) - 1) if qp_get("sample") else 0)
-text = st.text_area("Prompt", key="ds_prompt", height=90, max_chars=40000)
+text = st.text_area("Prompt", key="ds_prompt", height=90)
 c1, c2, c3, c4 = st.columns(4)
 rule = c1.radio("Verification rule", ["greedy", "stochastic"], key="ds_rule",
                 index=1 if qp_get("rule") == "stochastic" else 0)
@@ -131,8 +129,10 @@ if state is None:
     st.info("Press Start: the target reads the prompt, emits its first token, and the drafter is ready.")
 else:
     st.text("Output so far: " + model.decode(state.tokens))
-    st.caption(f"Prompt {state.prompt_tokens} tokens; cache length {state.cache.length}; {len(state.log)} steps; "
-               + ("done." if state.done else f"anchor (last emitted, not yet in the cache): {tok(state.anchor)!r}"))
+    st.caption(f"Prompt {state.prompt_tokens} tokens; cache length {state.cache.length}; {len(state.log)} steps"
+               + ("; done." if state.done else "; next anchor (the last emitted token, not yet in the cache):"))
+    if not state.done:
+        st.code(tok(state.anchor), language=None)
     if state.log:
         n = len(state.log)
         if st.session_state.get("ds_seen_steps") != n:  # a new step: show it
@@ -140,32 +140,30 @@ else:
             st.session_state["ds_seen_steps"] = n
         si = st.slider("Step", 1, n, key="ds_step_view") if n > 1 else 1
         lg = state.log[si - 1]
-        rows = []
-        for j, x in enumerate(lg.drafted):
-            verdict = lg.rules[j] if j < len(lg.rules) else "not examined"
-            rows.append({"position": j + 1, "drafted": tok(x), "q(draft)": lg.q_draft[j], "p(draft)": lg.p_draft[j],
-                         "target's top": tok(lg.target_top[j]),
-                         "min(1, p/q)": lg.ratios[j] if j < len(lg.ratios) else None,
-                         "u": lg.uniforms[j] if j < len(lg.uniforms) else None,
-                         "confidence": lg.confidence[j] if j < len(lg.confidence) else None,
-                         "verdict": {"accept": "accepted", "reject": "REJECTED"}.get(verdict, verdict)})
+        rows = step_rows(lg, decode=tok)
+        for r in rows:  # make the verdict impossible to miss, and name the rule that produced it
+            r["verdict"] = {"accept": "accepted", "reject": "REJECTED"}.get(r["verdict"], r["verdict"])
+        if rule == "greedy":
+            for r in rows:
+                r.pop("draw", None)
         st.write(f"Step {si}: the drafter proposed {len(lg.drafted)} token(s) after the anchor; the target checked "
                  f"them in one pass and accepted {lg.accepted}.")
         st.code("anchor: " + tok(lg.anchor), language=None)
-        if rows:
+        if lg.drafted:
             st.dataframe(pd.DataFrame(rows), hide_index=True)
         else:
             st.caption("No drafts this step (the confidence or the token limit stopped the drafter): a plain step.")
-        if lg.resampled is not None:
-            st.error("Draft rejected at position " + str(lg.accepted + 1) + "; the target's replacement token: "
-                     + repr(tok(lg.resampled)), icon=":material/close:")
+        if lg.resampled is not None:   # token texts go to st.code, never into Markdown
+            st.error(f"Draft {lg.accepted + 1} REJECTED; the rest of the block is discarded and the target's "
+                     "replacement token is:", icon=":material/close:")
+            st.code(tok(lg.resampled), language=None)
         elif lg.bonus is not None:
-            st.success("Every draft accepted; bonus token from the target: " + repr(tok(lg.bonus)))
+            st.success("Every draft accepted; the target adds a bonus token:")
+            st.code(tok(lg.bonus), language=None)
         m = st.columns(4)
-        m[0].metric("Cache rows appended", lg.rows_appended, help="anchor + drafts, written by the verify pass")
-        m[1].metric("Rows rolled back", lg.rows_rolled_back, help="rejected drafts removed again (cache.rollback)")
-        m[2].metric("Cache length after", lg.cache_length)
-        m[3].metric("Tokens emitted", len(lg.emitted))
+        for col, row in zip(m, cache_rows(lg)):
+            col.metric(row.label, int(row.value), help=row.formula)
+        m[3].metric("tokens emitted", len(lg.emitted))
 
 # ---- a whole run --------------------------------------------------------------------------------------------------
 st.subheader("A whole run")
@@ -209,33 +207,19 @@ st.text("Plain:  " + model.decode(plain.tokens))
 st.text("DSpark: " + model.decode(spec.tokens))
 
 g = stats.mean_draft_length
-st.write(f"Per-token acceptance α = accepted / examined = {stats.accepted} / {max(1, sum(stats.reached))} = "
-         f"{stats.alpha:.3f}; mean draft length γ = {g:.2f}.")
 st.latex(r"\mathbb{E}[\text{tokens per pass}] = \frac{1-\alpha^{\gamma+1}}{1-\alpha} = "
-         + f"{expected_tokens_per_pass(stats.alpha, g):.2f}")
-st.write(f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass; mean accepted length "
-         f"{stats.mean_accepted_length:.2f} of {g:.2f} drafted. (The formula assumes every position is accepted "
-         "independently with the same α; the table below shows how far that holds.)")
-acc = pd.DataFrame({"position": list(range(1, len(stats.acceptance_by_position) + 1)),
-                    "steps that reached it": stats.reached, "accepted": stats.accepted_at,
-                    "acceptance": stats.acceptance_by_position})
-fig = go.Figure(go.Bar(x=acc["position"], y=acc["acceptance"], marker_color="#2ca02c"))
-fig.update_layout(title="Acceptance per draft position", xaxis_title="draft position j", yaxis_title="accepted",
-                  yaxis=dict(range=[0, 1]), height=300, margin=dict(l=10, r=10, t=50, b=40))
-st.plotly_chart(fig, width="stretch", key="ds_acc")
-st.dataframe(acc, hide_index=True)
-cal = pd.DataFrame([vars(r) for r in stats.calibration])
-if not cal.empty:
-    fig2 = go.Figure()
-    fig2.add_scatter(x=cal["predicted"], y=cal["observed"], mode="markers+text", text=cal["position"],
-                     textposition="top center", name="per position")
-    fig2.add_scatter(x=cal["predicted_survival"], y=cal["observed_survival"], mode="markers", name="prefix survival")
-    fig2.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="perfect")
-    fig2.update_layout(title="Confidence head calibration", xaxis_title="predicted (mean confidence)",
-                       yaxis_title="observed acceptance", height=340, margin=dict(l=10, r=10, t=50, b=40))
-    st.plotly_chart(fig2, width="stretch", key="ds_cal")
-    st.dataframe(cal, hide_index=True)
-    st.download_button("Calibration (CSV)", cal.to_csv(index=False), file_name="dspark_calibration.csv",
-                       mime="text/csv", key="ds_dl_cal")
-st.download_button("Acceptance (CSV)", acc.to_csv(index=False), file_name="dspark_acceptance.csv", mime="text/csv",
-                   key="ds_dl_acc")
+         + f"{expected_tokens_per_pass(stats.alpha, g):.2f}"
+         + rf"\quad(\alpha = {stats.alpha:.3f},\ \gamma = {g:.2f})")
+st.write(f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass, mean accepted length "
+         f"{stats.mean_accepted_length:.2f} of {g:.2f} drafted. The formula assumes every position is accepted "
+         "independently with the same α; the per-position rates below show how far that holds.")
+expl = pd.DataFrame([vars(r) for r in summary_rows(stats, plain.decode_seconds, len(plain.tokens))])
+st.dataframe(expl, hide_index=True)
+pos = pd.DataFrame([vars(r) for r in position_rows(stats)])
+if not pos.empty:
+    a1, a2 = st.columns(2)
+    a1.plotly_chart(acceptance_figure(pos), width="stretch", key="ds_acc")
+    a2.plotly_chart(calibration_figure(pos), width="stretch", key="ds_cal")
+    st.dataframe(pos, hide_index=True)
+    st.download_button("Acceptance and calibration (CSV)", pos.to_csv(index=False), file_name="dspark_positions.csv",
+                       mime="text/csv", key="ds_dl_pos")

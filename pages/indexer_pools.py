@@ -51,7 +51,7 @@ c1.selectbox("Prompt", options, format_func=names.get, key="pool_sample", on_cha
 mode = c2.radio("Prefill", ["exact", "bounded"], index=1 if qp_get("mode") == "bounded" else 0, key="pool_mode",
                 help="Exact: every prompt token is a query of the decoder. Bounded: only the last "
                      f"{cfg.sliding_window} prompt tokens are.")
-text = st.text_area("Prompt text", key="pool_prompt", height=100, max_chars=40000)
+text = st.text_area("Prompt text", key="pool_prompt", height=100)
 prompt, problem = clean_prompt(text, max_chars=40000)
 ids = None
 if not problem:

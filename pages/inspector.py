@@ -7,6 +7,8 @@ Plotly labels, never as Markdown or HTML.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pandas as pd
 import streamlit as st
 
@@ -26,11 +28,22 @@ cfg = model.cfg
 n_layers = cfg.num_hidden_layers
 
 
-def vision_hook():
-    """HOOK(vision): when ui/vision_panel.py provides `image_input(key)`, let the inspector accept an image here
-    and pass its embeddings to the traced prefill (model.prepare takes image_embeds / image_mask). Until the
-    vision issue lands this returns None and the inspector is text-only."""
-    return None
+def vision_section(prompt: str) -> None:
+    """HOOK(vision): a picture with the prompt. The layer-by-layer trace on this page is text-only; a picture is
+    read by the vision panel's own traced run (ui/vision_panel.draw_image_prompt: image positions, routing with
+    bias_vl, attention the text gives the image). To inspect image tokens layer by layer here, pass the panel's
+    image embeddings and mask into lessons.inspect.run_prompt (model.prepare takes image_embeds / image_mask)."""
+    if importlib.util.find_spec("ui.vision_panel") is None:
+        return
+    with st.expander("Add a picture (vision tower)", expanded=False):
+        try:
+            from ui.vision_panel import draw_image_prompt, image_input
+
+            image = image_input("insp_image")
+            if image is not None:
+                draw_image_prompt(model, prompt, image, num=sess.num, key="insp_vision")
+        except Exception as e:  # the picture path must never take the inspector down
+            st.error(f"The picture could not be read: {e}")
 
 
 # ---- prompt -----------------------------------------------------------------------------------------------
@@ -66,8 +79,7 @@ with c2:
 with c3:
     n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, value=qp_int("gen", 4, 0, MAX_NEW_TOKENS),
                             key="insp_gen", help="Generated tokens are inspected like prompt tokens.")
-text = st.text_area("Prompt", key="insp_prompt", height=120, max_chars=40000)
-image = vision_hook()
+text = st.text_area("Prompt", key="insp_prompt", height=120)
 
 prompt, problem = clean_prompt(text, max_chars=40000)
 if problem:
@@ -79,6 +91,7 @@ if problem:
     st.stop()
 sample_i = st.session_state["insp_sample"]
 from_sample = sample_i and samples[sample_i - 1].text == prompt
+vision_section(prompt)
 qp_set(sample=sample_i - 1 if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
        mode=mode if mode != "bounded" else None, gen=int(n_new))
 
@@ -107,6 +120,8 @@ else:
 roles = [r.spec.role for r in run.trace.layers]
 if "insp_layer" not in st.session_state:
     st.session_state["insp_layer"] = qp_int("layer", cfg.decoder_start, 0, n_layers - 1)
+elif not 0 <= int(st.session_state["insp_layer"]) < n_layers:  # another model with fewer layers was chosen
+    st.session_state["insp_layer"] = min(cfg.decoder_start, n_layers - 1)
 run_key = (tuple(ids), mode, int(n_new))
 if "insp_token" not in st.session_state:
     st.session_state["insp_token"] = qp_int("token", run.n_prompt - 1, 0, max(0, run.n - 1))

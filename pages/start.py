@@ -12,7 +12,7 @@ st.markdown(INTRO)
 model = require_model(sess)
 
 prompt = st.text_area("Prompt", value=qp_get("prompt", "The key is in the blue box. The box is"), height=80,
-                      max_chars=20000, key="start_prompt")
+                      key="start_prompt")
 text, problem = clean_prompt(prompt)
 if problem:
     st.warning(problem)

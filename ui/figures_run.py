@@ -195,6 +195,33 @@ def recall_rows_figure(positions, series: dict, title: str, y_title: str = "") -
 
 
 # --------------------------------------------------------------------------------------------------
+# DSpark
+# --------------------------------------------------------------------------------------------------
+
+def acceptance_figure(pos) -> go.Figure:
+    """Acceptance rate per draft position (P(accept j | the drafts before j accepted))."""
+    fig = go.Figure(go.Bar(x=list(pos["position"]), y=list(pos["rate"]), marker_color=PICK_C,
+                           customdata=list(zip(pos["accepted"], pos["reached"])),
+                           hovertemplate="position %{x}: %{customdata[0]} of %{customdata[1]}<extra></extra>"))
+    fig.update_xaxes(title="draft position j", dtick=1)
+    fig.update_yaxes(title="accepted when reached", range=[0, 1.05])
+    return _layout(fig, "Acceptance per draft position", 320)
+
+
+def calibration_figure(pos) -> go.Figure:
+    """Predicted (confidence head) vs observed acceptance, per position and for whole prefixes."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(pos["predicted"]), y=list(pos["rate"]), mode="markers+text", text=list(pos["position"]),
+                    textposition="top center", name="position j")
+    fig.add_scatter(x=list(pos["survival_predicted"]), y=list(pos["survival_observed"]), mode="markers",
+                    marker=dict(symbol="diamond"), name="first j all kept")
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="calibrated")
+    fig.update_xaxes(title="predicted (mean confidence)", range=[0, 1.02])
+    fig.update_yaxes(title="observed", range=[0, 1.05])
+    return _layout(fig, "Confidence head calibration", 320, legend=dict(orientation="h", y=-0.3))
+
+
+# --------------------------------------------------------------------------------------------------
 # Ablation lab
 # --------------------------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
     choice = st.selectbox(label, list(range(n + 1)), key="live_sample",
                           format_func=lambda i: CUSTOM if i == n else prompts[i]["name"])
     if choice == n:
-        text = st.text_area("Your text", key="live_text", height=110, max_chars=20000)
+        text = st.text_area("Your text", key="live_text", height=110)
         ok, problem = clean_prompt(text)
         qp_set(sample=None, prompt=text if ok and len(text) < 500 else None)
         if problem:
