@@ -63,6 +63,15 @@ class Server:
     def model_loads(self) -> int:
         return sum(LOAD_LINE in line for line in self.log().splitlines())
 
+    def model_loads_by_choice(self) -> dict[str, int]:
+        """How many times each weights choice (weights, path, device) was loaded."""
+        counts: dict[str, int] = {}
+        for line in self.log().splitlines():
+            if LOAD_LINE in line:
+                key = line.split(LOAD_LINE, 1)[1].strip()
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
     def memory_kb(self) -> dict[str, int]:
         """VmRSS and VmHWM (peak resident set) of the server process, in kB."""
         out = {}
