@@ -134,7 +134,8 @@ class AppPage:
         return self.page.locator('[data-testid="stMain"]').inner_text()
 
     def texts(self, selector: str) -> list[str]:
-        return self.page.locator(selector).all_inner_texts()
+        # SVG text (plotly titles) has no innerText: fall back to textContent
+        return self.page.locator(selector).evaluate_all("els => els.map(e => e.innerText ?? e.textContent ?? '')")
 
     def key(self, key: str):
         """The element container of the widget with this key."""
@@ -143,7 +144,8 @@ class AppPage:
     def wait_text(self, selector: str, pattern: str, timeout: int = TIMEOUT_MS) -> str:
         """Wait until some element matching `selector` has text matching the regex `pattern`; return it."""
         self.page.wait_for_function(
-            """([sel, pat]) => [...document.querySelectorAll(sel)].some(e => new RegExp(pat).test(e.innerText))""",
+            """([sel, pat]) => [...document.querySelectorAll(sel)]
+                                 .some(e => new RegExp(pat).test(e.innerText ?? e.textContent ?? ''))""",
             arg=[selector, pattern], timeout=timeout)
         return next(t for t in self.texts(selector) if re.search(pattern, t))
 
@@ -154,10 +156,30 @@ class AppPage:
     # ---- acting --------------------------------------------------------------------------------------------
     def choose(self, key: str, option: str) -> "AppPage":
         """Pick `option` (its visible text) in the selectbox with this key."""
-        box = self.key(key).locator('[data-baseweb="select"]')
-        box.click()
-        self.page.locator('[role="option"]', has_text=option).first.click()
+        opts = self.open_options(key)
+        texts = [t.strip() for t in opts.all_inner_texts()]
+        # the option with exactly this text, else the first that starts with it ("layer 3:" -> "layer 3: Reuse")
+        i = texts.index(option) if option in texts else next(i for i, t in enumerate(texts) if t.startswith(option))
+        opts.nth(i).click()
         return self.settle()
+
+    def open_options(self, key: str):
+        """Open the list of the selectbox with this key (its "Open" button; a click on the text field only
+        focuses it) and return the options' locator."""
+        opts = self.page.locator('[role="option"]')
+        for _ in range(3):
+            self.key(key).locator('button[aria-haspopup="listbox"]').first.click()
+            try:
+                opts.first.wait_for(timeout=5000)
+                return opts
+            except Exception:
+                continue
+        opts.first.wait_for()
+        return opts
+
+    def selected(self, key: str) -> str:
+        """The shown value of the selectbox with this key (Streamlit's selectbox is a react-aria combobox)."""
+        return self.key(key).locator('[role="combobox"]').first.input_value()
 
     def click(self, key: str) -> "AppPage":
         self.key(key).locator("button").first.click()

@@ -77,15 +77,14 @@ def test_figure3(ui):
     assert heading(ui, r"^2\. ")
     assert "step=2" in ui.page.url
     # a click on a box's dot in the drawing opens that box (a plotly selection event: browser only)
-    box = ui.key("fig3_box").locator('[data-baseweb="select"]')
-    assert "(none)" in box.inner_text() or box.inner_text()
-    before = box.inner_text()
+    before = ui.selected("fig3_box")
+    assert before
     dot = ui.key("fig3_chart").locator(".scatterlayer .trace").last.locator("path.point").nth(5)
     dot.click(force=True)
     ui.settle()
-    ui.page.wait_for_function("([sel, old]) => document.querySelector(sel).innerText !== old",
-                              arg=['.st-key-fig3_box [data-baseweb="select"]', before])
-    assert box.inner_text() != before
+    ui.page.wait_for_function("([sel, old]) => document.querySelector(sel).value !== old",
+                              arg=['.st-key-fig3_box [role="combobox"]', before])
+    assert ui.selected("fig3_box") != before
     assert "box=" in ui.page.url
     ui.assert_clean()
     ui.shot("figure3")
@@ -119,7 +118,7 @@ def test_attention_shares(ui):
     metric = ui.key("toy_0").locator("xpath=ancestor::*[@data-testid='stColumn'][1]").locator(
         '[data-testid="stMetricValue"]')
     before = metric.inner_text()
-    thumb = ui.key("toy_0").locator('[role="slider"]')
+    thumb = ui.key("toy_0").locator('input[type="range"]')
     thumb.focus()
     thumb.press("ArrowRight")
     ui.settle()
@@ -134,11 +133,10 @@ def test_recurrence(ui):
     ui.open("recurrence")
     assert ui.charts() >= 1
     before = heading(ui, r"^The weights of layer")
-    box = ui.key("rec_layer").locator('[data-baseweb="select"]')
-    box.click()
-    opts = [o.strip() for o in ui.page.locator('[role="option"]').all_inner_texts()]
-    other = next(o for o in opts if o and o != box.inner_text().strip())
-    ui.page.locator('[role="option"]', has_text=other).first.click()
+    current = ui.selected("rec_layer")
+    opts = [o.strip() for o in ui.open_options("rec_layer").all_inner_texts()]
+    other = next(o for o in opts if o and o != current.strip())
+    ui.page.get_by_role("option", name=other, exact=True).first.click()
     ui.settle()
     after = heading(ui, r"^The weights of layer")
     assert after != before
@@ -208,15 +206,19 @@ def test_indexer_pools(ui):
     title = ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "every query row")
     radios = ui.key("pool_layer").locator("label")
     if radios.count() >= 2:                 # another Reindex layer: its own rows
-        radios.nth(1).click()
+        radios.filter(has=ui.page.locator("input:not(:checked)")).first.click()   # a layer not shown now
         ui.settle()
+        ui.page.wait_for_function(
+            """([sel, old]) => [...document.querySelectorAll(sel)].some(e => /every query row/.test(e.textContent)
+                                                                             && e.textContent !== old)""",
+            arg=['[data-testid="stPlotlyChart"] .gtitle', title])
         assert ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "every query row") != title
-    thumb = ui.key("pool_nb").locator('[role="slider"]')
-    before = thumb.get_attribute("aria-valuenow")
+    thumb = ui.key("pool_nb").locator('input[type="range"]')
+    before = thumb.input_value()
     thumb.focus()
-    thumb.press("ArrowLeft" if before != "1" else "ArrowRight")
+    thumb.press("ArrowLeft" if before != thumb.get_attribute("min") else "ArrowRight")
     ui.settle()
-    assert thumb.get_attribute("aria-valuenow") != before
+    assert thumb.input_value() != before
     assert "pool=" in ui.page.url
     ui.assert_clean()
     ui.shot("indexer_pools")
@@ -240,14 +242,12 @@ def test_dspark(ui):
 def test_ablation(ui):
     ui.open("ablation")
     # the cheapest run: one configuration (Backspace removes the last chosen one), 3 stories, 512 natural tokens
-    tags = ui.key("abl_configs").locator('[data-baseweb="tag"]')
+    tags = ui.key("abl_configs").locator('[data-tag]')
     while tags.count() > 1:
         n = tags.count()
-        ui.key("abl_configs").locator("input").first.click()
-        ui.page.keyboard.press("Backspace")
-        ui.page.keyboard.press("Escape")
+        tags.last.locator('button[aria-label^="Remove"]').click()
         ui.page.wait_for_function("([sel, n]) => document.querySelectorAll(sel).length < n",
-                                  arg=['.st-key-abl_configs [data-baseweb="tag"]', n])
+                                  arg=['.st-key-abl_configs [data-tag]', n])
         ui.settle(charts=False)
     ui.choose("abl_stories", "3")
     ui.choose("abl_natural", "512")
