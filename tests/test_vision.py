@@ -508,7 +508,9 @@ def test_trained_vision_answers_above_chance():
     m = load(tiny, device="cpu")
     r = evaluate(m, n=100)
     assert r["accuracy_text_only"] < r["chance_boxes_in_picture"]      # the text alone cannot know the colour
-    assert r["accuracy_with_image"] > 2 * r["chance_boxes_in_picture"]  # the picture tells which box
+    # the picture tells which box: far above guessing among the boxes drawn (4 binomial standard errors at n=100)
+    chance = r["chance_boxes_in_picture"]
+    assert r["accuracy_with_image"] > chance + 4 * (chance * (1 - chance) / 100) ** 0.5
 
 
 def _prompt_app():
