@@ -67,6 +67,8 @@ def browser():
     with sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(profile, executable_path=exe, headless=True, args=CHROMIUM_ARGS,
                                                     viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+        # loopback only: any other http(s) request is refused in the browser and reported as a failed request
+        ctx.route(re.compile(r"^https?://(?!(127\.0\.0\.1|localhost)[:/])"), lambda route: route.abort())
         yield ctx
         ctx.close()
     shutil.rmtree(profile, ignore_errors=True)
