@@ -7,8 +7,6 @@ Plotly labels, never as Markdown or HTML.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pandas as pd
 import streamlit as st
 
@@ -33,8 +31,6 @@ def vision_section(prompt: str) -> None:
     read by the vision panel's own traced run (ui/vision_panel.draw_image_prompt: image positions, routing with
     bias_vl, attention the text gives the image). To inspect image tokens layer by layer here, pass the panel's
     image embeddings and mask into lessons.inspect.run_prompt (model.prepare takes image_embeds / image_mask)."""
-    if importlib.util.find_spec("ui.vision_panel") is None:
-        return
     with st.expander("Add a picture (vision tower)", expanded=False):
         try:
             from ui.vision_panel import draw_image_prompt, image_input
