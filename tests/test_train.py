@@ -94,3 +94,65 @@ def test_shipped_weights_load_with_tokenizer_and_record_training():
     info = json.loads((d / "training.json").read_text())
     for key in ("command", "seed", "steps", "tokens", "wall_seconds", "machine", "final"):
         assert key in info
+
+
+def test_copy_rows_say_each_span_twice_with_familiar_tokens():
+    from model.train import copy_rows
+
+    ids = torch.arange(100, 400)
+    x, y = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
+    assert x.shape == y.shape == (3, 64) and torch.equal(x[:, 1:], y[:, :-1])
+    assert bool(((x >= 100) & (x < 400)).all())
+    for row in torch.cat([x, y[:, -1:]], 1).tolist():
+        p = 0
+        while p + 12 <= len(row):  # parse [span, span] blocks; the last one may be cut off
+            lengths = [n for n in range(3, 7) if row[p:p + n] == row[p + n:p + 2 * n]]
+            assert lengths, f"no repeated span at {p}: {row[p:p + 12]}"
+            p += 2 * lengths[0]
+
+
+def test_training_window_is_a_curriculum_knob_that_restores():
+    from model.train import set_window
+
+    torch.manual_seed(0)
+    m = V41Model(V41Config.preset("micro")).init_weights(0).eval()
+    x = torch.randint(5, 250, (1, 40))
+    with torch.no_grad():
+        base = m(x).logits
+        set_window(m, 4)
+        narrow = m(x).logits
+        set_window(m, 0)
+        back = m(x).logits
+    assert torch.allclose(base[:, :4], narrow[:, :4], atol=1e-5)  # the first rows see fewer than 4 keys either way
+    assert (base[:, 8:] - narrow[:, 8:]).abs().max() > 1e-4
+    assert torch.equal(base, back)
+
+
+class _Out:
+    def __init__(self, logits):
+        self.logits = logits
+
+
+class _CopyOracle:
+    """Predicts the token `lag - 1` places back: exactly right on the repeat when lag = span + gap."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, lag: int, vocab: int = 300):
+        self.lag, self.vocab = lag, vocab
+
+    def __call__(self, x):
+        lg = torch.zeros(*x.shape, self.vocab)
+        src = torch.arange(x.shape[1]) + 1 - self.lag
+        ok = src >= 0
+        lg[:, ok] = torch.nn.functional.one_hot(x[:, src[ok]], self.vocab).float()
+        return _Out(lg)
+
+
+def test_copy_accuracy_scores_a_copier_high_and_a_non_copier_low():
+    from model.train import copy_accuracy
+
+    tokens = np.random.default_rng(0).integers(5, 300, size=5000)
+    assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4) == 1.0
+    assert copy_accuracy(_CopyOracle(16 + 5), tokens, gap=4) < 0.05   # looks one place off
+    assert copy_accuracy(_CopyOracle(1), tokens, gap=4) < 0.05        # repeats the current token
