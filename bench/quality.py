@@ -6,6 +6,8 @@ Measures, on held-out data shipped in data/heldout (no download needed):
   the stream is absent, which flatters the baseline);
 - recall accuracy on held-out generated stories, bucketed by the distance between the fact and the
   question: inside the window, just past it, far past it;
+- copy accuracy: held-out text spans said twice, near (inside the window) and far (past it), the
+  plainest test of whether the model can look back at all (model.train.copy_accuracy);
 - the same with one component removed at inference time (model.context.Ablation), and with bounded
   instead of exact prefill.
 Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…`.
@@ -165,12 +167,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22} {r['loss']:7.3f} {r['recall_inside']:7.1%} {r['recall_just_past']:7.1%} "
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
+    from model.dataset import heldout_natural_tokens
+    from model.train import copy_accuracy
+
+    every = heldout_natural_tokens(model.tokenizer)
+    copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))
+    seen_once = copy_accuracy(model, every, 4, first=True)
+    print(f"16-token held-out spans said twice, the repeat predicted: {copy_near:.1%} 4 tokens later, "
+          f"{copy_far:.1%} 200 tokens later; the first time they are seen: {seen_once:.1%}")
     full = results.get("full model")
     wo = results.get("window only")
     nan = float("nan")
     print(f"quality: loss={full.loss if full else nan:.4f} unigram_loss={unigram_loss:.4f} "
           f"recall_far={full.recall.get('far', nan) if full else nan:.3f} "
-          f"recall_far_window_only={wo.recall.get('far', nan) if wo else nan:.3f}")
+          f"recall_far_window_only={wo.recall.get('far', nan) if wo else nan:.3f} "
+          f"copy_near={copy_near:.3f} copy_far={copy_far:.3f} copy_first={seen_once:.3f}")
     return 0 if full and math.isfinite(full.loss) else 1
 
 

@@ -156,3 +156,10 @@ def test_copy_accuracy_scores_a_copier_high_and_a_non_copier_low():
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4) == 1.0
     assert copy_accuracy(_CopyOracle(16 + 5), tokens, gap=4) < 0.05   # looks one place off
     assert copy_accuracy(_CopyOracle(1), tokens, gap=4) < 0.05        # repeats the current token
+
+
+def test_copy_accuracy_first_time_is_the_no_copy_baseline():
+    from model.train import copy_accuracy
+
+    tokens = np.random.default_rng(0).integers(5, 300, size=5000)
+    assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4, first=True) < 0.05  # nothing to copy yet
