@@ -22,7 +22,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -153,6 +153,7 @@ class TokenStream:
 
     tokens: np.ndarray
     manifest: dict[str, Any]
+    _counts: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_STREAM) -> "TokenStream":
@@ -167,6 +168,15 @@ class TokenStream:
 
     def sample_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_batch(self.tokens, batch, seq_len, generator)
+
+    def frequent_ids(self, n: int, prefix: int = 2_000_000) -> torch.Tensor:
+        """The n most frequent token ids in the first `prefix` tokens (special ids < 5 left out);
+        counted once per stream, since training asks for them every step."""
+        if prefix not in self._counts:
+            counts = np.bincount(np.asarray(self.tokens[:prefix], dtype=np.int64), minlength=5)
+            counts[:5] = 0
+            self._counts[prefix] = counts
+        return torch.from_numpy(np.argsort(-self._counts[prefix], kind="stable")[:n].copy())
 
     def batches(self, batch: int, seq_len: int, seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Endless deterministic batches from ``torch.Generator().manual_seed(seed)``."""

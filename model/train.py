@@ -125,20 +125,6 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator, vocab:
     return t[:, :-1], t[:, 1:]
 
 
-def frequent_ids(stream, n: int, prefix: int = 2_000_000) -> torch.Tensor:
-    """The n most frequent token ids in the stream's first `prefix` tokens (special ids < 5 left out)."""
-    import numpy as np
-
-    key = (n, prefix)
-    cached = getattr(stream, "_frequent", {})
-    if key not in cached:
-        counts = np.bincount(np.asarray(stream.tokens[:prefix], dtype=np.int64), minlength=5)
-        counts[:5] = 0
-        cached[key] = torch.from_numpy(np.argsort(-counts, kind="stable")[:n].copy())
-        stream._frequent = cached
-    return cached[key]
-
-
 def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generator, span_max: int,
               gap_max: int) -> tuple[torch.Tensor, torch.Tensor]:
     """n rows of spans of shuffled familiar tokens, each said twice with 0..gap_max other shuffled
@@ -178,7 +164,7 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
         rx, ry = repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size())
         x, y = torch.cat([x, rx]), torch.cat([y, ry])
     if n_copy:
-        cx, cy = copy_rows(frequent_ids(stream, tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span, tc.copy_gap)
+        cx, cy = copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span, tc.copy_gap)
         x, y = torch.cat([x, cx]), torch.cat([y, cy])
     return x, y
 
@@ -271,8 +257,9 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> di
 
     set_window(m, 0)
     m.eval()
+    natural = heldout_natural_tokens(tok)
     tot, n = 0.0, 0
-    for i, (x, y) in enumerate(heldout_natural_batches(heldout_natural_tokens(tok), 8, seq_len)):
+    for i, (x, y) in enumerate(heldout_natural_batches(natural, 8, seq_len)):
         if i >= max_batches:
             break
         lg = m(x).logits
@@ -286,7 +273,7 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> di
             c = correct.setdefault(bucket, [0, 0])
             c[0] += ok
             c[1] += 1
-    copy = {f"copy_gap{gap}": copy_accuracy(m, heldout_natural_tokens(tok), gap) for gap in (4, 200)}
+    copy = {f"copy_gap{gap}": copy_accuracy(m, natural, gap) for gap in (4, 200)}
     m.train()
     out = {"heldout_loss": tot / max(1, n)}
     out.update({f"recall_{k}": v[0] / v[1] for k, v in correct.items()})

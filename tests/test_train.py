@@ -163,3 +163,12 @@ def test_copy_accuracy_first_time_is_the_no_copy_baseline():
 
     tokens = np.random.default_rng(0).integers(5, 300, size=5000)
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4, first=True) < 0.05  # nothing to copy yet
+
+
+def test_frequent_ids_rank_by_count_and_leave_special_ids_out():
+    from model.dataset import TokenStream
+
+    tokens = np.array([7] * 20 + [1] * 50 + [9] * 30 + [6] * 10 + [8] * 5, dtype=np.uint16)
+    s = TokenStream(tokens, {})
+    assert s.frequent_ids(3).tolist() == [9, 7, 6]   # id 1 is special: left out however often it appears
+    assert s.frequent_ids(1, prefix=70).tolist() == [7]     # counted over the first 70 tokens only
