@@ -17,16 +17,34 @@ from model.dspark import SpecStats, StepLog, expected_tokens_per_pass, residual,
 INTRO = (
     "Producing text one token per pass leaves most of a big model's arithmetic idle: each pass reads every "
     "weight to make a single token. DSpark lets a small drafter guess the next few tokens at once, and the big "
-    "model then checks all the guesses in one pass. Every guess the big model agrees with is a token gained "
-    "for free; the first guess it disagrees with is replaced by the big model's own choice, and the rest are "
-    "thrown away, together with the cache rows they wrote."
+    "model then checks all the guesses in one pass. A guess the big model keeps is not free: it saves one "
+    "sequential pass of the big model, but it was paid for with drafter work and with a wider checking pass "
+    "(one row per guess). Whether that nets out faster is measured, not assumed: the whole run at the bottom "
+    "of this page times both ways. The first guess the big model disagrees with is replaced by a token of its "
+    "own, and the guesses after it are thrown away, together with the cache rows they wrote."
+)
+
+
+def block_sentence(block_size: int) -> str:
+    """What one DSpark block holds, in the same words on every page (Figure 3, DSpark)."""
+    return (f"A DSpark block has {block_size} positions: the anchor (the last token the main model produced) "
+            f"plus up to {block_size - 1} drafted tokens.")
+
+
+AUTO_NOTE = (
+    "'auto' is a simplification of DSpark's scheduler: it stops drafting at the first position whose running "
+    "product of confidences falls below the threshold. The scheduler described for DSpark ranks positions of "
+    "all requests in a batch by that product and keeps admitting them while the expected number of accepted "
+    "tokens times the measured throughput for that batch size still grows; with one request and no throughput "
+    "table, only the threshold rule is left."
 )
 
 DEFINITIONS = [
     ("Anchor", "The last token the big model produced. The drafter starts its block from it; the big model "
                "has not read it yet, so it goes first in the checking pass."),
-    ("Block", "The anchor followed by placeholder (noise) tokens at the next positions. The drafter fills every "
-              "placeholder in one parallel pass, reading the big model's hidden states of the recent context."),
+    ("Block", "The anchor followed by placeholder (noise) tokens at the next positions: the anchor plus up to "
+              "block size - 1 drafted tokens. The drafter fills every placeholder in one parallel pass, reading "
+              "the big model's hidden states of the recent context."),
     ("Markov head", "A cheap correction applied left to right: the token just drafted nudges the scores of the "
                     "next one, so the guesses in a block fit together."),
     ("Confidence", "The drafter's own estimate that a guess survives, given that the guesses before it did. "
@@ -137,23 +155,48 @@ def summary_rows(stats: SpecStats, plain_seconds: float | None = None, plain_tok
     return rows
 
 
-def step_rows(step: StepLog, decode=None) -> list[dict]:
-    """One row per checked guess, then the token the big model added (correction or bonus)."""
+def keep_chance(p: float, q: float, guess: int, target_top: int, greedy: bool) -> float:
+    """The chance the active rule keeps a guess: greedy 1 or 0 (is it the target's top token?); stochastic
+    min(1, p/q) (1 when q is 0, as `model.dspark.verify` does)."""
+    if greedy:
+        return 1.0 if guess == target_top else 0.0
+    return 1.0 if q <= 0 else min(1.0, p / q)
+
+
+def step_rows(step: StepLog, decode=None, greedy: bool | None = None) -> list[dict]:
+    """One row per drafted guess, then the token the big model added (correction or bonus).
+
+    Guesses after the first refusal were never checked: their "keep chance" is empty. The verify pass did
+    compute p for them, so p is kept, and the chance the active rule would have given them is shown in its
+    own column, marked hypothetical. `greedy` names the active rule (default: greedy when the step drew no
+    uniforms, as `verify` does only under the stochastic rule)."""
     text = decode or (lambda t: str(t))
+    if greedy is None:
+        greedy = not step.uniforms
     rows = []
     for j, x in enumerate(step.drafted):
         checked = j < len(step.rules)
+        chance = keep_chance(step.p_draft[j], step.q_draft[j], x, step.target_top[j], greedy)
+        if checked and not greedy and j < len(step.ratios):
+            chance = step.ratios[j]
         rows.append({
             "position": j + 1, "guess": x, "text": text(x), "q(guess)": step.q_draft[j], "p(guess)": step.p_draft[j],
-            "keep chance": step.ratios[j] if j < len(step.ratios) else (1.0 if step.target_top[j] == x else 0.0),
+            "keep chance": chance if checked else None,
+            "hypothetical keep chance (never checked)": None if checked else chance,
             "draw": step.uniforms[j] if j < len(step.uniforms) else None,
             "confidence": step.confidence[j] if j < len(step.confidence) else None,
             "verdict": step.rules[j] if checked else "not checked (after a refusal)",
         })
     last = step.resampled if step.resampled is not None else step.bonus
-    kind = "correction (drawn from the leftover)" if step.resampled is not None else "bonus (all guesses kept)"
+    if step.resampled is None:
+        kind = "bonus (all guesses kept)"
+    elif greedy:
+        kind = "correction (the target's own top token)"
+    else:
+        kind = "correction (drawn from the leftover norm(max(0, p - q)))"
     rows.append({"position": step.accepted + 1, "guess": last, "text": text(last), "q(guess)": None,
-                 "p(guess)": None, "keep chance": None, "draw": None, "confidence": None, "verdict": kind})
+                 "p(guess)": None, "keep chance": None, "hypothetical keep chance (never checked)": None, "draw": None,
+                 "confidence": None, "verdict": kind})
     return rows
 
 
@@ -195,3 +238,21 @@ def simulate(p: list[float], q: list[float], n: int = 5000, seed: int = 0) -> Si
         counts[v.tokens[0]] += 1
         kept += v.accepted
     return Simulation(pt.tolist(), qt.tolist(), (counts / n).tolist(), kept / n, acceptance(pt, qt))
+
+
+# a small fixed pair the DSpark page simulates: the draft favours the wrong end of the target
+SIM_P = (0.40, 0.25, 0.15, 0.10, 0.06, 0.04)
+SIM_Q = (0.05, 0.10, 0.15, 0.20, 0.20, 0.30)
+
+SIM_TEXT = (
+    "Why the stochastic rule changes nothing about the output: below, a draft q that favours the wrong "
+    "tokens proposes one guess per step against a fixed target p. The rule keeps a guess with chance "
+    "min(1, p/q) and otherwise draws from the leftover norm(max(0, p - q)). Count the first token each step "
+    "emits: its shares come out at p, not q, while only about sum(min(p, q)) of the guesses are kept."
+)
+
+
+def simulation_rows(sim: Simulation) -> list[dict]:
+    """One row per token: target p, draft q, and the share of steps that emitted it."""
+    return [{"token": i, "target p": p, "draft q": q, "emitted share": e}
+            for i, (p, q, e) in enumerate(zip(sim.target, sim.draft, sim.empirical))]

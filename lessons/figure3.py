@@ -15,8 +15,10 @@ import torch
 
 from model import V41Config, layer_map
 from model.layer_map import LayerSpec
+from model.quant import LATENT_FMT
 
 from .layers import Run, engram_layers, stack_runs
+from .sources import REPORT
 
 KIND_COLORS = {"vision": "#c9b3e6", "embed": "#dddddd", "states": "#eeeeee", "head": "#dddddd",
                "moe": "#b7dfb2", "engram": "#f6cf86", "drafter": "#f3a9a9", "mhc": "#ffffff", "line": "#ffffff"}
@@ -293,6 +295,7 @@ class Step:
     focus: frozenset = field(default_factory=frozenset)   # box tags to highlight
     box: str | None = None                                 # the box opened with this step
     table: list[dict] | None = None                        # an optional small table shown under the text
+    read_along: str = ""                                   # where in the report this step's point is made
 
 
 def facts(cfg: V41Config) -> dict:
@@ -333,7 +336,46 @@ def levers(cfg: V41Config, earlier: int = 16, pick: int = 2) -> list[dict]:
     ]
 
 
-def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
+def read_along(where: str | None) -> str:
+    """The "Read along" line of a step: the report section our source texts name for the point, or the
+    report without a section where they name none (a section number is never invented)."""
+    if where:
+        return f"Read along: {REPORT}, {where}."
+    return f"Read along: {REPORT} (our source texts name no section for this point)."
+
+
+def fp4_sentence(cfg: V41Config) -> str:
+    """How one compressed entry is stored, from the engine's storage format (model.quant.LATENT_FMT)."""
+    f, d = LATENT_FMT, cfg.head_dim
+    vals, scales = d * f.element_bits // 8, d // f.block * f.scale_bits // 8
+    return (f"Each entry is stored in FP4: {f.element_bits}-bit numbers (E2M1: one sign bit, two exponent bits, "
+            f"one mantissa bit) with one shared scale per block of {f.block} numbers, itself an 8-bit E4M3 number. "
+            f"An entry of {d} numbers takes {vals} B of values plus {scales} B of scales. The entry is \"K=V\": "
+            "the same stored row serves as the key a query scores and as the value it mixes in.")
+
+
+def notation(cfg: V41Config, one_based: bool = False) -> str:
+    """The report's notation next to the drawing's labels, with this config's numbers."""
+    ratios = sorted({s.compress_ratio for s in layer_map(cfg) if s.compress_ratio}, reverse=True)
+    pool_layer = cfg.candidate_source_layer_id
+    r = " and ".join(f"r{x}" for x in ratios) or "none"
+    return ("Notation. The report writes a layer's attention as CSA2(r, ...): r is the compress ratio, how many "
+            "tokens are packed into one global entry, so CSA2(2, ...) packs pairs of tokens and a ratio of 1 means "
+            f"no packing at all (one entry per token). The drawing's labels {r} are these ratios; 'window only' "
+            "layers have no global entries. Each attention box with its MoE box counts as one layer. The pool's "
+            "first broad scan"
+            + (f", at layer {_num(pool_layer, one_based)}," if pool_layer is not None else "")
+            + " still scores every visible entry; only the later Reindex layers search inside the pool.")
+
+
+def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = None,
+          total_params: int | None = None) -> list[Step]:
+    """The story. `engram_params` / `total_params` (from model.count_params, computed by the caller) let the
+    Engram step say how much memory its tables take; without them it counts the tables from the config."""
+    from .dspark import block_sentence
+    from .layers import MODES, bounded_note
+    from .shares import TOY_QUERIES, fmt, two_value_mix
+
     f = facts(cfg)
     n = lambda i: _num(i, one_based)  # noqa: E731
     enc_runs = " + ".join(r.formula() for r in f["runs"]["encoder"])
@@ -341,15 +383,26 @@ def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
     engram = ((("layers " if len(f["engram"]) > 1 else "layer ") + " and ".join(str(n(i)) for i in f["engram"]))
               if f["engram"] else "no layer of this config")
     cand = "-" if f["cand"] is None else n(f["cand"])
+    dec_full = next((s for s in layer_map(cfg) if s.stack == "decoder" and s.role == "Full"), None)
+    dec_first = "-" if dec_full is None else n(dec_full.index)
     rep = next((r for r in f["runs"]["encoder"] + f["runs"]["decoder"] if r.reuse > 1), None)
     rep_n = rep.reuse if rep else 1
+    outer = next((r for r in f["runs"]["encoder"] + f["runs"]["decoder"] if r.repeats > 1 and r.head != "SWA"), None)
+    mixes = [two_value_mix(round(share * 100)) for _, share in TOY_QUERIES]
+    toy = " and ".join(f"{fmt(m.shares[0] * 100)}%/{fmt(m.shares[1] * 100)}% give {fmt(m.result)}" for m in mixes)
+    modes = [dict(m, **{"also, in every mode": "a new query, its own window keys and values, its own attention "
+                                               "output" + (" (reads only a selected subset)" if m["mode"] == "Full"
+                                                           else "")}) for m in MODES]
+    tables = engram_params if engram_params is not None else sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
+    share = (f", out of {total_params / 1e9:,.0f}B parameters in all" if total_params else "")
+    big = f"{tables / 1e9:,.0f}B parameters" if tables >= 1e9 else f"{tables:,} parameters"
     return [
         Step("job", "Start with the job",
              "Read the drawing from the bottom. Text comes in as token ids; the embedding turns each id into a "
              "row of numbers. Every box above rewrites those rows, and at the very top the last row becomes a "
              "score for every possible next token. The two columns are one model cut into halves: "
              f"{f['n_enc']} layers on the left, {f['n_dec']} on the right, {f['n']} in all.",
-             frozenset({"job"}), "embed"),
+             frozenset({"job"}), "embed", read_along=read_along("Figure 3")),
         Step("why", "Why change attention?",
              "Inside each layer box, attention lets a row pull in information from earlier positions. For a long "
              "prompt, preparing and reading every earlier position in every layer is the expensive part. This "
@@ -357,80 +410,88 @@ def steps(cfg: V41Config, one_based: bool = False) -> list[Step]:
              f"{f['W']} raw rows), packing ({f['enc_ratio']} tokens squeezed into one entry in the left half), "
              f"picking (a query reads at most {f['topk']} packed entries), and preparing once for several "
              "layers. Packing means fewer entries to keep; picking means fewer entries touched by each query.",
-             frozenset({"layer"}), None, levers(cfg)),
+             frozenset({"layer"}), None, levers(cfg), read_along=read_along("§2.3")),
         Step("fresh", "Same information, a fresh question",
              "Keys decide how relevant a stored position is; values are what gets mixed in. A layer's query "
-             "turns keys into shares, and the shares weight the values. Reused entries are therefore not a "
-             "reused answer: a different query hands out different shares over the very same entries. The "
-             "Attention shares page makes this concrete, first with two numbers, then with the real model.",
-             frozenset({"Reuse"}), None),
+             "turns keys into shares, and the shares weight the values. With two stored values, 10 and 30, "
+             f"shares of {toy}: the values did not move, the mix did. So reused entries are not a reused answer. "
+             "The three labels of the layers (table below) say which preparation a layer does itself; whatever "
+             "the label, every layer still computes its own query, window keys and values, and attention output, "
+             "and a Full layer, although it makes everything, still reads only the subset it selects.",
+             frozenset({"Reuse"}), None, modes, read_along=read_along("Figure 4 in §2.3.1")),
         Step("encoder", "The left half: a causal encoder",
              f"The left column is the causal encoder: {enc_runs}. \"Causal\" means a row only ever sees "
              "positions up to its own, so its work on a prompt never has to be redone when more text arrives. "
              f"The bottom {f['n_swa']} layers only look at their window. Each Full layer (dark blue) packs "
              "its input into entries and picks some to read; the pale Reuse layers above it keep both the "
-             "entries and the picks.",
-             frozenset({"encoder"}), None),
+             "entries and the picks. " + fp4_sentence(cfg),
+             frozenset({"encoder"}), None, read_along=read_along("§2.2 (the encoder-decoder) and §2.3 (CSA2)")),
         Step("line", "The line between the halves",
-             "The red line carries the encoder's final rows across. The decoder's first layer (Full, ratio 1) "
-             "turns each of those rows into one global entry, and every decoder layer reads from that same "
+             f"The red line carries the encoder's final rows across. The decoder's first layer ({dec_first}, Full, "
+             "ratio 1) turns each of those rows into one global entry, and every decoder layer reads from that same "
              "set. When a long prompt is read in bounded mode, most prompt positions stop at the top of the "
              f"left column: only the last {f['W']} rows climb the decoder. Every newly generated token still "
-             "goes through both halves.",
-             frozenset({"line"}), "line"),
+             "goes through both halves. " + bounded_note(cfg),
+             frozenset({"line"}), "line", read_along=read_along("§2.2, and §3.2.2 for bounded replay")),
         Step("decoder", "The right half: a decoder over shared memory",
-             f"The right column: {dec_runs}. Nothing here prepares global entries again; the Reindex layers "
-             "(orange) keep the entries but choose again with their own indexer, and the Reuse layers keep the "
-             "latest choice. Each decoder layer still has its own window, query, output and MoE.",
-             frozenset({"decoder"}), None),
+             f"The right column: {dec_runs}. Only its first layer ({dec_first}, Full) prepares global entries, "
+             "from the encoder's final rows; no layer above it prepares them again. The Reindex layers (orange) "
+             "keep those entries but choose again with their own indexer, and the Reuse layers keep the latest "
+             "choice. Each decoder layer still has its own window, query, output and MoE.",
+             frozenset({"decoder"}), None, read_along=read_along("§2.2 and Figure 4 in §2.3.1")),
         Step("repeat", "A frame drawn once stands for many layers",
-             f"A dotted frame marked x{rep_n} means \"this drawn structure occurs {rep_n} times in a row\". It "
-             "is a way to draw a long stack compactly, not a statement that the copies share weights. In this "
-             "model every copy is a separate layer with its own tensors; the Is this recurrence? page checks "
-             "that on the real weights. Switch on Compact to see the stack drawn that way; the full drawing "
-             "gives every copy its own row and numbers the repeated frames 1/n, 2/n, ...",
-             frozenset({"repeat"}), None),
+             "The report's figure draws a repeated structure once, in a dotted frame with a count such as x5: the "
+             "drawn structure occurs that many times in a row. A count does not say the copies share weights. "
+             "In this model every copy "
+             "is a separate layer with its own tensors; the Is this recurrence? page checks that on the real "
+             "weights. The default drawing here gives every layer its own row and numbers the repeated groups "
+             "1/n, 2/n, ...: switch on Compact to see the frames. In Compact mode the count inside a pale Reuse row "
+             f"(x{rep_n}) is how many Reuse layers it stands for in each group, and the count beside a dotted frame"
+             + (f" (x{outer.repeats})" if outer else "") + " is how many times the whole group repeats.",
+             frozenset({"repeat"}), None, read_along=read_along("Figure 3")),
         Step("vision", "Images come in from the side",
              "Pictures do not go through the tokenizer. A separate network, the vision encoder, cuts an image "
              "into patches and turns them into rows of the same width as token rows; those rows take the place "
              "of image placeholder tokens and then climb the same stacks.",
-             frozenset({"vision"}), "vision"),
+             frozenset({"vision"}), "vision", read_along=read_along(None)),
         Step("moe", "MoE: pick which small networks run",
              "After attention, every layer transforms each row with a feed-forward network. Here that network "
              f"is a mixture: {f['shared']} shared expert that always runs plus {f['per_tok']} of "
              f"{f['experts']} routed experts chosen by a router for each row. The experts that are not chosen "
              "cost no arithmetic for that row but still take up memory.",
-             frozenset({"moe"}), None),
+             frozenset({"moe"}), None, read_along=read_along("§4.2.1")),
         Step("engram", "Engram: look up a short pattern",
              f"At {engram}, the last few token ids (up to {f['ngram']} in a row) are hashed into addresses "
-             "of large learned tables. The rows found there are gated into the state before attention runs: a "
-             "cheap memory for local patterns, learned like any other weight.",
-             frozenset({"engram"}), None),
+             "of large learned tables. The rows found there are gated into the state before attention runs. "
+             "A lookup is cheap in arithmetic but not in memory: the tables hold "
+             f"{big}{share}, learned like any other weight.",
+             frozenset({"engram"}), None, read_along=read_along("§2.4.2")),
         Step("mhc", "mHC: several residual paths",
              f"A plain residual connection keeps one copy of each row and adds every update to it. Here each "
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "
-             "attention and MoE site, learned mixing weights decide how the streams feed the sublayer and how "
-             "they are blended again. The single-pass form computes those weights once per site to save memory "
-             "traffic.",
-             frozenset({"mhc"}), None),
+             "attention and MoE site, mixing coefficients decide how the streams feed the sublayer and how they "
+             "are blended again. The coefficients are not fixed numbers: learned projections compute them for "
+             "every token from the streams themselves. The single-pass form computes them once per site, serving "
+             "that site and the next, to save memory traffic.",
+             frozenset({"mhc"}), None, read_along=read_along("§2.4.1")),
         Step("pool", "Narrowing the search in two steps",
-             f"At layer {cand}, the indexer scores every visible entry, groups them in blocks of "
-             f"{f['pool_block']} and keeps the {f['pool_blocks']} best blocks: a pool of up to {f['pool']:,} "
-             f"positions. Later Reindex layers pick their {f['topk']} entries only from inside that pool. An "
-             "entry left out of the pool cannot be picked by them, however useful it would have been.",
-             frozenset({"pool"}), None),
+             f"At layer {cand}, the indexer scores every visible entry (this broad scan still costs work), groups "
+             f"them in blocks of {f['pool_block']} and keeps the {f['pool_blocks']} best blocks: a pool of up to "
+             f"{f['pool']:,} positions. Later Reindex layers pick their {f['topk']} entries only from inside that "
+             "pool. An entry left out of the pool cannot be picked by them, however useful it would have been.",
+             frozenset({"pool"}), None, read_along=read_along("§2.3.2")),
         Step("drafter", "DSpark: draft, then verify",
-             f"A small drafter reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and "
-             f"proposes up to {f['draft_block']} tokens at once. The main model then checks the whole draft in "
-             "one pass and keeps the longest prefix it agrees with, so good drafts save sequential steps "
+             f"A small drafter reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
+             f"several tokens at once. {block_sentence(f['draft_block'])} The main model then checks the drafted "
+             "tokens in one pass and keeps the longest prefix it agrees with, so good drafts save sequential steps "
              "without changing what the model would have produced.",
-             frozenset({"drafter"}), "drafter"),
+             frozenset({"drafter"}), "drafter", read_along=read_along("§2.4.3")),
         Step("check", "Check the idea",
              "If a Reuse layer reads the same entries at the same positions as its source, why is its output "
              "different? Try to answer before opening the Attention shares page, where the answer is one click "
              "away. Then ask what would show that these shortcuts pay off: quality, time and memory compared at "
              "equal budgets, and ablations that switch one piece off.",
-             frozenset({"Reuse", "selects"}), None),
+             frozenset({"Reuse", "selects"}), None, read_along=read_along(None)),
     ]
 
 
@@ -471,11 +532,13 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
                 f"best {f['per_tok']}, plus {f['shared']} shared expert that always runs. Present in every layer.")
     if box.kind == "engram":
         return (f"Engram: hashes of the last 2 to {f['ngram']} token ids address learned tables; a gate per "
-                "stream decides how much of the looked-up row is added before attention.")
+                "stream decides how much of the looked-up row is added before attention. Cheap in arithmetic "
+                "(a few rows per token), large in memory (the tables).")
     if box.kind == "mhc":
-        return (f"{f['hc']} residual streams per row. At every site, learned `pre` weights collapse them into the "
-                "sublayer's input, `post` weights write the output back, and a doubly stochastic `comb` matrix "
-                "blends the streams.")
+        return (f"{f['hc']} residual streams per row. At every site, `pre` coefficients collapse them into the "
+                "sublayer's input, `post` coefficients write the output back, and a doubly stochastic `comb` matrix "
+                "blends the streams. All three are computed for each token from the streams by learned "
+                "projections.")
     if box.kind in ("line", "states"):
         return ("The encoder's final rows, one per token, carried into the decoder. The decoder's Full layer "
                 "turns them into the global entries all decoder layers share, so old prompt positions do not have "
@@ -488,8 +551,11 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
     if box.kind == "head":
         return "Collapses the streams, normalises, and scores every token of the vocabulary as the next one."
     if box.kind == "drafter":
-        return (f"DSpark: reads the states of layers {', '.join(str(n(i)) for i in f['targets'])}, drafts up to "
-                f"{f['draft_block']} tokens in one go; the main model verifies them together.")
+        from .dspark import block_sentence
+
+        return (f"DSpark: reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
+                f"several tokens in one go; the main model verifies them together. "
+                + block_sentence(f['draft_block']))
     return ""
 
 

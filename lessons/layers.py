@@ -341,3 +341,35 @@ def full_reads_subset(comp: list[Computed], one_based: bool = False) -> list[str
                        f"{c.visible_last} and read all of them, because the prompt is shorter than the "
                        f"selection size. Use a longer prompt to see it read a subset.")
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Sentences several pages share
+# --------------------------------------------------------------------------------------------------
+def bounded_note(cfg: V41Config) -> str:
+    """Why bounded replay is an approximation, in the same words wherever it is mentioned."""
+    w = cfg.sliding_window
+    return (f"Bounded replay is an approximation: the decoder runs only over the last {w} prompt rows, and the "
+            "windows of the first replayed rows are cut at the start of that segment, so those rows cannot read the "
+            "older rows that exact prefill would let them read; the difference can travel up through the decoder "
+            f"to the last row. Only a prompt that fits in the {w}-row segment loses nothing.")
+
+
+def map_line(cfg: V41Config, one_based: bool = False) -> str:
+    """The running model's own layer map in one line, so live pages never leave a reader guessing which
+    layer of the release a tiny-model layer number corresponds to (usually none)."""
+    specs = layer_map(cfg)
+    n = (lambda i: i + 1) if one_based else (lambda i: i)
+    parts = []
+    for stack in ("encoder", "decoder"):
+        runs = [s for s in specs if s.stack == stack]
+        if not runs:
+            continue
+        cells = []
+        for s in runs:
+            tag = "window" if s.role == "SWA" else f"{s.role} r{s.compress_ratio}"
+            cells.append(f"{n(s.index)} {tag}")
+        parts.append(f"{stack}: " + ", ".join(cells))
+    base = "1-based" if one_based else "0-based"
+    return (f"Layer map of the running model ({cfg.name}, {len(specs)} layers, {base}): " + "; ".join(parts)
+            + ". Its layer numbers are its own: the released 40-layer model gives most numbers a different role.")

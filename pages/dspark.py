@@ -9,7 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from lessons.dspark import DEFINITIONS, INTRO, cache_rows, position_rows, step_rows, summary_rows
+from lessons.dspark import (AUTO_NOTE, DEFINITIONS, INTRO, SIM_P, SIM_Q, SIM_TEXT, block_sentence, cache_rows,
+                            position_rows, simulate, simulation_rows, step_rows, summary_rows)
 from lessons.inspect import encode_prompt, load_samples
 from ui.common import cached_with_progress, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
@@ -20,6 +21,7 @@ st.title("DSpark: draft, then verify")
 st.write(INTRO)
 model = require_model(sess)
 cfg = model.cfg
+st.caption(block_sentence(cfg.dspark_block_size))
 with st.expander("Words used on this page", expanded=False):
     st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
 try:
@@ -72,7 +74,7 @@ draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl",
                             format_func=lambda v: f"{gmax} (whole block)" if v == "max" else
                             "auto (confidence)" if v == "auto" else str(v))
 threshold = c2.slider("Confidence threshold (auto)", 0.05, 0.95, 0.3, 0.05, key="ds_thr",
-                      disabled=draft_length != "auto")
+                      disabled=draft_length != "auto", help=AUTO_NOTE)
 max_new = c3.number_input("New tokens", 1, 128, qp_int("gen", 24, 1, 128), key="ds_new")
 seed = c3.number_input("Seed", 0, 10_000, 0, key="ds_seed", disabled=rule == "greedy")
 mode = c4.radio("Prefill", ["bounded", "exact"], key="ds_mode")
@@ -140,7 +142,7 @@ else:
             st.session_state["ds_seen_steps"] = n
         si = st.slider("Step", 1, n, key="ds_step_view") if n > 1 else 1
         lg = state.log[si - 1]
-        rows = step_rows(lg, decode=tok)
+        rows = step_rows(lg, decode=tok, greedy=rule == "greedy")
         for r in rows:  # make the verdict impossible to miss, and name the rule that produced it
             r["verdict"] = {"accept": "accepted", "reject": "REJECTED"}.get(r["verdict"], r["verdict"])
         if rule == "greedy":
@@ -164,6 +166,16 @@ else:
         for col, row in zip(m, cache_rows(lg)):
             col.metric(row.label, int(row.value), help=row.formula)
         m[3].metric("tokens emitted", len(lg.emitted))
+
+if draft_length == "auto":
+    st.caption(AUTO_NOTE)
+
+# ---- the rule is lossless: a simulation ------------------------------------------------------------------------
+st.subheader("Why checking loses nothing: a simulation")
+st.write(SIM_TEXT)
+sim = st.cache_data(show_spinner=False)(simulate)(list(SIM_P), list(SIM_Q), n=5000, seed=0)
+st.dataframe(pd.DataFrame(simulation_rows(sim)).round(3), hide_index=True, key="ds_sim")
+st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts {sim.predicted_acceptance:.3f}.")
 
 # ---- a whole run --------------------------------------------------------------------------------------------------
 st.subheader("A whole run")

@@ -5,11 +5,13 @@ import importlib.util
 
 import streamlit as st
 
-from lessons.figure3 import box_choices, box_text, layout, live_layer, picked_box, sample_image, steps
+from lessons.figure3 import box_choices, box_text, layout, live_layer, notation, picked_box, sample_image, steps
+from lessons.layers import map_line
 from model import V41Config
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import init_state, live_trace, prompt_picker
+from ui.memory import param_counts
 
 sess = sidebar()
 st.title("Figure 3, read from the bottom up")
@@ -41,7 +43,8 @@ if which == "running" and sess.model is None:
     st.info((sess.error or "No model is loaded.") + " Drawing the released config instead.")
     which = "full"
 cfg = _full_cfg() if which == "full" else sess.model.cfg
-story = steps(cfg, sess.one_based)
+counts = param_counts("v4.1-flash") if which == "full" else {}   # the tiny config's Engram tables: from cfg
+story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_params=counts.get("total"))
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 with top[2]:
@@ -96,6 +99,8 @@ with right:
                      format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
     st.subheader(f"{step_i + 1}. {step.title}")
     st.write(step.body)
+    if step.read_along:
+        st.caption(step.read_along)
     if step.table:
         st.dataframe(step.table, hide_index=True, key="fig3_step_table")
     st.divider()
@@ -107,6 +112,9 @@ with left:
     fig = diagram_figure(diagram, step.focus, selected, height=diagram.height_px(30 if not compact else 44))
     st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
                     config={"displayModeBar": False})
+    st.caption(notation(cfg, sess.one_based))
+    if which == "running":
+        st.caption(map_line(cfg, sess.one_based))
 
 below = st.container()  # full width, under the drawing (the vision panel needs the room)
 qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,

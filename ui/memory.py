@@ -29,7 +29,7 @@ def config_counts(model) -> dict:
     from model import count_params
 
     pc = count_params(model.cfg)
-    return {"total": pc.total, "backbone": pc.backbone, "active_prefill": pc.active_prefill,
+    return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "active_prefill": pc.active_prefill,
             "active_decode": pc.active_decode, "active_per_layer": list(pc.active_per_layer)}
 
 

@@ -1,0 +1,72 @@
+"""Where the lesson texts come from, named the way a reader can look them up, and how sure each claim is.
+
+Reader-visible text cites public sources by name (the release, the model card, the technical report, the
+released config and code); the design notes the code docstrings cite are internal and never shown. Every
+source carries a sureness marker, so a reader can tell a fact read in released code from a statement of
+the report as our source texts cite it, and both from our own inference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# how sure a statement is: key -> the marker a reader sees
+SURENESS = {
+    "code": "from the released config and code",
+    "report": "from the technical report, as our source texts cite it",
+    "third-party": "from third-party copies of published configs and serving code",
+    "inference": "our inference",
+    "measured": "measured here, on the running model",
+}
+
+REPORT = "the DeepSeek-V4.1-Flash technical report"
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    what: str
+    sureness: str      # a key of SURENESS
+
+    @property
+    def marker(self) -> str:
+        return SURENESS[self.sureness]
+
+    def line(self) -> str:
+        return f"{self.name}: {self.what} ({self.marker})"
+
+
+SOURCES = [
+    Source("DeepSeek-V4.1-Flash release announcement", "release date, open weights, active parameters in prefill "
+           "and decode, separate accelerator-memory and persistent-cache comparisons with V4-Flash", "report"),
+    Source("DeepSeek-V4.1-Flash model card", "the causal encoder-decoder layout, the vision encoder, Engram, mHC, "
+           "DSpark", "report"),
+    Source("DeepSeek-V4.1-Flash technical report", "Figure 3 and its sections on the encoder-decoder, CSA2, the "
+           "indexer, Engram, mHC, DSpark, FP4 storage and bounded replay", "report"),
+    Source("Hugging Face transformers, DeepSeek-V4.1 config and modeling code", "the layer schedule, the CSA2 "
+           "modes, the candidate pool, the FP4/FP8 storage formats, Engram, single-pass mHC; its field names mirror "
+           "the released checkpoint's config", "code"),
+    Source("DeepSpec repository and DSpark paper (DeepSeek)", "the block drafter, Markov and confidence heads, "
+           "verification and scheduling", "code"),
+    Source("Published DeepSeek-V4-Flash configs and vLLM's DeepSeek-V4 serving code", "V4-Flash's layer schedule "
+           "and cache byte layout used for comparisons", "third-party"),
+    Source("This explorer's own runs", "every live number: traces, byte counts and timings of the model running "
+           "here, on the weights chosen in the sidebar", "measured"),
+]
+
+
+def marker(key: str) -> str:
+    """The reader-facing sureness marker for a key of SURENESS."""
+    if key not in SURENESS:
+        raise KeyError(f"unknown sureness {key!r}; choose from {', '.join(SURENESS)}")
+    return SURENESS[key]
+
+
+def footer_lines() -> list[str]:
+    return [s.line() for s in SOURCES]
+
+
+SOURCES_NOTE = (
+    "Facts describe the versions named; the tiny model running here has the release's layer kinds at small "
+    "widths. How sure each statement is: " + "; ".join(f"*{v}*" for v in SURENESS.values()) + "."
+)
