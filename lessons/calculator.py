@@ -24,11 +24,12 @@ from model.accounting import keep_rows
 SUPPORTED_BITS = (4, 8, 16, 32)
 MODES = ("exact", "bounded")
 # display kinds, in chart order; "block_scales" gathers the scale bytes of every store
-KINDS = ("window", "recurrent_state", "latents", "kv", "index_keys", "block_scales", "pending", "drafter")
+KINDS = ("window", "recurrent_state", "latents", "kv", "index_keys", "block_scales", "pending", "replay_input",
+         "drafter")
 KIND_LABELS = {
     "window": "window rows", "latents": "compressed latents", "kv": "full K/V rows", "index_keys": "index keys",
     "block_scales": "block scales", "pending": "pending rows", "recurrent_state": "recurrent state",
-    "drafter": "drafter cache",
+    "drafter": "drafter cache", "replay_input": "replay input (streams + pre)",
 }
 ENGINE_KINDS = ("window", "latents", "index_keys", "pending")  # what model.cache.Cache.nbytes() reports
 MAX_BYTES = 2 ** 63 - 1  # results must fit a signed 64-bit integer (pandas, JSON consumers)
@@ -151,7 +152,9 @@ class Store:
     fixed: int = 0                 # entries of a fixed-size state
     slack: int = 1                 # rollback slack (pending rows)
     read_by: int = 0               # layers that read this data (>= stored copies when shared)
-    persist: str = "always"        # in the persistent prefix cache: "always" | "window" (only if kept) | "never"
+    persist: str = "always"        # in the persistent prefix cache: "always" | "window" (only if the decoder's
+                                   # windows are kept) | "replay" (only if they are not) | "never"
+    hbm: bool = True               # held on the accelerator between steps (the replay input is not)
     in_engine: bool = False        # held by model.cache.Cache (V4.1 configs; not the drafter's cache)
     note: str = ""
 
@@ -342,14 +345,23 @@ class Calculation:
                           indent=2)
 
 
+def windows_persist(knobs: Knobs, keep_windows: bool) -> bool:
+    """Does the persistent cache hold the decoder's windows? Exact prefill leaves them filled, so the engine saves
+    them; bounded prefill saves the replay input instead, unless the reader asks to keep the windows."""
+    return keep_windows or knobs.mode == "exact"
+
+
 def calculate(d: Design, knobs: Knobs, keep_windows: bool = False) -> Calculation:
     """HBM bytes for `knobs.batch` sequences of `knobs.context` tokens, and, separately, the persistent bytes of
-    one saved context (global entries always; window state only if `keep_windows`, else bounded replay
-    recomputes it)."""
+    one saved context, as our engine's prefix cache saves it: global entries always; the decoder's window rows
+    when they are kept (exact prefill, or `keep_windows`), else the replay input bounded replay rebuilds them
+    from."""
     validate_knobs(knobs)
     check_design(d)
-    hbm = _compute(d, knobs.context, knobs.batch, "HBM", d.stores)
-    keep = [s for s in d.stores if s.persist == "always" or (s.persist == "window" and keep_windows)]
+    hbm = _compute(d, knobs.context, knobs.batch, "HBM", [s for s in d.stores if s.hbm])
+    win = windows_persist(knobs, keep_windows)
+    keep = [s for s in d.stores if s.persist == "always" or (s.persist == "window" and win)
+            or (s.persist == "replay" and not win)]
     per = _compute(d, knobs.context, 1, "persistent", keep)
     return Calculation(design=d, knobs=knobs, hbm=hbm, persistent=per, keep_windows=keep_windows)
 
@@ -370,6 +382,20 @@ class ReplayTradeoff:
     @property
     def flops_per_byte(self) -> float:
         return self.flops_per_reuse / self.stored_bytes if self.stored_bytes else math.inf
+
+    @property
+    def net_bytes(self) -> int:
+        """Bytes replay keeps beyond what storing the windows would: input kept minus windows not kept."""
+        return self.input_bytes - self.stored_bytes
+
+    @property
+    def window_bytes_per_row(self) -> float:
+        """The most a replay input may take per replayed row for replay to save storage."""
+        return self.stored_bytes / self.rows_replayed if self.rows_replayed else math.inf
+
+    @property
+    def input_bytes_per_row(self) -> float:
+        return self.input_bytes / self.rows_replayed if self.rows_replayed else 0.0
 
 
 def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads: int, head_dim: int,
@@ -447,13 +473,30 @@ CALC_INTRO = (
 
 REPLAY_TEXT = (
     "Each V4.1 layer keeps its own window of recent raw rows. A persistent cache that lets a server pick up a "
-    "saved context later can either **store** the decoder's window state with the shared latents, or leave it "
-    "out and **recompute** it when the context comes back, by running the decoder over the last few rows again "
-    "(bounded replay). Storing costs bytes held for as long as the context is kept; recomputing costs arithmetic "
-    "every time the context is reused. The replay is an approximation: it rebuilds the windows from a short "
-    "recent stretch, not from the whole history. Our engine feeds the replay with the decoder's input rows for "
-    "that stretch, which its prefix cache keeps alongside the entries."
+    "saved context later can either **store** the decoder's window rows with the shared latents, or leave them "
+    "out and **recompute** them when the context comes back, by running the decoder over the last few rows again "
+    "(bounded replay). Recomputing spends arithmetic to save storage and transfer, but only if what the replay "
+    "starts from is smaller than what it rebuilds. Our engine starts the replay from the decoder's input rows for "
+    "that stretch (every mHC stream plus the pre mix, in fp32), and its prefix cache keeps them: the persistent "
+    "figure above counts them whenever the windows are not kept. The replay is also an approximation: it rebuilds "
+    "the windows from a short recent stretch, not from the whole history."
 )
+
+
+def replay_verdict(tr: ReplayTradeoff) -> str:
+    """What the engine's replay saves or costs in bytes, and what a cheaper replay input would need."""
+    if tr.net_bytes > 0:
+        net = (f"In our engine replay does not save storage: the input it keeps ({human_bytes(tr.input_bytes)}) is "
+               f"{human_bytes(tr.net_bytes)} more than the windows it leaves out ({human_bytes(tr.stored_bytes)}).")
+    else:
+        net = (f"Here replay saves {human_bytes(-tr.net_bytes)}: its input ({human_bytes(tr.input_bytes)}) is smaller "
+               f"than the windows it leaves out ({human_bytes(tr.stored_bytes)}).")
+    return (net + f" For replay to pay in bytes, its input must take fewer than {tr.window_bytes_per_row:,.0f} B per "
+            f"replayed row (the windows' bytes per row); our engine keeps {tr.input_bytes_per_row:,.0f} B per row, and "
+            f"even in 16 bits the same streams would take {tr.input_bytes_per_row / 2:,.0f} B. How the release stores "
+            "its replay input is not described in our sources (our inference: it must be far smaller than ours for "
+            "the trade to favour recomputation).")
+
 
 LEAVES_OUT = (
     "The formula counts the per-request cache and nothing else. It leaves out, on purpose:\n\n"

@@ -94,6 +94,15 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
                 note=f"each layer keeps its own last {window - 1} rows + {rb} rollback slack"
                      + (" (bounded prefill: the replayed decoder rows only)"
                         if bounded and stack == "decoder" else "")))
+    if dec < n:
+        hc, dim = cfg.hc_mult, cfg.hidden_size
+        stores.append(Store(
+            name="replay input", kind="replay_input", layers=(dec,), cap=window, hbm=False, persist="replay",
+            parts=(Part("decoder-input streams (fp32)", hc * dim, 32, "replay_input"),
+                   Part("pre mix (fp32)", hc, 32, "replay_input")),
+            note=f"the last {window} rows' {hc} mHC streams and pre mix at the decoder's input: what our engine's "
+                 "prefix cache keeps so that bounded replay can rebuild the decoder's windows; not held on the "
+                 "accelerator after prefill"))
     lfmt = latent_format(bits)
     for r in sorted({s.compress_ratio for s in specs if s.role == "Full"}, reverse=True):
         src = tuple(s.index for s in specs if s.role == "Full" and s.compress_ratio == r)

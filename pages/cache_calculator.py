@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons.calculator import (CALC_INTRO, LEAVES_OUT, REPLAY_TEXT, CalcError, calculate, human_bytes, human_flops,
-                                replay_tradeoff)
+                                replay_tradeoff, replay_verdict, windows_persist)
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
@@ -55,7 +55,9 @@ knob_widget(P, "rollback", "rollback" in used, "Rollback slack", c[1])
 with c[2]:
     knob_widget(P, "mode", "mode" in used, "Prefill mode")
 keep_windows = c[3].toggle("Persist windows", value=qp_get("keepwin") == "1",
-                           key=f"{P}_keepwin", help="Off: bounded replay recomputes the decoder's windows instead")
+                           key=f"{P}_keepwin", help="Off, with bounded prefill: the persistent cache keeps the replay "
+                                                    "input and bounded replay recomputes the decoder's windows. "
+                                                    "Exact prefill always keeps the windows.")
 
 knobs = read_knobs(P)
 try:
@@ -75,7 +77,8 @@ m[1].metric("Per further token", f"{hbm.growth_per_token:,.1f} B",
             help="bytes the growing stores add per token, long run (batch included)")
 m[2].metric("Average per token", f"{hbm.per_token:,.1f} B", help="total / (context x batch)")
 m[3].metric("Persistent, per context", human_bytes(per.total),
-            help=f"{per.total:,} bytes in host memory or on SSD for one saved context; a separate budget")
+            help=f"{per.total:,} bytes in host memory or on SSD for one saved context, as our engine's prefix cache "
+                 "saves it; a separate budget")
 st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
            "figure are two separate results; adding them would say nothing about either memory.")
 
@@ -156,18 +159,23 @@ with tabs[4]:
                                  value=10, key=f"{P}_reuse")
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse))
-        a, b = st.columns(2)
-        a.metric("Store: decoder window state per saved context", human_bytes(tr.stored_bytes),
-                 help=f"{tr.stored_bytes:,} bytes kept in the persistent cache")
-        b.metric(f"Recompute: replay {tr.rows_replayed} rows, per reuse", human_flops(tr.flops_per_reuse))
+        a, b, c3 = st.columns(3)
+        a.metric("Store: decoder window rows per saved context", human_bytes(tr.stored_bytes),
+                 help=f"{tr.stored_bytes:,} bytes")
+        b.metric("Replay: input kept per saved context", human_bytes(tr.input_bytes), help=f"{tr.input_bytes:,} bytes")
+        c3.metric(f"Replay: recompute {tr.rows_replayed} rows, per reuse", human_flops(tr.flops_per_reuse))
         st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in tr.derivation]),
                      hide_index=True, key=f"{P}_replayrows")
+        st.markdown(replay_verdict(tr))
+        kept = "the decoder's windows" if windows_persist(knobs, keep_windows) else "the replay input"
+        st.caption(f"The persistent figure above ({human_bytes(per.total)}) holds {kept} in this mode "
+                   f"({knobs.mode} prefill{', windows kept' if keep_windows else ''}).")
         k, total, read = tr.by_reuse[-1]
-        st.markdown(f"Reused **{k:,}** times, replay spends **{human_flops(total)}** in all; storing keeps "
+        st.markdown(f"Reused **{k:,}** times, replay spends **{human_flops(total)}** in all; storing the windows keeps "
                     f"**{human_bytes(tr.stored_bytes)}** for as long as the context is kept and reads it back {k:,} "
-                    f"times ({human_bytes(read)} moved). That is {tr.flops_per_byte:,.0f} FLOPs per byte not "
-                    "stored, per reuse: which side wins depends on the hardware and on how long and how often the "
-                    "context is kept, so the page gives both numbers rather than a verdict.")
+                    f"times ({human_bytes(read)} moved). Which side wins depends on the hardware, on how long and how "
+                    "often the context is kept, and on the size of the replay input, so the page gives the numbers "
+                    "rather than a verdict on time.")
 with tabs[5]:
     st.markdown(LEAVES_OUT)
     if preset == "v4.1-flash":

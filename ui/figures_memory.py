@@ -12,7 +12,7 @@ from ui.figures import ROLE_COLORS
 
 KIND_COLORS = {
     "window": "#9aa5b1", "latents": "#1f77b4", "kv": "#d62728", "index_keys": "#ff7f0e", "block_scales": "#bcbd22",
-    "pending": "#8c564b", "recurrent_state": "#2ca02c", "drafter": "#9467bd",
+    "pending": "#8c564b", "recurrent_state": "#2ca02c", "drafter": "#9467bd", "replay_input": "#e377c2",
 }
 EXTRA_ROLE_COLORS = {
     "Drafter": "#9467bd", "CSA (ratio 4)": "#3b4cc0", "HCA (ratio 128)": "#17becf", "MLA + indexer": "#d62728",
