@@ -50,7 +50,8 @@ CONFIGS: dict[str, tuple[dict, str, str]] = {
     "no Engram": ({"no_engram": True}, "exact", "The n-gram memory adds nothing to the streams."),
     "bounded prefill": ({}, "bounded",
                         "Same model, but the decoder replays only the last window of the prompt instead of every "
-                        "prompt token."),
+                        "prompt token. An approximation: the windows of the first replayed rows are cut at the "
+                        "start of the replay segment."),
     "streams never mix": ({"mhc_identity": True}, "exact",
                           "mHC's comb matrices become the identity: each residual stream keeps to itself, the "
                           "closest we can get to a single stream with these weights."),
@@ -117,6 +118,7 @@ def run_config(model, name: str, cost_ids: list[int], topk: int | None = None, m
     c = measure_cost(model, cost_ids, ablation, mode)
     row = {"configuration": label(name, topk), "prefill": mode, "loss": q.loss}
     row.update({f"recall_{b}": q.recall.get(b, float("nan")) for b in ("inside", "just_past", "far")})
+    row.update({f"recall_{b}_n": int(q.recall_n.get(b, 0)) for b in ("inside", "just_past", "far")})
     row.update({"stories": sum(q.recall_n.values()), "eval_s": q.seconds, "prefill_s": c.prefill_s,
                 "decode_ms_per_token": c.decode_ms, "cache_bytes": c.cache_bytes, "entries_read": c.entries_read})
     return row
@@ -152,16 +154,85 @@ def _ratio(a, b) -> float:
     return float(a) / float(b)
 
 
+def recall_noise(p1: float, n1: int, p2: float, n2: int) -> float:
+    """Two standard errors of a difference of two recall rates (in points), and never less than one story's
+    worth: a difference no larger than this is within noise."""
+    if not n1 or not n2:
+        return math.inf
+    se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    return 100 * max(2 * se, 1 / min(n1, n2))
+
+
+def _far_noise(r: dict, base: dict) -> float:
+    n1, n2 = r.get("recall_far_n", 0), base.get("recall_far_n", 0)
+    return recall_noise(r.get("recall_far", 0.0), n1, base.get("recall_far", 0.0), n2)
+
+
+def far_context_note(rows: list[dict]) -> str | None:
+    """Do these weights use context beyond the window at all? Measured: the full model's far recall against the
+    window-only configuration's, with the noise of the two rates. None when either row is missing."""
+    full = next((r for r in rows if r["configuration"] == "full model"), None)
+    win = next((r for r in rows if r["configuration"] == "window only"), None)
+    if full is None or win is None or math.isnan(full.get("recall_far", math.nan)):
+        return None
+    gain = 100 * (full["recall_far"] - win["recall_far"])
+    noise = _far_noise(win, full)
+    if gain > noise:
+        return (f"These weights do use context beyond the window: far recall is {100 * full['recall_far']:.0f}% with "
+                f"everything on and {100 * win['recall_far']:.0f}% window-only ({gain:+.0f} points, noise about "
+                f"±{noise:.0f}).")
+    return (f"These weights do not use context beyond the window: far recall with everything on "
+            f"({100 * full['recall_far']:.0f}%) is no better than with the compressed branch switched off "
+            f"({100 * win['recall_far']:.0f}%), a difference of {gain:+.0f} points within a noise of about "
+            f"±{noise:.0f}. Switching off parts that only matter beyond the window (the pool, the selection, the "
+            "entries) cannot show an effect on far recall with these weights.")
+
+
 def reading(rows: list[dict]) -> list[str]:
-    """Plain sentences on the largest effects (ours, generated from the numbers)."""
+    """Plain sentences on the largest effects (ours, generated from the numbers). A change is named only when it
+    is there: a loss increase that rounds to zero at the shown precision (the loss is measured on the same held-out
+    tokens for every configuration), or a recall drop within the noise of the two rates, is not called the
+    largest of anything."""
     table = [r for r in rows if r["configuration"] != "full model" and not math.isnan(r.get("Δ loss", float("nan")))]
     if not table:
         return []
     out = []
     worst = max(table, key=lambda r: r["Δ loss"])
-    out.append(f"Largest loss increase: {worst['configuration']} (+{worst['Δ loss']:.3f} nats per token).")
+    if round(worst["Δ loss"], 3) > 0:
+        out.append(f"Largest loss increase: {worst['configuration']} (+{worst['Δ loss']:.3f} nats per token).")
+    else:
+        out.append("No configuration raised the held-out loss (at three decimals).")
+    base = next((r for r in rows if r["configuration"] == "full model"), None)
     far = [r for r in table if not math.isnan(r["Δ recall far (points)"])]
-    if far:
+    if far and base is not None:
         f = min(far, key=lambda r: r["Δ recall far (points)"])
-        out.append(f"Largest drop in far recall: {f['configuration']} ({f['Δ recall far (points)']:+.0f} points).")
+        noise = _far_noise(f, base)
+        if math.isinf(noise):   # story counts unknown: no noise estimate, no verdict
+            pass
+        elif -f["Δ recall far (points)"] > noise:
+            out.append(f"Largest drop in far recall: {f['configuration']} ({f['Δ recall far (points)']:+.0f} points, "
+                       f"noise about ±{noise:.0f}).")
+        else:
+            out.append(f"No configuration lowered far recall by more than the noise (about ±{noise:.0f} points).")
+    note = far_context_note(rows)
+    if note:
+        out.append(note)
     return out
+
+
+def memory_note(cfg, tokens: int) -> str:
+    """The memory side of the trade-offs: the cache calculator's bytes for the running model at this prompt
+    length, in each prefill mode (the engine holds exactly these; tests/test_calculator.py)."""
+    from .calculator import Knobs, calculate, human_bytes
+    from .designs import v41_design
+
+    out = {}
+    for mode in ("exact", "bounded"):
+        k = Knobs(context=tokens, mode=mode, window=cfg.sliding_window, bits=4, layers=max(16, cfg.num_hidden_layers))
+        c = calculate(v41_design(cfg, k, drafter=False, use_knobs=False), k)
+        out[mode] = (c.hbm.total, c.persistent.total)
+    (he, pe), (hb, pb) = out["exact"], out["bounded"]
+    return (f"The memory side: at {tokens:,} tokens the cache calculator's formula gives this model "
+            f"{human_bytes(he)} on the accelerator after exact prefill and {human_bytes(hb)} after bounded prefill, "
+            f"and a persistent copy of {human_bytes(pe)} (exact) or {human_bytes(pb)} (bounded, with the replay "
+            "input). The Cache calculator derives the same bytes row by row, and for the released model.")

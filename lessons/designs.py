@@ -21,6 +21,7 @@ from model.layer_map import layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format
 
 from .calculator import CalcError, Design, Knobs, Part, Store, validate_knobs
+from .sources import marker
 
 MIB = 1 << 20
 
@@ -142,8 +143,9 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
                  "that Reuse/Reindex layers share; the encoder pools pairs of tokens, the decoder keeps one latent per "
                  "token made once from the encoder's output."),
         status="config" if full else "config (our preset)",
-        sources=["HF V4.1 config + modeling [DOC] (brief §5.1-5.4)",
-                 "our engine's packed formats (ARCHITECTURE §3.2)"],
+        sources=[f"Hugging Face transformers' DeepSeek-V4.1 config and modeling code: layer schedule, sharing, FP4 "
+                 f"and FP8 storage formats ({marker('code')})",
+                 f"this explorer's engine: the bytes its cache holds, packed as those formats ({marker('measured')})"],
         unknowns=["The deployed system's exact cache layout (paging, padding, alignment) is not public; these are the "
                   "bytes of our faithful engine.", "The drafter's cache format is assumed."] if full else [],
         shares=V41_SHARES, knobs_used=("context", "batch", "bits", "window", "replay", "rollback", "mode"),
@@ -192,10 +194,11 @@ def v4_flash(k: Knobs) -> Design:
         summary="Hybrid attention: 21 CSA layers (pool 4 tokens, select top-512) and 20 HCA layers (pool 128, read "
                 "all), each storing its own compressed entries; a 128-row window on every layer.",
         status="published formats",
-        sources=["native V4-Flash config dumps [3P] (brief §4.1-4.2)", "vLLM cache formats: 584 B entries, 132 B "
-                 "indexer keys [DOC] (brief §4.6)", "size estimate ≈ 3.85 KB/token at 1M [INF] (brief §4.7)"],
+        sources=[f"published DeepSeek-V4-Flash configs: the layer schedule ({marker('third-party')})",
+                 f"vLLM's DeepSeek-V4 serving code: 584 B cache entries, 132 B indexer keys ({marker('code')})",
+                 f"about 3.85 KB per token at 1M tokens, from those formats ({marker('inference')})"],
         unknowns=["Compressor state of incomplete groups is not counted (small).",
-                  "Whether V4 itself stores entries in FP4 is open; vLLM uses FP8 + BF16 RoPE (brief §13)."],
+                  "Whether V4 itself stores entries in FP4 is open; vLLM uses FP8 + BF16 RoPE."],
         shares={"prepared data": "No: each CSA/HCA layer stores its own compressed entries.",
                 "selection": "No: each CSA layer runs its own indexer.",
                 "update rule (weights)": "No.",
@@ -219,7 +222,8 @@ def v32(k: Knobs) -> Design:
         roles=["MLA + indexer"] * n,
         summary="Every layer stores one MLA latent (512 + 64 numbers) per token and an FP8 indexer key; sparse "
                 "attention reads the top-2048 tokens.",
-        status="published formats", sources=["DeepSeek-V3.2-Exp config + inference/model.py [DOC] (brief §3)"],
+        status="published formats",
+        sources=[f"DeepSeek-V3.2-Exp's released config and inference code ({marker('code')})"],
         unknowns=["The MTP layer's cache is not counted.", "Serving engines may store the latent in FP8."],
         shares={"prepared data": "No: each layer stores its own latent.", "selection": "No: each layer selects.",
                 "update rule (weights)": "No.", "per-token state": "MLA latent + indexer key in every layer."},
@@ -307,8 +311,8 @@ def gemma4_like(k: Knobs) -> Design:
         summary="Five sliding-window layers per global layer; only global layers keep the whole context; the last "
                 "15 layers compute no K/V and reuse an earlier layer's (cross-layer KV sharing).",
         status="illustrative",
-        sources=["Gemma 3/3n/4 HF configs as quoted in brief §10.1-10.3 [DOC]: 5:1 pattern, window 512/1024, "
-                 "global head dim 512 with K=V, num_kv_shared_layers (E2B/E4B)"],
+        sources=["Hugging Face transformers' Gemma 3, 3n and 4 configs: 5:1 pattern, window 512/1024, global head "
+                 f"dim 512 with K=V, num_kv_shared_layers in E2B/E4B ({marker('code')})"],
         unknowns=["Layer count (35), KV head counts (2 local, 1 global) and sharing count (15) are placeholders "
                   "taken from the small variants; larger Gemma 4 models differ.",
                   "Gemma's per-layer embeddings and other memory are not counted."],
@@ -340,9 +344,9 @@ def qwen_next_like(k: Knobs) -> Design:
         summary="Three Gated DeltaNet layers per attention layer: those three keep a fixed-size recurrent state "
                 "updated token by token instead of a growing K/V cache.",
         status="illustrative",
-        sources=["Qwen3-Next HF config as quoted in brief §10.4 [DOC]: 48 layers, 3:1, 2 KV heads x 256, "
-                 "16 key / 32 value heads of 128, conv kernel 4", "first seed: three Gated DeltaNet layers per "
-                 "sparse-attention layer (Qwen3.8-Flash-Next)"],
+        sources=["Hugging Face transformers' Qwen3-Next config: 48 layers, 3:1, 2 KV heads x 256, 16 key / 32 value "
+                 f"heads of 128, conv kernel 4 ({marker('code')})", "the published description of Qwen3.8-Flash-Next: "
+                 "three Gated DeltaNet layers per sparse-attention layer (as our source texts cite it)"],
         unknowns=["Qwen3.8-Flash-Next's own sizes and its sparse-attention indexer (and any keys it stores) are not "
                   "established here; the sizes are Qwen3-Next's.", "State precision (fp32 here) varies by engine."],
         shares={"prepared data": "No.", "selection": "Attention layers select what to read (sizes unknown).",
@@ -430,4 +434,70 @@ UNKNOWN_NOTE = (
     "what is not known. Public remarks about deployed models (such as the discussions the first seed cites) do "
     "not establish their architectures, and a model's behaviour, such as a long pause or a long explanation, "
     "cannot reveal which mechanism it uses."
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# V4-Flash -> V4.1-Flash: why the cache is about 4x smaller although V4.1 pools less
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class WaterfallStep:
+    step: str
+    bytes_per_token: float     # after this step
+    change: float              # vs the step before (0 for the start)
+    why: str
+
+
+def _per_token(stores: list[tuple[int, int, int]]) -> float:
+    """Growing bytes per token of (stored copies, bytes per entry incl. index key, ratio) groups."""
+    return sum(copies * entry / ratio for copies, entry, ratio in stores)
+
+
+def v4_to_v41_waterfall() -> list[WaterfallStep]:
+    """The growing part of the cache per token, changed one factor at a time from V4-Flash's layout to V4.1's.
+    Entry sizes come from the designs' own parts (V4-Flash: vLLM's formats; V4.1: the engine's FP4 formats)."""
+    v4 = v4_flash(defaults("v4-flash"))
+    v41 = flash_v41(defaults("v4.1-flash"))
+    entry_v4 = next(s for s in v4.stores if s.name.startswith("CSA latents")).entry_bytes()
+    key_v4 = next(s for s in v4.stores if s.name.startswith("CSA indexer")).entry_bytes()
+    csa = next(s for s in v4.stores if s.name.startswith("CSA latents"))
+    hca = next(s for s in v4.stores if s.name.startswith("HCA latents"))
+    lat41 = [s for s in v41.stores if s.kind == "latents"]
+    entry_41 = lat41[0].entry_bytes()
+    key_41 = next(s for s in v41.stores if s.kind == "index_keys").entry_bytes()
+    groups41 = [(s.copies, s.ratio) for s in lat41]                # (3, 2) and (1, 1) for the release
+    copies41 = sum(c for c, _ in groups41)
+    start = _per_token([(csa.copies, entry_v4 + key_v4, csa.ratio), (hca.copies, entry_v4, hca.ratio)])
+    shared = _per_token([(copies41, entry_v4 + key_v4, csa.ratio)])
+    ratios = _per_token([(c, entry_v4 + key_v4, r) for c, r in groups41])
+    fp4 = _per_token([(c, entry_41 + key_v4, r) for c, r in groups41])
+    keys = _per_token([(c, entry_41 + key_41, r) for c, r in groups41])
+    rows = [
+        ("DeepSeek-V4-Flash", start,
+         f"{csa.copies} layers each store their own ratio-{csa.ratio} entries ({entry_v4} B) and indexer keys "
+         f"({key_v4} B); {hca.copies} more store ratio-{hca.ratio} entries"),
+        ("stored copies", shared,
+         f"one stored copy per group of layers that share it: {copies41} copies instead of {csa.copies + hca.copies} "
+         f"(still ratio {csa.ratio}, still V4-Flash's formats)"),
+        ("ratios", ratios,
+         "V4.1 pools less along the sequence: ratio " + ", ".join(f"{r} for {c} cop{'y' if c == 1 else 'ies'}"
+                                                              for c, r in groups41) + ", so each copy grows faster"),
+        ("FP4 entries with block scales", fp4,
+         f"each entry in FP4 with one E4M3 scale per 16 numbers: {entry_41} B instead of {entry_v4} B"),
+        ("smaller index keys", keys,
+         f"index keys in FP4 with one UE8M0 scale per 32 numbers: {key_41} B instead of {key_v4} B"),
+    ]
+    out, prev = [], None
+    for name, value, why in rows:
+        out.append(WaterfallStep(name, value, 0.0 if prev is None else value - prev, why))
+        prev = value
+    return out
+
+
+WATERFALL_NOTE = (
+    "Why is V4.1's cache about a quarter of V4-Flash's although V4.1 pools fewer tokens into each entry? The chart "
+    "changes one thing at a time in the part of the cache that grows with the context (bytes per token). Pooling "
+    "less costs bytes; sharing one stored copy among many layers, FP4 entries and smaller index keys save more. "
+    "The intermediate bars are what-ifs, not real models, and the fixed-size windows are left out."
 )

@@ -217,6 +217,16 @@ MODES_NOTE = (
 )
 
 
+SEPARATE_DECISIONS = (
+    "Sharing the selection and sharing the entries are two separate decisions. Sharing the selection saves search "
+    "work: a layer that keeps another layer's picks scores nothing, which the trace shows as 'not computed' in the "
+    "**index scores** column. Sharing the entries saves storage: a layer that reads entries made below it stores "
+    "none of its own, which the **latents** column shows as 'read ... made below'. A Reindex layer takes one without "
+    "the other: it reads the shared entries (no storage of its own) but computes its own index scores (search work "
+    "of its own)."
+)
+
+
 @dataclass
 class Computed:
     """What one layer did on a traced prompt, counted from the trace."""

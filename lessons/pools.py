@@ -334,3 +334,12 @@ def row_detail(inp: PoolInputs, res: LayerResult, row: int) -> RowDetail:
                      pool=pool.nonzero().flatten().tolist(), restricted=as_list(res.restricted),
                      exhaustive=as_list(res.exhaustive), dropped=as_list(res.dropped), recall=float(res.recall[row]),
                      indexer_mass=float(res.indexer_mass[row]), attention_mass=float(res.attention_mass[row]))
+
+
+def scale_note(cfg, release) -> str:
+    """Whose pool the statistics describe: the running model's, not the release's (both from their configs)."""
+    pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
+    rel = release.candidate_topk_blocks * release.candidate_block_size
+    return (f"These statistics come from the running model's pool ({pool:,} entries, top-{cfg.index_topk} inside it), "
+            f"not from the release's ({rel:,} entries, top-{release.index_topk}). How often the release's pool drops a "
+            "useful entry depends on its own sizes, prompts and weights, and is not measured here.")

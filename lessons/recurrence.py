@@ -106,7 +106,8 @@ class ReuseFacts:
     layer: int
     kv_source: int
     index_source: int
-    entries_read: int         # entries in the group when it ran
+    entries_read: int         # entries in the group when it ran (made by the KV source)
+    max_read_per_query: int   # the most entries one query of this layer read (its source's picks)
     same_selection: bool      # picks identical to its index source (all rows)
     share_gap: float          # largest share difference over the picked entries (all rows, heads)
     lens_differs: int         # rows where the logit-lens top token differs from the source's
@@ -126,4 +127,6 @@ def reuse_facts(trace, layer: int) -> ReuseFacts:
     differs = 0
     if rec.lens_ids is not None and src.lens_ids is not None:
         differs = int((rec.lens_ids[..., 0] != src.lens_ids[..., 0]).sum())
-    return ReuseFacts(layer, s.kv_source, s.index_source, trace.layers[s.kv_source].source_len, same, gap, differs)
+    per_query = int((rec.shares.entry_ids >= 0).sum(-1).max()) if rec.shares.entry_ids.numel() else 0
+    return ReuseFacts(layer, s.kv_source, s.index_source, trace.layers[s.kv_source].source_len, per_query, same, gap,
+                      differs)

@@ -2,7 +2,7 @@
 running model. Also the prompt used by the Memory pages' engine checks.
 
 Work estimates use the active parameters per token from `model.accounting.count_params` (bounded prefill:
-the encoder plus the decoder's first layer publishing latents and keys; decode: every layer and the head),
+the encoder plus the latent and index-key projection of the decoder's first layer; decode: every layer and the head),
 at 2 FLOPs per active parameter per token (one multiply-add). Attention over the context, the indexer's scan
 and everything that is not a weight multiply are left out, and FLOPs are not time: prefill processes many
 tokens in parallel, decode one after another (reference-brief.md §5.1, §5.9).
@@ -21,6 +21,11 @@ from .calculator import CalcError
 
 AGENT_READ = 10_000
 AGENT_WRITTEN = 100
+# the two sides of the workload lesson: name -> (label, tokens read, tokens written per round)
+WORKLOADS = {
+    "agent": ("Agent loop: a long tool result, a short instruction", AGENT_READ, AGENT_WRITTEN),
+    "answer": ("A short question, a long answer", 100, 2_000),
+}
 HELDOUT = Path(__file__).resolve().parents[1] / "data" / "heldout" / "natural.txt"
 
 
@@ -60,7 +65,8 @@ def agent_round(read: int, written: int, active_prefill: int, active_decode: int
     per = f" x {rounds} rounds" if rounds > 1 else ""
     rows = [
         ("tokens read : written", f"{read:,} : {written:,}", read / written, f"{read / written:,.4g}"),
-        ("active parameters per prompt token", "encoder + the decoder's first layer publishing latents and keys",
+        ("active parameters per prompt token", "encoder + the projection of the decoder's first layer that "
+                                               "publishes latents and index keys",
          float(active_prefill), f"{active_prefill:,}"),
         ("active parameters per generated token", "every layer + output head", float(active_decode),
          f"{active_decode:,}"),
@@ -209,9 +215,18 @@ WORK_NOT_TIME = (
 )
 
 V41_SPLIT = (
-    "DeepSeek-V4.1-Flash makes the two jobs uneven on purpose. With bounded prefill, a prompt token passes only the "
-    "20-layer encoder and the decoder's first layer, which turns the encoder's output into the shared latents every "
-    "decoder layer reads; the decoder itself runs only over the last rows. A generated token passes all 40 layers."
+    "DeepSeek-V4.1-Flash makes the two jobs uneven on purpose. With bounded prefill, a prompt token passes the "
+    "20-layer encoder; of the decoder's first layer, only the projection that publishes the shared latents and "
+    "index keys every decoder layer reads runs on every prompt row. The decoder itself, that first layer's "
+    "attention and MoE included, runs only over the last rows. A generated token passes all 40 layers."
+)
+
+CLAIM_NOTE = (
+    "The same model can be in either situation: when long tool results pile up, reading input and reusing the "
+    "cache can dominate; when a short question gets a long answer, writing can dominate instead. So a performance "
+    "claim means little without three things stated beside it: the workload (tokens read and written), the cache-"
+    "reuse assumptions (how often a saved context comes back), and the number precision (of the weights and of "
+    "the cache)."
 )
 
 MEASURE_TEXT = (

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, reading, run_config
+from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, memory_note, reading, run_config
+from lessons.layers import bounded_note, map_line
 from lessons.inspect import encode_prompt, load_samples
 from ui.common import cached_with_progress, require_model, sidebar
 from ui.figures_run import ablation_figure
@@ -26,6 +27,8 @@ if sess.weights != "trained":
 with st.expander("What each configuration switches off", expanded=False):
     st.dataframe(pd.DataFrame([(n, CONFIGS[n][1], CONFIGS[n][2]) for n in CONFIGS],
                               columns=["configuration", "prefill", "what changes"]), hide_index=True)
+    st.caption(bounded_note(cfg))
+st.caption(map_line(cfg, sess.one_based))
 
 names = list(CONFIGS)
 chosen = st.multiselect("Configurations", names, default=names, key="abl_configs")
@@ -100,3 +103,4 @@ st.caption(("Cache bytes are the same in every configuration: the trained model 
             if same_bytes else "") +
            "Compressed entries read per query in a selecting layer: "
            + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in table) + ".")
+st.markdown(memory_note(cfg, len(cost_ids)))

@@ -5,6 +5,7 @@ import streamlit as st
 
 from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_INTRO, TOY_POINT, TOY_QUERIES,
                             TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
+from lessons.layers import map_line
 from ui.common import qp_int, qp_set, sidebar
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import init_state, picked_trace
@@ -39,6 +40,7 @@ st.write("A query's shares go to three places: the raw rows of its window, the c
          "head; the red lines separate window, entries and sink. Every row adds up to 1.")
 lt = picked_trace(sess)
 tr, n_tok = lt.trace, lt.n_tokens
+st.caption(map_line(sess.model.cfg, sess.one_based))
 n_layers = len(tr.layers)
 heads = tr.layers[0].shares.window.shape[2]
 comp_layers = [r.spec.index for r in tr.layers if r.spec.compress_ratio]

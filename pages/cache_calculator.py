@@ -59,6 +59,13 @@ keep_windows = c[3].toggle("Persist windows", value=qp_get("keepwin") == "1",
                                                     "input and bounded replay recomputes the decoder's windows. "
                                                     "Exact prefill always keeps the windows.")
 
+if preset == "teaching":
+    def _seed_sharing() -> None:
+        st.session_state[f"{P}_group"] = 4
+
+    st.button("The seed's sharing: each group of four layers keeps one copy", key=f"{P}_seed4", on_click=_seed_sharing,
+              help="The second seed's example: sixteen layers, 4,096 entries of 128 numbers at 8 bits; sharing one "
+                   "copy per four layers turns 8 MiB into 2 MiB.")
 knobs = read_knobs(P)
 try:
     design = build(preset, knobs)

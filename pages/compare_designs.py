@@ -6,9 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from lessons.calculator import LIMITS, CalcError, calculate, human_bytes
-from lessons.designs import COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NOTE, build, with_context
+from lessons.designs import (COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NOTE, WATERFALL_NOTE, build,
+                             v4_to_v41_waterfall, with_context)
 from ui.common import qp_get, qp_int, qp_set, sidebar
-from ui.figures_memory import compare_bar, role_strip
+from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 
 P = "cd"
@@ -68,6 +69,16 @@ chart(compare_bar([(c.design.short or c.design.label, c.hbm) for c in calcs],
                   f"Cache on the accelerator at {int(ctx):,} tokens", log),
       f"{P}_bar", fmt, "compare-designs")
 chart(role_strip([c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
+
+st.subheader("From V4-Flash to V4.1: one change at a time")
+st.markdown(WATERFALL_NOTE)
+fall = v4_to_v41_waterfall()
+chart(waterfall_figure(fall, "Bytes per token, V4-Flash to V4.1-Flash"), f"{P}_waterfall", fmt, "v4-to-v41")
+st.dataframe(pd.DataFrame([{"step": w.step, "bytes per token after": round(w.bytes_per_token, 2),
+                            "change": round(w.change, 2), "what changes": w.why} for w in fall]),
+             hide_index=True, key=f"{P}_waterfall_table")
+st.caption(f"{fall[0].bytes_per_token:,.2f} / {fall[-1].bytes_per_token:,.2f} = "
+           f"{fall[0].bytes_per_token / fall[-1].bytes_per_token:.2f}x smaller per token.")
 
 st.subheader("What is shared")
 aspects = ["prepared data", "selection", "update rule (weights)", "per-token state"]

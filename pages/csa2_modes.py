@@ -4,7 +4,8 @@ on a real prompt, counted from its trace (lessons/layers.py)."""
 import pandas as pd
 import streamlit as st
 
-from lessons.layers import MODES, MODES_NOTE, computed_by_layer, computed_rows, full_reads_subset, mode_checks
+from lessons.layers import (MODES, MODES_NOTE, SEPARATE_DECISIONS, computed_by_layer, computed_rows, full_reads_subset,
+                            map_line, mode_checks)
 from ui.common import sidebar
 from ui.live import picked_trace
 
@@ -24,8 +25,10 @@ lt = picked_trace(sess)
 comp = computed_by_layer(lt.trace)
 st.caption(f"{lt.n_tokens} tokens traced on {sess.label}. 'Last query reads' is for the query at the last "
            f"position.")
+st.caption(map_line(sess.model.cfg, sess.one_based))
 st.dataframe(pd.DataFrame(computed_rows(comp, sess.one_based)), hide_index=True, key="csa2_computed",
              height=40 + 35 * len(comp))
+st.markdown(SEPARATE_DECISIONS)
 
 checks = mode_checks(comp)
 st.markdown("**Counted from the trace vs. predicted by the layer map**")

@@ -106,6 +106,13 @@ RULE_TEXT = {
                   "pass, draw a bonus token from p. The output then follows exactly the target's distribution.",
 }
 
+# ---- the rule is lossless: a simulation ------------------------------------------------------------------------
+with st.expander("Why checking loses nothing: a simulation", expanded=False):
+    st.write(SIM_TEXT)
+    sim = st.cache_data(show_spinner=False)(simulate)(list(SIM_P), list(SIM_Q), n=5000, seed=0)
+    st.dataframe(pd.DataFrame(simulation_rows(sim)).round(3), hide_index=True, key="ds_sim")
+    st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts {sim.predicted_acceptance:.3f}.")
+
 # ---- step through ------------------------------------------------------------------------------------------------
 st.subheader("Step through")
 st.caption(RULE_TEXT[rule])
@@ -169,13 +176,6 @@ else:
 
 if draft_length == "auto":
     st.caption(AUTO_NOTE)
-
-# ---- the rule is lossless: a simulation ------------------------------------------------------------------------
-st.subheader("Why checking loses nothing: a simulation")
-st.write(SIM_TEXT)
-sim = st.cache_data(show_spinner=False)(simulate)(list(SIM_P), list(SIM_Q), n=5000, seed=0)
-st.dataframe(pd.DataFrame(simulation_rows(sim)).round(3), hide_index=True, key="ds_sim")
-st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts {sim.predicted_acceptance:.3f}.")
 
 # ---- a whole run --------------------------------------------------------------------------------------------------
 st.subheader("A whole run")

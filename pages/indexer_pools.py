@@ -9,7 +9,10 @@ import pandas as pd
 import streamlit as st
 
 from lessons.inspect import encode_prompt, load_samples
-from lessons.pools import DEFINITIONS, INTRO, reindex_inputs, reselect, row_detail, summary_rows, trace_for_pools
+from lessons.layers import map_line
+from lessons.pools import (DEFINITIONS, INTRO, reindex_inputs, reselect, row_detail, scale_note, summary_rows,
+                           trace_for_pools)
+from model import V41Config
 from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
@@ -110,6 +113,8 @@ st.caption("Live (pure, from the cached index scores): pool, selections, recall,
 
 rows = summary_rows(inp, results, sess.one_based)
 st.subheader("Per Reindex layer")
+st.info(scale_note(cfg, V41Config.preset("v4.1-flash")))
+st.caption(map_line(cfg, sess.one_based))
 table = pd.DataFrame(rows)
 st.dataframe(table, hide_index=True, key="pool_table")
 st.download_button("Table (CSV)", table.to_csv(index=False), file_name="indexer_pools.csv", mime="text/csv",

@@ -11,8 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from lessons.inspect import (BOUNDED_NOTE, EXACT_NOTE, INTRO, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, QUANTITIES,
-                             covered_rows, encode_prompt, layer_view, load_samples, overview, run_prompt,
-                             trace_to_json)
+                             bounded_agreement, covered_rows, encode_prompt, layer_view, load_samples, overview,
+                             run_prompt, trace_to_json)
+from lessons.layers import bounded_note, map_line
 from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
@@ -105,12 +106,15 @@ st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; pr
 if run.generated:
     st.text("Generated: " + "".join(run.tokens[run.n_prompt:]))
 if mode == "bounded":
+    agree = cached_with_progress("inspector_agree", (sess.label, tuple(ids)),
+                                 lambda progress: bounded_agreement(model, ids), "Comparing with exact prefill ...")
     st.info(BOUNDED_NOTE.format(w=run.window) + (f" Here: decoder records for prompt tokens "
                                                  f"{run.replay_start}-{run.n_prompt - 1} only."
-                                                 if run.replay_start > 0 else
-                                                 " This prompt fits in the window, so bounded equals exact."))
+                                                 if run.replay_start > 0 else "") + " " + agree.sentence())
+    st.caption(bounded_note(cfg))
 else:
     st.info(EXACT_NOTE)
+st.caption(map_line(cfg, sess.one_based))
 
 # ---- layer and token steppers -------------------------------------------------------------------------------
 roles = [r.spec.role for r in run.trace.layers]

@@ -7,10 +7,13 @@ import streamlit as st
 
 from lessons.calculator import CalcError, calculate, human_bytes, human_flops
 from lessons.designs import build, defaults
-from lessons.workload import (AGENT_READ, AGENT_WRITTEN, MEASURE_TEXT, V41_SPLIT, WORK_NOT_TIME, WORKLOAD_INTRO,
-                              agent_round, measure_round)
-from ui.common import qp_int, qp_set, sidebar
+from model import V41Config
+from lessons.layers import bounded_note
+from lessons.workload import (CLAIM_NOTE, MEASURE_TEXT, V41_SPLIT, WORK_NOT_TIME,
+                              WORKLOAD_INTRO, WORKLOADS, agent_round, measure_round)
+from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures_memory import pair_bar
+from ui.live import init_state
 from ui.memory import config_counts, param_counts, run_on_click
 
 P = "pd"
@@ -18,15 +21,27 @@ sess = sidebar()
 st.title("Prefill vs decode")
 st.markdown(WORKLOAD_INTRO)
 
-st.subheader("One round of an agent loop")
+st.subheader("One round of work")
+
+
+def _apply_workload() -> None:
+    """Choosing a workload starts from its own counts."""
+    _, r, w = WORKLOADS[st.session_state[f"{P}_workload"]]
+    st.session_state[f"{P}_read"], st.session_state[f"{P}_written"] = r, w
+
+
+workload = st.radio("Workload", list(WORKLOADS), format_func=lambda k: WORKLOADS[k][0], horizontal=True,
+                    key=f"{P}_workload", on_change=_apply_workload,
+                    index=list(WORKLOADS).index("answer") if qp_get("workload") == "answer" else 0)
+_, w_read, w_written = WORKLOADS[workload]
+init_state(f"{P}_read", qp_int("read", w_read, 1, 10_000_000))
+init_state(f"{P}_written", qp_int("written", w_written, 1, 10_000_000))
 c = st.columns(3)
-read = c[0].number_input("Tokens read per round", 1, 10_000_000, value=qp_int("read", AGENT_READ, 1, 10_000_000),
-                         key=f"{P}_read")
-written = c[1].number_input("Tokens written per round", 1, 10_000_000,
-                            value=qp_int("written", AGENT_WRITTEN, 1, 10_000_000), key=f"{P}_written")
+read = c[0].number_input("Tokens read per round", 1, 10_000_000, key=f"{P}_read")
+written = c[1].number_input("Tokens written per round", 1, 10_000_000, key=f"{P}_written")
 rounds = c[2].number_input("Rounds", 1, 100_000, value=qp_int("rounds", 1, 1, 100_000), key=f"{P}_rounds")
-qp_set(read=read if read != AGENT_READ else None, written=written if written != AGENT_WRITTEN else None,
-       rounds=rounds if rounds != 1 else None)
+qp_set(read=read if read != w_read else None, written=written if written != w_written else None,
+       rounds=rounds if rounds != 1 else None, workload=workload if workload != "agent" else None)
 
 pc = param_counts("v4.1-flash")
 try:
@@ -45,6 +60,7 @@ st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['ac
             f"take part per prompt token and **{pc['active_decode']:,}** per generated token, out of "
             f"**{pc['backbone']:,}** stored in the backbone (plus {pc['engram']:,} in the Engram tables). Active "
             "counts are computation, not the memory needed to hold the weights.")
+st.caption(bounded_note(V41Config.preset("v4.1-flash")))
 
 a, b = st.columns(2)
 with a:
@@ -58,10 +74,16 @@ with b:
                     width="stretch", key=f"{P}_work")
 st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in work.rows]),
              hide_index=True, key=f"{P}_rows")
-st.markdown(f"Making each prompt token cheaper touches **{work.token_ratio:,.0f}x** as many tokens as making each "
-            f"generated token cheaper; with these counts, prefill is **{work.work_ratio:,.1f}x** the weight-multiply "
-            "work of decode in this round.")
+if work.token_ratio >= 1:
+    st.markdown(f"Making each prompt token cheaper touches **{work.token_ratio:,.0f}x** as many tokens as making "
+                f"each generated token cheaper; with these counts, prefill is **{work.work_ratio:,.1f}x** the "
+                "weight-multiply work of decode in this round.")
+else:
+    st.markdown(f"Here the round writes **{1 / work.token_ratio:,.0f}x** as many tokens as it reads: making each "
+                "generated token cheaper touches more tokens, and decode is "
+                f"**{1 / work.work_ratio:,.1f}x** the weight-multiply work of prefill in this round.")
 st.info(WORK_NOT_TIME)
+st.markdown(CLAIM_NOTE)
 
 k = dataclasses.replace(defaults("v4.1-flash"), context=min(work.read + work.written, 1 << 24))
 try:

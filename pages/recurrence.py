@@ -6,6 +6,7 @@ import streamlit as st
 
 from lessons.recurrence import (CONTRAST, INTRO, TOKEN_RECURRENCE_NOTE, layer_param_count, param_comparison,
                                 reuse_facts, storage_check)
+from lessons.layers import map_line
 from model import layer_map
 from ui.common import qp_int, qp_set, require_model, sidebar
 from ui.figures import layer_map_figure
@@ -33,6 +34,7 @@ qp_set(layer=layer)
 spec = specs[layer]
 st.plotly_chart(layer_map_figure([(model.cfg.name, specs)], sess.one_based, highlight=layer), key="rec_strip",
                 config={"displayModeBar": False})
+st.caption(map_line(model.cfg, sess.one_based))
 
 # ---- the weights ----------------------------------------------------------------------------------------
 st.subheader(f"The weights of layer {sess.num(layer)} and of layer {sess.num(spec.kv_source)}")
@@ -64,8 +66,9 @@ else:
 st.subheader("What the Reuse layer does share")
 lt = picked_trace(sess)
 rf = reuse_facts(lt.trace, layer)
-st.write(f"On {lt.n_tokens} tokens, layer {sess.num(layer)} read the {rf.entries_read} entries layer "
-         f"{sess.num(rf.kv_source)} made, at the positions layer {sess.num(rf.index_source)} picked: "
+st.write(f"On {lt.n_tokens} tokens, layer {sess.num(rf.kv_source)} made {rf.entries_read} entries. Each query of "
+         f"layer {sess.num(layer)} read only the ones layer {sess.num(rf.index_source)} picked for it: at most "
+         f"{rf.max_read_per_query} per query, at the same positions: "
          + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
 st.write(f"With those same entries its own query produced different shares: the largest gap over all rows and "
          f"heads is {rf.share_gap:.3f}. And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "

@@ -98,3 +98,17 @@ def pair_bar(labels: Sequence[str], values: Sequence[float], title: str, text: S
                            marker_color=list(colors)[: len(labels)]))
     fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=50, b=30))
     return fig
+
+
+def waterfall_figure(steps, title: str) -> go.Figure:
+    """V4-Flash -> V4.1 bytes per token, one change at a time (lessons.designs.v4_to_v41_waterfall)."""
+    measure = ["absolute"] + ["relative"] * (len(steps) - 1) + ["total"]
+    x = [s.step for s in steps] + ["DeepSeek-V4.1-Flash"]
+    y = [steps[0].bytes_per_token] + [s.change for s in steps[1:]] + [steps[-1].bytes_per_token]
+    text = [f"{steps[0].bytes_per_token:,.0f} B"] + [f"{s.change:+,.0f} B" for s in steps[1:]] + \
+        [f"{steps[-1].bytes_per_token:,.0f} B"]
+    fig = go.Figure(go.Waterfall(x=x, y=y, measure=measure, text=text, textposition="outside",
+                                 connector={"line": {"color": "#999999"}}))
+    fig.update_layout(title=title, yaxis_title="bytes per token (growing part)", height=380,
+                      margin=dict(l=10, r=10, t=50, b=40), showlegend=False)
+    return fig
