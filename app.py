@@ -28,6 +28,7 @@ SECTIONS = {
         ("pages/dspark.py", "DSpark draft & verify", ":material/bolt:", False),
         ("pages/ablation.py", "Ablation lab", ":material/science:", False),
     ],
+    "Reference": [("pages/glossary.py", "Glossary", ":material/menu_book:", False)],
 }
 
 nav = {}

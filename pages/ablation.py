@@ -13,8 +13,10 @@ from lessons.layers import bounded_note, map_line
 from lessons.inspect import encode_prompt, load_samples
 from ui.common import cached_with_progress, require_model, sidebar
 from ui.figures_run import ablation_figure
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("Ablation lab")
 st.write(INTRO)
 st.caption(CAVEAT)

@@ -9,8 +9,10 @@ from lessons.layers import map_line
 from ui.common import qp_int, qp_set, sidebar
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import init_state, picked_trace
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("Same entries, new shares")
 
 # ---- the toy -------------------------------------------------------------------------------------

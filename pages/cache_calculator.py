@@ -13,9 +13,11 @@ from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
                        param_counts, read_knobs, run_on_click)
+from ui.sources import sources_footer
 
 P = "cc"
 sess = sidebar()
+sources_footer()
 st.title("Cache calculator")
 st.markdown(CALC_INTRO)
 

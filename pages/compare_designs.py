@@ -11,9 +11,11 @@ from lessons.designs import (COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NO
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
+from ui.sources import sources_footer
 
 P = "cd"
 sess = sidebar()
+sources_footer()
 st.title("Compare designs")
 st.markdown(COMPARE_INTRO)
 

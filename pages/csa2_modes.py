@@ -8,8 +8,10 @@ from lessons.layers import (MODES, MODES_NOTE, SEPARATE_DECISIONS, computed_by_l
                             map_line, mode_checks)
 from ui.common import sidebar
 from ui.live import picked_trace
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("CSA2: Full, Reuse, Reindex")
 st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
          "the layer does itself: making the global entries, and choosing which of them to read.")

@@ -15,8 +15,10 @@ from lessons.inspect import encode_prompt, load_samples
 from ui.common import cached_with_progress, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("DSpark: draft, then verify")
 st.write(INTRO)
 model = require_model(sess)

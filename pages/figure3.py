@@ -12,8 +12,10 @@ from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import init_state, live_trace, prompt_picker
 from ui.memory import param_counts
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("Figure 3, read from the bottom up")
 st.caption("Both halves of DeepSeek-V4.1-Flash, drawn from the layer map of the config you pick. Step through "
            "the story, or open any box: click its dot in the drawing or choose it from the list.")

@@ -16,10 +16,12 @@ from model import V41Config
 from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
+from ui.sources import sources_footer
 
 MAX_TOKENS = 2048  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
 sess = sidebar()
+sources_footer()
 st.title("Indexer pools")
 st.write(INTRO)
 model = require_model(sess)

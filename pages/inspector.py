@@ -18,8 +18,10 @@ from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set
 from ui.figures import show_token
 from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
                             selection_figure, small_bar)
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("Prompt inspector")
 st.write(INTRO)
 model = require_model(sess)

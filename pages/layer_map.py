@@ -4,13 +4,16 @@ table, for the released config and the running model side by side (lessons/layer
 import pandas as pd
 import streamlit as st
 
-from lessons.layers import count_table, engram_sentence, layer_rows, reference_numbers, role_counts
+from lessons.figure3 import notation
+from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures import layer_map_figure
 from ui.live import init_state
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("Layer map")
 st.write("Every layer of the backbone, derived from the config (never typed in): which stack it belongs to, "
          "which CSA2 role it plays, how tightly its compressed entries are packed, whose entries and whose "
@@ -45,12 +48,14 @@ for col, (key, (name, cfg)) in zip(cols, configs.items()):
         st.caption(" · ".join(f"{stack}: " + ", ".join(f"{v} {k}" for k, v in d.items()) for stack, d in rc.items()))
 st.caption("The vision encoder and the DSpark drafter are extra networks beside the backbone and are not in "
            "these counts.")
+st.caption(notation(_full_cfg(), sess.one_based))
 with st.expander("Reference numbers behind the map"):
     cols = st.columns(len(configs))
     for col, (key, (name, cfg)) in zip(cols, configs.items()):
         with col:
             st.markdown(f"**{name}**")
             st.dataframe(pd.DataFrame(reference_numbers(cfg, sess.one_based)), hide_index=True, key=f"lm_ref_{key}")
+    st.caption(bounded_note(_full_cfg()))
 
 st.subheader("Per layer")
 init_state("lm_table", qp_get("table", "full") if qp_get("table", "full") in configs else "full")

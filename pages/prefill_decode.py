@@ -15,9 +15,11 @@ from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures_memory import pair_bar
 from ui.live import init_state
 from ui.memory import config_counts, param_counts, run_on_click
+from ui.sources import sources_footer
 
 P = "pd"
 sess = sidebar()
+sources_footer()
 st.title("Prefill vs decode")
 st.markdown(WORKLOAD_INTRO)
 

@@ -11,8 +11,10 @@ from model import layer_map
 from ui.common import qp_int, qp_set, require_model, sidebar
 from ui.figures import layer_map_figure
 from ui.live import init_state, picked_trace
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("Is this recurrence?")
 st.write(INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")

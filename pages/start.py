@@ -5,8 +5,10 @@ import streamlit as st
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE, next_token_table
 from ui.common import clean_prompt, qp_get, qp_set, require_model, sidebar
 from ui.figures import top_tokens_bar
+from ui.sources import sources_footer
 
 sess = sidebar()
+sources_footer()
 st.title("V4.1 Explorer")
 st.markdown(INTRO)
 model = require_model(sess)

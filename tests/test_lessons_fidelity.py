@@ -97,3 +97,193 @@ def test_replay_tab_compares_net_bytes():
     assert (tr.stored_bytes, tr.input_bytes, tr.net_bytes) == (windows, replay_input, replay_input - windows)
     text = replay_verdict(tr)
     assert "does not save storage" in text and f"{windows // 128:,} B per" in text
+
+
+# ---- bounded replay: approximate, with the reason; the Inspector's agreement is measured -----------------------
+def test_bounded_note_gives_the_reason():
+    from lessons.layers import bounded_note
+    from model import V41Config
+
+    t = bounded_note(V41Config.preset("v4.1-flash"))
+    assert "approximation" in t and "cut at the start" in t and "128" in t
+
+
+def test_inspector_agreement_is_measured_not_typed():
+    from lessons.inspect import bounded_agreement
+    from model.engine import prefill
+
+    m = random_model("micro")
+    w = m.cfg.sliding_window
+    for n in (w // 2, 3 * w):
+        ids = torch.randint(8, m.cfg.vocab_size, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+        a = bounded_agreement(m, ids)
+        x = torch.tensor([ids])
+        diff = float((prefill(m, x, "bounded").logits - prefill(m, x, "exact").logits).abs().max())
+        assert a.max_abs_diff == pytest.approx(diff)
+        assert ("identical" in a.sentence()) == (diff == 0.0)
+        assert "measured" in a.sentence()
+    assert a.max_abs_diff > 0     # a prompt past the segment: bounded is not exact
+
+
+def test_prefill_split_names_only_the_publishing_projection():
+    from lessons.workload import V41_SPLIT
+
+    assert "only the projection that publishes" in V41_SPLIT
+    assert "passes only the 20-layer encoder and the decoder's first layer" not in V41_SPLIT
+
+
+# ---- Figure 3's steps -------------------------------------------------------------------------------------------
+def _steps(**kw):
+    from lessons.figure3 import steps
+    from model import V41Config
+
+    return {s.key: s for s in steps(V41Config.preset("v4.1-flash"), **kw)}
+
+
+def test_engram_is_cheap_in_arithmetic_not_memory_and_mhc_coefficients_are_per_token():
+    from model import V41Config
+
+    cfg = V41Config.preset("v4.1-flash")
+    tables = sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
+    st = _steps()
+    assert "not in memory" in st["engram"].body and f"{tables / 1e9:,.0f}B parameters" in st["engram"].body
+    st = _steps(engram_params=196_928_504_320, total_params=763_205_315_795)
+    assert "197B parameters, out of 763B" in st["engram"].body
+    assert "for every token from the streams" in st["mhc"].body and "learned mixing weights" not in st["mhc"].body
+
+
+def test_fresh_step_shows_the_modes_table_with_the_ten_and_thirty_numbers():
+    from lessons.shares import mix
+
+    fresh = _steps()["fresh"]
+    assert [r["mode"] for r in fresh.table] == ["Full", "Reuse", "Reindex"]
+    assert all("query" in r["also, in every mode"] for r in fresh.table)
+    assert "subset" in fresh.table[0]["also, in every mode"]
+    a, b = mix((10, 30), (0.8, 0.2)).result, mix((10, 30), (0.1, 0.9)).result
+    assert f"give {a:g}" in fresh.body and f"give {b:g}" in fresh.body
+
+
+ALLOWED_SECTIONS = {"§2.2", "§2.3", "§2.3.1", "§2.3.2", "§2.4.1", "§2.4.2", "§2.4.3", "§3.2.2", "§4.2.1"}
+
+
+def test_every_step_reads_along_with_only_the_sections_the_sources_name():
+    import re
+
+    for s in _steps().values():
+        assert s.read_along.startswith("Read along: the DeepSeek-V4.1-Flash technical report")
+        assert set(re.findall(r"§[0-9.]*[0-9]", s.read_along)) <= ALLOWED_SECTIONS, s.read_along
+    st = _steps()
+    assert "§2.4.3" in st["drafter"].read_along and "§3.2.2" in st["line"].read_along
+    assert "Figure 4 in §2.3.1" in st["fresh"].read_along and "no section" in st["check"].read_along
+
+
+def test_repeat_decoder_and_encoder_steps():
+    st = _steps()
+    assert "Compact" in st["repeat"].body and "x3" in st["repeat"].body and "x5" in st["repeat"].body
+    assert "Nothing here prepares" not in st["decoder"].body and "Only its first layer (20, Full)" in st["decoder"].body
+    assert "FP4" in st["encoder"].body and "K=V" in st["encoder"].body and "256 B of values plus 32 B" in \
+        st["encoder"].body      # 512 numbers x 4 bits; 512 / 16 scales x 1 byte
+
+
+# ---- Indexer pools, Ablation lab --------------------------------------------------------------------------------
+def test_pool_statistics_name_whose_pool_they_describe():
+    from lessons.pools import scale_note
+    from model import V41Config
+
+    tiny, rel = V41Config.preset("tiny"), V41Config.preset("v4.1-flash")
+    t = scale_note(tiny, rel)
+    assert f"({tiny.candidate_topk_blocks * tiny.candidate_block_size:,} entries, top-{tiny.index_topk}" in t
+    assert "(16,384 entries, top-512)" in t
+
+
+def _abl_rows(full_far, win_far, n=30, loss_full=3.0, loss_win=3.0):
+    from lessons import ablation as abl
+
+    return abl.ablation_table([
+        {"configuration": "full model", "loss": loss_full, "recall_far": full_far, "recall_far_n": n,
+         "prefill_s": 1.0, "cache_bytes": 100},
+        {"configuration": "window only", "loss": loss_win, "recall_far": win_far, "recall_far_n": n,
+         "prefill_s": 0.5, "cache_bytes": 100}])
+
+
+def test_ablation_reading_names_no_change_within_noise_and_says_when_far_context_is_unused():
+    from lessons import ablation as abl
+
+    text = " ".join(abl.reading(_abl_rows(0.30, 0.2667)))       # 9/30 vs 8/30: one story
+    assert "Largest" not in text
+    assert "do not use context beyond the window" in text
+    text = " ".join(abl.reading(_abl_rows(0.9, 0.1, loss_win=3.2)))
+    assert "Largest loss increase: window only" in text and "Largest drop in far recall: window only" in text
+    assert "do use context beyond the window" in text
+    assert abl.recall_noise(0.5, 100, 0.5, 100) == pytest.approx(100 * 2 * (0.5 / 100) ** 0.5)
+
+
+def test_ablation_memory_note_is_the_calculators_bytes():
+    from lessons import ablation as abl
+    from lessons.calculator import Knobs, calculate, human_bytes
+    from lessons.designs import v41_design
+    from model import V41Config
+
+    cfg = V41Config.preset("tiny")
+    note = abl.memory_note(cfg, 300)
+    for mode in ("exact", "bounded"):
+        k = Knobs(context=300, mode=mode, window=cfg.sliding_window, bits=4, layers=16)
+        c = calculate(v41_design(cfg, k, drafter=False, use_knobs=False), k)
+        assert human_bytes(c.hbm.total) in note and human_bytes(c.persistent.total) in note
+
+
+# ---- Compare designs: V4-Flash -> V4.1 ----------------------------------------------------------------------------
+def test_waterfall_runs_from_v4_flash_to_v41_and_pooling_less_costs_bytes():
+    from lessons.calculator import calculate
+    from lessons.designs import build, defaults, v4_to_v41_waterfall
+
+    fall = v4_to_v41_waterfall()
+    v4 = calculate(build("v4-flash"), defaults("v4-flash")).hbm.growth_per_token
+    v41 = calculate(build("v4.1-flash"), defaults("v4.1-flash")).hbm.growth_per_token
+    assert fall[0].bytes_per_token == pytest.approx(v4) and fall[-1].bytes_per_token == pytest.approx(v41)
+    assert fall[0].bytes_per_token == pytest.approx(21 * (584 + 132) / 4 + 20 * 584 / 128)    # 3,850.25
+    assert fall[-1].bytes_per_token == pytest.approx(3 * (288 + 68) / 2 + (288 + 68))          # 890
+    assert sum(w.change for w in fall[1:]) == pytest.approx(fall[-1].bytes_per_token - fall[0].bytes_per_token)
+    by = {w.step: w for w in fall}
+    assert by["ratios"].change > 0 and by["stored copies"].change < 0
+    assert by["FP4 entries with block scales"].change < 0 and by["smaller index keys"].change < 0
+
+
+# ---- no internal citation reaches a reader ---------------------------------------------------------------------
+INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "[3P", "[DOC", "[INF", "[REC")
+
+
+def test_reader_visible_sources_are_public_with_a_sureness_marker():
+    from lessons.designs import DESIGNS, build
+    from lessons.sources import SURENESS, footer_lines
+
+    for key in DESIGNS:
+        d = build(key)
+        for s in d.sources + d.unknowns + [d.summary]:
+            assert not any(x in s for x in INTERNAL), (key, s)
+    for line in footer_lines():
+        assert any(line.endswith(f"({m})") for m in SURENESS.values())
+
+
+def test_glossary_has_every_term_the_issue_lists():
+    from lessons.glossary import terms
+
+    names = " ".join(t.term for t in terms())
+    for word in ("CSA2(r", "window", "compressed entry", "K=V", "Full / Reuse / Reindex", "candidate pool", "top-k",
+                 "FP4", "E4M3", "UE8M0", "bounded replay", "mHC", "Engram", "DSpark block", "acceptance"):
+        assert word in names, word
+    pool = next(t for t in terms() if t.term == "candidate pool")
+    assert "16,384" in pool.meaning
+
+
+def test_map_line_is_the_running_models_own():
+    from lessons.layers import map_line
+    from model import V41Config, layer_map
+
+    cfg = V41Config.preset("tiny")
+    line = map_line(cfg)
+    for s in layer_map(cfg):
+        tag = "window" if s.role == "SWA" else f"{s.role} r{s.compress_ratio}"
+        assert f"{s.index} {tag}" in line
+    full = next(s for s in layer_map(cfg) if s.stack == "decoder" and s.role == "Full")
+    assert f"{full.index + 1} Full r1" in map_line(cfg, one_based=True) and "1-based" in map_line(cfg, True)

@@ -1,0 +1,18 @@
+"""Glossary: the terms every page uses, with how sure each is, and the sources (lessons/glossary.py)."""
+
+import pandas as pd
+import streamlit as st
+
+from lessons.glossary import INTRO, terms
+from lessons.sources import SOURCES_NOTE, footer_lines
+from ui.common import sidebar
+from ui.sources import sources_footer
+
+sess = sidebar()
+sources_footer()
+st.title("Glossary")
+st.write(INTRO)
+st.dataframe(pd.DataFrame([t.row() for t in terms()]), hide_index=True, key="glossary_terms", width="stretch")
+st.subheader("Sources")
+st.markdown(SOURCES_NOTE)
+st.markdown("\n".join(f"- {line}" for line in footer_lines()))

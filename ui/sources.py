@@ -1,0 +1,25 @@
+"""The sources footer every page draws: a link to the glossary and the public sources, with how sure each is.
+
+It goes at the bottom of the sidebar (drawn right after `ui.common.sidebar()`), so it shows on every page
+even when a page stops early for a missing input.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from lessons.sources import SOURCES_NOTE, footer_lines
+
+GLOSSARY = "pages/glossary.py"
+
+
+def sources_footer() -> None:
+    with st.sidebar:
+        st.divider()
+        try:
+            st.page_link(GLOSSARY, label="Glossary", icon="📖")
+        except Exception:  # a page run on its own (tests, `streamlit run pages/x.py`) has no page registry
+            st.markdown("[Glossary](glossary)")
+        with st.expander("Sources"):
+            st.markdown(SOURCES_NOTE)
+            st.markdown("\n".join(f"- {line}" for line in footer_lines()))
