@@ -3,9 +3,9 @@ for a chosen layer, head and query position, and a Reuse layer beside its source
 
 import streamlit as st
 
+from lessons.layers import map_line
 from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_INTRO, TOY_POINT, TOY_QUERIES,
                             TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
-from lessons.layers import map_line
 from ui.common import qp_int, qp_set, sidebar
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import init_state, picked_trace
