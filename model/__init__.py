@@ -4,13 +4,18 @@ from .config import ConfigError, V41Config
 from .context import Ablation
 from .layer_map import LayerSpec, layer_map
 from .model import InputError, ModelOutput, V41Model
+from .dspark import speculative_generate
+from .engine import Sampler, decode_step, prefill
+from .shipped import random_tiny, shipped_weights
 from .weights import CheckpointError, load
 
 __all__ = ["V41Config", "ConfigError", "V41Model", "ModelOutput", "InputError", "CheckpointError", "Ablation",
-           "layer_map", "LayerSpec", "load", "count_params"]
+           "layer_map", "LayerSpec", "load", "count_params", "shipped_weights", "random_tiny", "prefill",
+           "decode_step", "Sampler", "speculative_generate"]
 
 
 def count_params(cfg):
     from .accounting import count_params as _count
 
     return _count(cfg)
+

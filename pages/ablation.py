@@ -11,8 +11,10 @@ import streamlit as st
 from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, memory_note, reading, run_config
 from lessons.layers import bounded_note, map_line
 from lessons.inspect import encode_prompt, load_samples
+from lessons import reproduce as snippets
 from ui.common import cached_with_progress, require_model, sidebar
 from ui.figures_run import ablation_figure
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -106,3 +108,5 @@ st.caption(("Cache bytes are the same in every configuration: the trained model 
            "Compressed entries read per query in a selecting layer: "
            + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in table) + ".")
 st.markdown(memory_note(cfg, len(cost_ids)))
+reproduce(snippets.ablation(sess.weights, chosen, int(topk), int(stories), int(natural),
+                            samples[cost_sample].text if samples else "The key is in the blue box."), "ablation")

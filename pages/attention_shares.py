@@ -6,9 +6,11 @@ import streamlit as st
 from lessons.layers import map_line
 from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_INTRO, TOY_POINT, TOY_QUERIES,
                             TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
+from lessons import reproduce as snippets
 from ui.common import qp_int, qp_set, sidebar
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import init_state, picked_trace
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -72,6 +74,7 @@ tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
               "sum": [round(sum(t.values()), 3) for t in tot]}, hide_index=True, key="sh_totals")
+reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
 
 # ---- a Reuse layer beside its source ---------------------------------------------------------------------
 st.subheader("A Reuse layer beside the layer it copies from")

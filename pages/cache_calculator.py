@@ -7,12 +7,14 @@ from lessons.calculator import (CALC_INTRO, LEAVES_OUT, REPLAY_TEXT, CalcError, 
                                 replay_tradeoff, replay_verdict, windows_persist)
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
 from lessons.workload import check_against_engine
+from lessons import reproduce as snippets
 from model import V41Config, layer_map
 from ui.common import qp_get, qp_set, sidebar
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
                        param_counts, read_knobs, run_on_click)
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 P = "cc"
@@ -90,6 +92,8 @@ m[3].metric("Persistent, per context", human_bytes(per.total),
                  "saves it; a separate budget")
 st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
            "figure are two separate results; adding them would say nothing about either memory.")
+
+reproduce(snippets.cache_calculator(preset, knobs, keep_windows), f"cache-{preset}")
 
 tabs = st.tabs(["Bytes by kind", "By layer", "Derivation", "Check against the running model", "Bounded replay",
                 "What the formula leaves out"])

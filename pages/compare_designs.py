@@ -8,9 +8,11 @@ import streamlit as st
 from lessons.calculator import LIMITS, CalcError, calculate, human_bytes
 from lessons.designs import (COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NOTE, WATERFALL_NOTE, build,
                              v4_to_v41_waterfall, with_context)
+from lessons import reproduce as snippets
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 P = "cd"
@@ -61,6 +63,7 @@ for c in calcs:
                  "vs V4.1-Flash": f"{h.total / ref.total:,.2f}x" if ref else "n/a",
                  "persistent per saved context": human_bytes(c.persistent.total)})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key=f"{P}_table")
+reproduce(snippets.compare_designs(list(sel), int(ctx), int(batch)), "compare-designs")
 st.caption("'Added per token' is what the growing stores take per further token; the fixed part (windows, recurrent "
            "states) does not grow. The persistent column is a separate budget (host memory or SSD), never added "
            "to the accelerator's.")

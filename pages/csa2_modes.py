@@ -6,8 +6,10 @@ import streamlit as st
 
 from lessons.layers import (MODES, MODES_NOTE, SEPARATE_DECISIONS, computed_by_layer, computed_rows, full_reads_subset,
                             map_line, mode_checks)
+from lessons import reproduce as snippets
 from ui.common import sidebar
 from ui.live import picked_trace
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -31,6 +33,7 @@ st.caption(map_line(sess.model.cfg, sess.one_based))
 st.dataframe(pd.DataFrame(computed_rows(comp, sess.one_based)), hide_index=True, key="csa2_computed",
              height=40 + 35 * len(comp))
 st.markdown(SEPARATE_DECISIONS)
+reproduce(snippets.csa2_modes(sess.weights, lt.text, sess.one_based), "csa2-modes")
 
 checks = mode_checks(comp)
 st.markdown("**Counted from the trace vs. predicted by the layer map**")

@@ -12,9 +12,11 @@ import streamlit as st
 from lessons.dspark import (AUTO_NOTE, DEFINITIONS, INTRO, SIM_P, SIM_Q, SIM_TEXT, block_sentence, cache_rows,
                             position_rows, simulate, simulation_rows, step_rows, summary_rows)
 from lessons.inspect import encode_prompt, load_samples
+from lessons import reproduce as snippets
 from ui.common import cached_with_progress, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -212,6 +214,8 @@ c[1].metric("Target passes (DSpark)", spec.target_passes)
 speed = plain.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
 c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
 c[3].metric("Identical output", "yes" if same else "no")
+if rule == "greedy" and drafter is getattr(model, "mtp", None):
+    reproduce(snippets.dspark(sess.weights, text, int(max_new), mode, draft_length), "dspark")
 if rule == "greedy" and not same:
     st.error("Greedy speculative decoding should reproduce plain greedy decoding token for token; it did not here.")
 elif rule == "stochastic":

@@ -7,11 +7,13 @@ import streamlit as st
 
 from lessons.figure3 import box_choices, box_text, layout, live_layer, notation, picked_box, sample_image, steps
 from lessons.layers import map_line
+from lessons import reproduce as snippets
 from model import V41Config
 from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import init_state, live_trace, prompt_picker
 from ui.memory import param_counts
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -192,6 +194,7 @@ with right:
             sh = ll.shares
             st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
                      f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
+            reproduce(snippets.figure3_attention(sess.weights, text, layer), "figure3-attention")
             if ll.lens:
                 tok = ", ".join(f"'{show_token(sess.model.decode([i]))}' {p:.1%}" for i, p in ll.lens[:3])
                 st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")

@@ -12,10 +12,12 @@ from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import map_line
 from lessons.pools import (DEFINITIONS, INTRO, reindex_inputs, reselect, row_detail, scale_note, summary_rows,
                            trace_for_pools)
+from lessons import reproduce as snippets
 from model import V41Config
 from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 MAX_TOKENS = 2048  # the re-run keeps [rows, heads, entries] logits per Reindex layer
@@ -121,6 +123,7 @@ table = pd.DataFrame(rows)
 st.dataframe(table, hide_index=True, key="pool_table")
 st.download_button("Table (CSV)", table.to_csv(index=False), file_name="indexer_pools.csv", mime="text/csv",
                    key="pool_dl")
+reproduce(snippets.indexer_pools(sess.weights, prompt, mode, int(nb), int(k), sess.one_based), "indexer-pools")
 
 layers = list(results)
 default_layer = layers[0]

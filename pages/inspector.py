@@ -14,10 +14,12 @@ from lessons.inspect import (BOUNDED_NOTE, EXACT_NOTE, INTRO, MAX_NEW_TOKENS, MA
                              bounded_agreement, covered_rows, encode_prompt, layer_view, load_samples, overview,
                              run_prompt, trace_to_json)
 from lessons.layers import bounded_note, map_line
+from lessons import reproduce as snippets
 from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
                             selection_figure, small_bar)
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -174,6 +176,7 @@ else:
         m1.metric("Window rows", f"{a.window_total:.1%}")
         m2.metric("Compressed entries", f"{a.entries_total:.1%}")
         m3.metric("Sink", f"{a.sink:.1%}")
+        reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos), "inspector")
         st.plotly_chart(attention_figure(a, run.tokens, pos, "Where this token's attention went"), width="stretch",
                         key="insp_attn")
         if a.entry_ids:

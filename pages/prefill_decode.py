@@ -7,6 +7,7 @@ import streamlit as st
 
 from lessons.calculator import CalcError, calculate, human_bytes, human_flops
 from lessons.designs import build, defaults
+from lessons import reproduce as snippets
 from model import V41Config
 from lessons.layers import bounded_note
 from lessons.workload import (CLAIM_NOTE, MEASURE_TEXT, V41_SPLIT, WORK_NOT_TIME,
@@ -15,6 +16,7 @@ from ui.common import qp_get, qp_int, qp_set, sidebar
 from ui.figures_memory import pair_bar
 from ui.live import init_state
 from ui.memory import config_counts, param_counts, run_on_click
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 P = "pd"
@@ -84,6 +86,7 @@ else:
     st.markdown(f"Here the round writes **{1 / work.token_ratio:,.0f}x** as many tokens as it reads: making each "
                 "generated token cheaper touches more tokens, and decode is "
                 f"**{1 / work.work_ratio:,.1f}x** the weight-multiply work of prefill in this round.")
+reproduce(snippets.prefill_decode(int(read), int(written), int(rounds)), "prefill-decode-round")
 st.info(WORK_NOT_TIME)
 st.markdown(CLAIM_NOTE)
 

@@ -7,10 +7,12 @@ import streamlit as st
 from lessons.recurrence import (CONTRAST, INTRO, TOKEN_RECURRENCE_NOTE, layer_param_count, param_comparison,
                                 reuse_facts, storage_check)
 from lessons.layers import map_line
+from lessons import reproduce as snippets
 from model import layer_map
 from ui.common import qp_int, qp_set, require_model, sidebar
 from ui.figures import layer_map_figure
 from ui.live import init_state, picked_trace
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -72,6 +74,7 @@ st.write(f"On {lt.n_tokens} tokens, layer {sess.num(rf.kv_source)} made {rf.entr
          f"layer {sess.num(layer)} read only the ones layer {sess.num(rf.index_source)} picked for it: at most "
          f"{rf.max_read_per_query} per query, at the same positions: "
          + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
+reproduce(snippets.recurrence(sess.weights, lt.text, layer), "recurrence")
 st.write(f"With those same entries its own query produced different shares: the largest gap over all rows and "
          f"heads is {rf.share_gap:.3f}. And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "
          "the top logit-lens token after this layer differs from the one after its source.")

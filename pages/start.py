@@ -3,8 +3,10 @@
 import streamlit as st
 
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE, next_token_table
+from lessons import reproduce as snippets
 from ui.common import clean_prompt, qp_get, qp_set, require_model, sidebar
 from ui.figures import top_tokens_bar
+from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 sess = sidebar()
@@ -31,6 +33,7 @@ table = _scores(sess.label, text, 12)
 st.plotly_chart(top_tokens_bar(table), width="stretch", key="start_bar")
 st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
            "Bars show the probability the model gives each possible next token.")
+reproduce(snippets.start(sess.weights, text), "start")
 if sess.weights == "random":
     st.info(RANDOM_NOTE)
 cols = st.columns(3)

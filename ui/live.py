@@ -64,6 +64,7 @@ class LiveTrace:
     tokens: list[str]         # display text of each traced token
     n_tokens: int
     truncated: bool
+    text: str = ""            # the prompt as given (the "Reproduce in Python" snippets start from it)
 
 
 @st.cache_resource(max_entries=8, show_spinner="Tracing the prompt through every layer ...")
@@ -74,7 +75,7 @@ def _trace(weights_label: str, text: str, _model) -> LiveTrace:
     with torch.no_grad():
         tr = _model.trace(torch.tensor([ids]))
     tokens = [show_token(_model.decode([i])) for i in ids]
-    return LiveTrace(tr, tokens, len(ids), truncated)
+    return LiveTrace(tr, tokens, len(ids), truncated, text)
 
 
 def live_trace(sess: Session, text: str) -> LiveTrace | None:

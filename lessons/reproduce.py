@@ -1,0 +1,187 @@
+""""Reproduce in Python": for each live page, a short script that computes the numbers the page shows for the
+current inputs, using only the public surface of `model` and `lessons`.
+
+A snippet finds the shipped weights through `model.shipped_weights()` (from the package, not the working
+folder), never names a server path (a checkpoint directory is left as a placeholder), and prints the page's
+numbers at the page's precision, one `label: value` line each, so a reader (and the tests, which run every
+snippet in a fresh process from a temporary folder) can compare them with the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from .inspect import load_samples
+
+TRACE_TOKENS = 1024          # the live pages trace the last 1,024 tokens of a prompt (ui/live.py)
+CHECKPOINT_PLACEHOLDER = "/path/to/your/checkpoint"
+
+
+def model_lines(weights: str) -> list[str]:
+    """Lines that build the model the page ran on."""
+    if weights == "trained":
+        return ["from model import load, shipped_weights", "", "model = load(shipped_weights())"]
+    if weights == "random":
+        return ["from model import random_tiny", "", "model = random_tiny(seed=0)   # the app's 'Random tiny'"]
+    return ["from model import load", "", f"model = load({CHECKPOINT_PLACEHOLDER!r})   # your checkpoint directory"]
+
+
+def text_lines(text: str) -> list[str]:
+    """The prompt: a shipped sample by index when it is one, else the text itself as a Python literal."""
+    for i, s in enumerate(load_samples()):
+        if s.text == text:
+            return ["from lessons.inspect import load_samples", "", f"text = load_samples()[{i}].text   # {s.name}"]
+    return [f"text = {text!r}"]
+
+
+def _join(*blocks: list[str]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if out and b:
+            out.append("")
+        out += b
+    return "\n".join(out) + "\n"
+
+
+def _trace_lines() -> list[str]:
+    return [f"ids = model.encode(text)[-{TRACE_TOKENS}:]", "trace = model.trace([ids])"]
+
+
+# ---- one snippet per live page ------------------------------------------------------------------------------------
+
+def csa2_modes(weights: str, text: str, one_based: bool) -> str:
+    return _join(model_lines(weights), text_lines(text), ["from lessons.layers import computed_by_layer, computed_rows"],
+                 _trace_lines(),
+                 [f"for row in computed_rows(computed_by_layer(trace), one_based={one_based}):",
+                  "    print(\"; \".join(f\"{k}: {v}\" for k, v in row.items()))"])
+
+
+def attention_shares(weights: str, text: str, layer: int, position: int) -> str:
+    return _join(model_lines(weights), text_lines(text), ["from lessons.shares import share_view"], _trace_lines(),
+                 ["tokens = [model.decode([i]) for i in ids]",
+                  f"view = share_view(trace, layer={layer}, position={position}, tokens=tokens)",
+                  "for head, t in enumerate(view.totals):",
+                  "    print(f\"head {head}: window {t['window']:.3f}; selected entries {t['entries']:.3f}; \"",
+                  "          f\"sink {t['sink']:.3f}; sum {sum(t.values()):.3f}\")"])
+
+
+def recurrence(weights: str, text: str, layer: int) -> str:
+    return _join(model_lines(weights), text_lines(text),
+                 ["from model import layer_map",
+                  "from lessons.recurrence import layer_param_count, param_comparison, reuse_facts, storage_check"],
+                 [f"layer = {layer}", "source = layer_map(model.cfg)[layer].kv_source",
+                  "rows = param_comparison(model, layer, source)",
+                  "both = [r for r in rows if r.where == 'both']",
+                  "print(f\"tensors in both layers: {len(both)}\")",
+                  "print(f\"of them the same storage: {sum(bool(r.same_storage) for r in both)}\")",
+                  "print(f\"tensors only the source has: {sum(r.where == 'source only' for r in rows)}\")",
+                  "print(f\"parameters of this layer: {layer_param_count(model, layer):,}\")",
+                  "print(f\"parameters of its source: {layer_param_count(model, source):,}\")",
+                  "sc = storage_check(model)",
+                  "print(f\"parameter tensors: {sc.tensors}; distinct storages: {sc.distinct}\")"],
+                 _trace_lines(),
+                 ["rf = reuse_facts(trace, layer)",
+                  "print(f\"entries made by the source: {rf.entries_read}\")",
+                  "print(f\"most entries one query read: {rf.max_read_per_query}\")",
+                  "print(f\"largest share gap: {rf.share_gap:.3f}\")",
+                  "print(f\"rows whose lens top token differs: {rf.lens_differs}\")"])
+
+
+def figure3_attention(weights: str, text: str, layer: int) -> str:
+    return _join(model_lines(weights), text_lines(text), ["from lessons.figure3 import live_layer"], _trace_lines(),
+                 [f"ll = live_layer(trace, layer={layer})   # the query at the last position",
+                  "print(f\"window rows read: {ll.window_rows}\")",
+                  "print(f\"entries stored: {ll.entries_stored}\")",
+                  "print(f\"entries selected: {ll.entries_selected}\")",
+                  "print(f\"entries visible: {ll.entries_visible}\")",
+                  "sh = ll.shares",
+                  "print(f\"shares: window {sh['window']:.1%}, selected entries {sh['entries']:.1%}, \"",
+                  "      f\"sink {sh['sink']:.1%}\")"])
+
+
+def cache_calculator(preset: str, knobs, keep_windows: bool) -> str:
+    kw = ", ".join(f"{k}={v!r}" for k, v in asdict(knobs).items())
+    return _join(["from lessons.calculator import Knobs, calculate, human_bytes",
+                  "from lessons.designs import build"],
+                 [f"knobs = Knobs({kw})",
+                  f"calc = calculate(build({preset!r}, knobs), knobs, keep_windows={keep_windows})",
+                  "print(f\"HBM (accelerator): {human_bytes(calc.hbm.total)} ({calc.hbm.total:,} bytes)\")",
+                  "print(f\"Per further token: {calc.hbm.growth_per_token:,.1f} B\")",
+                  "print(f\"Average per token: {calc.hbm.per_token:,.1f} B\")",
+                  "print(f\"Persistent, per context: {human_bytes(calc.persistent.total)} \"",
+                  "      f\"({calc.persistent.total:,} bytes)\")"])
+
+
+def prefill_decode(read: int, written: int, rounds: int) -> str:
+    return _join(["from model import V41Config, count_params",
+                  "from lessons.workload import agent_round"],
+                 ["pc = count_params(V41Config.preset('v4.1-flash'))   # ~10 s: the full config on the meta device",
+                  f"work = agent_round({read}, {written}, pc.active_prefill, pc.active_decode, pc.backbone, {rounds})",
+                  "for item, formula, value, shown in work.rows:",
+                  "    print(f\"{item}: {shown}\")"])
+
+
+def compare_designs(keys: list[str], context: int, batch: int) -> str:
+    return _join(["from lessons.calculator import calculate, human_bytes",
+                  "from lessons.designs import build, with_context"],
+                 [f"for key in {keys!r}:",
+                  f"    k = with_context(key, {context}, {batch})",
+                  "    c = calculate(build(key, k), k)",
+                  "    print(f\"{c.design.label}: {c.hbm.total} bytes ({human_bytes(c.hbm.total)}); \"",
+                  "          f\"added per token {c.hbm.growth_per_token:.1f} B; \"",
+                  "          f\"persistent {human_bytes(c.persistent.total)}\")"])
+
+
+def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, position: int) -> str:
+    return _join(model_lines(weights), text_lines(text),
+                 ["from lessons.inspect import layer_view, run_prompt"],
+                 ["ids = model.encode(text)",
+                  f"run = run_prompt(model, ids, {mode!r}, {new_tokens})   # greedy, as the page",
+                  f"view = layer_view(run, layer={layer}, pos={position}, cfg=model.cfg, model=model)",
+                  "a = view.attention",
+                  "print(f\"Window rows: {a.window_total:.1%}\")",
+                  "print(f\"Compressed entries: {a.entries_total:.1%}\")",
+                  "print(f\"Sink: {a.sink:.1%}\")",
+                  "print(\"Generated: \" + repr(\"\".join(run.tokens[run.n_prompt:])))"])
+
+
+def start(weights: str, text: str) -> str:
+    return _join(model_lines(weights), text_lines(text), ["from lessons.start import next_token_table"],
+                 ["table = next_token_table(model, text, 12)",
+                  "print(f\"prompt tokens: {table.n_tokens}\")",
+                  "for token, i, p in zip(table.tokens, table.ids, table.probs):",
+                  "    print(f\"{i}: {token!r} {p:.1%}\")"])
+
+
+def dspark(weights: str, text: str, max_new: int, mode: str, draft_length) -> str:
+    return _join(model_lines(weights), text_lines(text),
+                 ["from model import Sampler, speculative_generate"],
+                 ["ids = model.encode(text)",
+                  f"plain = model.generate([ids], {max_new}, prefill={mode!r}, stop_at_eos=True, temperature=0.0)",
+                  f"spec = speculative_generate(model, model.mtp, [ids], {max_new}, sampler=Sampler(0.0, 1.0, 0), "
+                  f"prefill_mode={mode!r}, draft_length={draft_length!r})",
+                  "print(f\"Target passes (plain): {plain.target_passes}\")",
+                  "print(f\"Target passes (DSpark): {spec.target_passes}\")",
+                  "print(f\"Identical output: {'yes' if plain.tokens == spec.tokens else 'no'}\")",
+                  "print(f\"tokens per pass: {spec.stats.tokens_per_pass:.2f}\")"])
+
+
+def indexer_pools(weights: str, text: str, mode: str, pool_blocks: int, k: int, one_based: bool) -> str:
+    return _join(model_lines(weights), text_lines(text),
+                 ["from lessons.pools import reindex_inputs, reselect, summary_rows, trace_for_pools"],
+                 ["ids = model.encode(text)",
+                  f"inp = reindex_inputs(model, trace_for_pools(model, ids, {mode!r}))",
+                  f"results = reselect(inp, {pool_blocks}, {k})",
+                  f"for row in summary_rows(inp, results, one_based={one_based}):",
+                  "    print(\"; \".join(f\"{key}: {v:.4f}\" if isinstance(v, float) else f\"{key}: {v}\" "
+                  "for key, v in row.items()))"])
+
+
+def ablation(weights: str, names: list[str], topk: int, stories: int, natural: int, cost_text: str) -> str:
+    return _join(model_lines(weights), text_lines(cost_text), ["from lessons.ablation import run_config"],
+                 ["cost_ids = model.encode(text)",
+                  f"for name in {names!r}:",
+                  f"    row = run_config(model, name, cost_ids, topk={topk} if name == 'smaller top-k' else None, "
+                  f"max_stories={stories}, max_natural_tokens={natural or None})",
+                  "    print(f\"{row['configuration']}: loss {row['loss']:.3f}; recall far {row['recall_far']:.2f}; \"",
+                  "          f\"recall inside {row['recall_inside']:.2f}; cache bytes {row['cache_bytes']}\")"])
