@@ -22,7 +22,7 @@ INTRO = (
 CONTRAST = [
     {"": "what is shared", "Reuse (CSA2)": "prepared entries and the list of picked positions",
      "shared-depth recurrence": "the block's weights: the update rule itself"},
-    {"": "what each layer owns", "Reuse (CSA2)": "its query, window, attention output, MoE, mHC mixing weights",
+    {"": "what each layer owns", "Reuse (CSA2)": "its query, window, attention output, MoE, mHC mixing projections",
      "shared-depth recurrence": "nothing of its own: every pass uses the same weights"},
     {"": "what changes layer to layer", "Reuse (CSA2)": "the rule and the state",
      "shared-depth recurrence": "only the state"},

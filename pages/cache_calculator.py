@@ -68,7 +68,7 @@ if preset == "teaching":
         st.session_state[f"{P}_group"] = 4
 
     st.button("The seed's sharing: each group of four layers keeps one copy", key=f"{P}_seed4", on_click=_seed_sharing,
-              help="The second seed's example: sixteen layers, 4,096 entries of 128 numbers at 8 bits; sharing one "
+              help="The teaching example: sixteen layers, 4,096 entries of 128 numbers at 8 bits; sharing one "
                    "copy per four layers turns 8 MiB into 2 MiB.")
 knobs = read_knobs(P)
 try:

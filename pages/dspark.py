@@ -75,7 +75,7 @@ temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, 0.1, key="ds_temp", disabl
 gmax = drafter.max_draft
 dl_opts = ["max", "auto"] + list(range(1, gmax + 1))
 draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl",
-                            format_func=lambda v: f"{gmax} (whole block)" if v == "max" else
+                            format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
                             "auto (confidence)" if v == "auto" else str(v))
 threshold = c2.slider("Confidence threshold (auto)", 0.05, 0.95, 0.3, 0.05, key="ds_thr",
                       disabled=draft_length != "auto", help=AUTO_NOTE)

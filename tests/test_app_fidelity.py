@@ -151,3 +151,19 @@ def test_inspector_agreement_sentence_is_measured():
     no_errors(at)
     body = text(at)
     assert "(measured)" in body and "bounded equals exact" not in body
+
+
+def test_ablation_page_calls_bounded_replay_approximate():
+    body = text(app("ablation"))
+    assert "approximation" in body and "cut at the start" in body
+
+
+def test_indexer_pools_page_says_whose_pool():
+    from model import V41Config
+
+    at = app("indexer_pools")
+    no_errors(at)
+    tiny = V41Config.preset("tiny")
+    body = text(at)
+    assert f"running model's pool ({tiny.candidate_topk_blocks * tiny.candidate_block_size:,} entries" in body
+    assert "not from the release's (16,384 entries, top-512)" in body
