@@ -6,6 +6,7 @@ import streamlit as st
 from lessons.calculator import (CALC_INTRO, LEAVES_OUT, REPLAY_TEXT, CalcError, calculate, human_bytes, human_flops,
                                 replay_tradeoff, replay_verdict, windows_persist)
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
+from lessons.layers import map_line
 from lessons.workload import check_against_engine
 from lessons import reproduce as snippets
 from model import V41Config, layer_map
@@ -156,6 +157,7 @@ with tabs[3]:
                 st.success("Equal, layer by layer. " + text)
             else:
                 st.error("Not equal. " + text)
+            st.caption(map_line(cfg, sess.one_based))
             with st.expander("Per layer"):
                 lay = [{"layer": sess.num(i), **{f"formula {k}": v for k, v in chk.formula_by_layer.get(i, {}).items()},
                         **{f"measured {k}": v for k, v in chk.measured_by_layer.get(i, {}).items()}}
