@@ -1,4 +1,4 @@
-""""Reproduce in Python": for each live page, a short script that computes the numbers the page shows for the
+"""The "Reproduce in Python" snippets: for each live page, a short script that computes the numbers the page shows for the
 current inputs, using only the public surface of `model` and `lessons`.
 
 A snippet finds the shipped weights through `model.shipped_weights()` (from the package, not the working
@@ -132,12 +132,14 @@ def compare_designs(keys: list[str], context: int, batch: int) -> str:
                   "          f\"persistent {human_bytes(c.persistent.total)}\")"])
 
 
-def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, position: int) -> str:
+def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, position: int,
+              head: int | None = None) -> str:
     return _join(model_lines(weights), text_lines(text),
                  ["from lessons.inspect import layer_view, run_prompt"],
                  ["ids = model.encode(text)",
                   f"run = run_prompt(model, ids, {mode!r}, {new_tokens})   # greedy, as the page",
-                  f"view = layer_view(run, layer={layer}, pos={position}, cfg=model.cfg, model=model)",
+                  f"view = layer_view(run, layer={layer}, pos={position}, cfg=model.cfg, head={head}, model=model)"
+                  + ("   # mean over heads" if head is None else ""),
                   "a = view.attention",
                   "print(f\"Window rows: {a.window_total:.1%}\")",
                   "print(f\"Compressed entries: {a.entries_total:.1%}\")",
@@ -153,13 +155,13 @@ def start(weights: str, text: str) -> str:
                   "    print(f\"{i}: {token!r} {p:.1%}\")"])
 
 
-def dspark(weights: str, text: str, max_new: int, mode: str, draft_length) -> str:
+def dspark(weights: str, text: str, max_new: int, mode: str, draft_length, threshold: float = 0.3) -> str:
     return _join(model_lines(weights), text_lines(text),
                  ["from model import Sampler, speculative_generate"],
                  ["ids = model.encode(text)",
                   f"plain = model.generate([ids], {max_new}, prefill={mode!r}, stop_at_eos=True, temperature=0.0)",
                   f"spec = speculative_generate(model, model.mtp, [ids], {max_new}, sampler=Sampler(0.0, 1.0, 0), "
-                  f"prefill_mode={mode!r}, draft_length={draft_length!r})",
+                  f"prefill_mode={mode!r}, draft_length={draft_length!r}, confidence_threshold={threshold!r})",
                   "print(f\"Target passes (plain): {plain.target_passes}\")",
                   "print(f\"Target passes (DSpark): {spec.target_passes}\")",
                   "print(f\"Identical output: {'yes' if plain.tokens == spec.tokens else 'no'}\")",

@@ -215,7 +215,7 @@ speed = plain.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 el
 c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
 c[3].metric("Identical output", "yes" if same else "no")
 if rule == "greedy" and drafter is getattr(model, "mtp", None):
-    reproduce(snippets.dspark(sess.weights, text, int(max_new), mode, draft_length), "dspark")
+    reproduce(snippets.dspark(sess.weights, text, int(max_new), mode, draft_length, float(threshold)), "dspark")
 if rule == "greedy" and not same:
     st.error("Greedy speculative decoding should reproduce plain greedy decoding token for token; it did not here.")
 elif rule == "stochastic":

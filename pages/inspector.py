@@ -176,7 +176,7 @@ else:
         m1.metric("Window rows", f"{a.window_total:.1%}")
         m2.metric("Compressed entries", f"{a.entries_total:.1%}")
         m3.metric("Sink", f"{a.sink:.1%}")
-        reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos), "inspector")
+        reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
         st.plotly_chart(attention_figure(a, run.tokens, pos, "Where this token's attention went"), width="stretch",
                         key="insp_attn")
         if a.entry_ids:

@@ -144,8 +144,11 @@ def test_figure3_live_snippet(tmp_path):
     assert f"window {w}, selected entries {e}, sink {s}." in body
 
 
-def test_inspector_snippet(tmp_path):
+@pytest.mark.parametrize("head", [None, 1])
+def test_inspector_snippet(tmp_path, head):
     at = app("inspector", sample=0, layer=7, token=5, gen=2)
+    if head is not None:
+        at.radio(key="insp_head").set_value(f"head {head}").run()
     out = run_snippet(snippet(at), tmp_path)
     m = metrics(at)
     for k in ("Window rows", "Compressed entries", "Sink"):
