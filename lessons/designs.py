@@ -257,7 +257,8 @@ def teaching(k: Knobs) -> Design:
     return _uniform("teaching", "Seed's teaching example (uniform)", k.layers,
                     (Part("numbers", k.numbers, k.bits, "kv"),), k,
                     "Sixteen layers, each storing 4,096 entries of 128 numbers at 8 bits; then groups of four layers "
-                    "sharing one copy.", "illustrative", [f"a teaching example with made-up uniform sizes: 8,388,608 bytes, 2 MiB with groups of four "
+                    "sharing one copy.", "illustrative",
+                    [f"a teaching example with made-up uniform sizes: 8,388,608 bytes, 2 MiB with groups of four "
                      f"({marker('inference')})"],
                     "made-up uniform sizes")
 
@@ -372,8 +373,9 @@ def looped(k: Knobs) -> Design:
         layer_names=names,
         summary="One block of 4 layers applied 8 times: 32 layers of computation from 4 layers of weights. The "
                 "weights are shared; the prepared data is not.",
-        status="illustrative", sources=["the distinction between sharing an update rule and sharing prepared data, with placeholder "
-                                          f"sizes ({marker('inference')})"],
+        status="illustrative",
+        sources=["the distinction between sharing an update rule and sharing prepared data, with placeholder "
+                 f"sizes ({marker('inference')})"],
         unknowns=["Sizes are placeholders (GQA, 8 KV heads x 128, BF16).",
                   "Some looped designs reuse one pass's K/V for later passes; that is a separate choice."],
         shares={"prepared data": "No: each application computes its own K/V.", "selection": "n/a.",

@@ -1,5 +1,5 @@
-"""The "Reproduce in Python" snippets: for each live page, a short script that computes the numbers the page shows for the
-current inputs, using only the public surface of `model` and `lessons`.
+"""The "Reproduce in Python" snippets: for each live page, a short script that computes the numbers the page
+shows for the current inputs, using only the public surface of `model` and `lessons`.
 
 A snippet finds the shipped weights through `model.shipped_weights()` (from the package, not the working
 folder), never names a server path (a checkpoint directory is left as a placeholder), and prints the page's
@@ -50,8 +50,8 @@ def _trace_lines() -> list[str]:
 # ---- one snippet per live page ------------------------------------------------------------------------------------
 
 def csa2_modes(weights: str, text: str, one_based: bool) -> str:
-    return _join(model_lines(weights), text_lines(text), ["from lessons.layers import computed_by_layer, computed_rows"],
-                 _trace_lines(),
+    return _join(model_lines(weights), text_lines(text),
+                 ["from lessons.layers import computed_by_layer, computed_rows"], _trace_lines(),
                  [f"for row in computed_rows(computed_by_layer(trace), one_based={one_based}):",
                   "    print(\"; \".join(f\"{k}: {v}\" for k, v in row.items()))"])
 

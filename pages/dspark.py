@@ -115,7 +115,8 @@ with st.expander("Why checking loses nothing: a simulation", expanded=False):
     st.write(SIM_TEXT)
     sim = st.cache_data(show_spinner=False)(simulate)(list(SIM_P), list(SIM_Q), n=5000, seed=0)
     st.dataframe(pd.DataFrame(simulation_rows(sim)).round(3), hide_index=True, key="ds_sim")
-    st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts {sim.predicted_acceptance:.3f}.")
+    st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts "
+             f"{sim.predicted_acceptance:.3f}.")
 
 # ---- step through ------------------------------------------------------------------------------------------------
 st.subheader("Step through")
