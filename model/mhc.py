@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .fusion import fusable
 from .norm import rms_unweighted
 
 
@@ -36,6 +37,7 @@ def sinkhorn(comb_logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
     return comb
 
 
+@fusable
 def hc_mixes(streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor,
              iters: int, hc_eps: float, norm_eps: float, identity: bool = False) -> Mix:
     """One projection of the normalised flattened streams -> pre, post, comb (all fp32).
@@ -54,14 +56,19 @@ def hc_mixes(streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale:
     return Mix(pre, post, comb)
 
 
+@fusable
 def collapse(streams: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     """[B, S, n, D] x [B, S, n] -> [B, S, D]."""
     return (pre.unsqueeze(-1) * streams.float()).sum(dim=-2).to(streams.dtype)
 
 
+@fusable
 def expand(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """out_k = post_k * y + sum_j comb[j, k] * residual_j."""
-    mixed = torch.einsum("bsjk,bsjd->bskd", comb.float(), residual.float())
+    if torch.compiler.is_compiling():  # one fused loop; eagerly, one batched matmul is quicker
+        mixed = (comb.float().unsqueeze(-1) * residual.float().unsqueeze(-2)).sum(dim=-3)
+    else:
+        mixed = torch.einsum("bsjk,bsjd->bskd", comb.float(), residual.float())
     return (post.unsqueeze(-1) * y.float().unsqueeze(-2) + mixed).to(residual.dtype)
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import V41Config
+from .fusion import fusable
 
 
 class Expert(torch.nn.Module):
@@ -28,15 +29,18 @@ class Expert(torch.nn.Module):
         self.limit = limit
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        gate = self.w1(x).float()
-        up = self.w3(x).float()
-        if self.limit > 0:
-            up = up.clamp(-self.limit, self.limit)
-            gate = gate.clamp(max=self.limit)
-        y = F.silu(gate) * up
-        if weight is not None:
-            y = weight * y
-        return self.w2(y.to(x.dtype))
+        return self.w2(swiglu(self.w1(x), self.w3(x), self.limit, weight).to(x.dtype))
+
+
+@fusable(dynamic=True)
+def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(clamp(gate, max=L)) * clamp(up, -L, L) [* routing weight], in fp32."""
+    gate, up = gate.float(), up.float()
+    if limit > 0:
+        up = up.clamp(-limit, limit)
+        gate = gate.clamp(max=limit)
+    y = F.silu(gate) * up
+    return y if weight is None else weight * y
 
 
 @dataclass

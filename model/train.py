@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import V41Config
 from .context import Ablation
+from .fusion import configure as configure_fusion, fusable, fused
 from .model import V41Model
 from .weights import save_checkpoint
 
@@ -70,6 +71,7 @@ class TrainConfig:
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
     stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
+    fast: bool = False                  # compiled kernels, same maths (model/fusion.py); the CLI turns it on
 
 
 def lr_at(tc: TrainConfig, step: int) -> float:
@@ -189,23 +191,38 @@ def make_optimizer(m: V41Model, tc: TrainConfig) -> torch.optim.Optimizer:
             continue
         matrix = p.ndim >= 2 and "hc_" not in name and not name.endswith("embed.weight")
         (decay if matrix else no_decay).append(p)
+    # foreach: one multi-tensor kernel per AdamW operation instead of a Python loop over ~300 tensors
     return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95), eps=1e-8)
+                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95), eps=1e-8,
+                             foreach=tc.fast)
+
+
+@fusable
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Next-token cross entropy, mean over every position (fused: no [N, V] gradient buffer filled twice)."""
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool):
+    """The loss (LM + weighted indexer KL) and its gradients, accumulated into the parameters.
+    Returns (LM loss, indexer KL, model output with the routing choices)."""
+    m.train()
+    with fused(tc.fast):
+        out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense))
+        lm = lm_loss(out.logits, y)
+        il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
+        (lm + tc.indexer_weight * il).backward()
+    return lm, il, out
 
 
 def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
                step: int) -> dict[str, float]:
-    m.train()
     dense = step < int(tc.dense_warmup_frac * tc.steps)
     for g in opt.param_groups:
         g["lr"] = lr_at(tc, step)
-    out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense))
-    lm = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
-    il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
-    loss = lm + tc.indexer_weight * il
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    gn = torch.nn.utils.clip_grad_norm_(m.parameters(), tc.clip)
+    lm, il, out = forward_backward(m, x, y, tc, dense)
+    gn = torch.nn.utils.clip_grad_norm_(m.parameters(), tc.clip, foreach=tc.fast)
     opt.step()
     for lid, idx in out.routings:
         m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
@@ -316,7 +333,10 @@ def _reexec_with_malloc_env() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m model.train", description=__doc__.split("\n\n")[0])
     for f, v in asdict(TrainConfig()).items():
-        ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+        if isinstance(v, bool):  # --fast / --no-fast; a command-line run is fast unless told otherwise
+            ap.add_argument("--" + f.replace("_", "-"), action=argparse.BooleanOptionalAction, default=True)
+        else:
+            ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
     ap.add_argument("--out", default="data/weights/tiny", help="where the final weights are written")
     ap.add_argument("--ckpt-dir", default="runs/tiny", help="resumable checkpoints")
     ap.add_argument("--resume", action="store_true", help="continue from --ckpt-dir if a checkpoint is there")
@@ -327,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     tc = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
     if tc.threads:
         torch.set_num_threads(tc.threads)
+    if tc.fast:
+        configure_fusion()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     from .dataset import TokenStream

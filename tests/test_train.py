@@ -172,3 +172,47 @@ def test_frequent_ids_rank_by_count_and_leave_special_ids_out():
     s = TokenStream(tokens, {})
     assert s.frequent_ids(3).tolist() == [9, 7, 6]   # id 1 is special: left out however often it appears
     assert s.frequent_ids(1, prefix=70).tolist() == [7]     # counted over the first 70 tokens only
+
+
+@pytest.mark.slow
+def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
+    """model/fusion.py's compiled kernels change speed, not maths: on one batch, the loss, every
+    parameter's gradient and every discrete choice (experts, top-k picks, candidate pools) agree."""
+    import model.attention as attention
+    from model.fusion import compile_error, configure
+    from model.train import forward_backward
+
+    configure()
+    chosen: dict[str, list] = {}
+
+    def recording(name, fn):
+        def wrapper(*a, **k):
+            out = fn(*a, **k)
+            chosen[name].append(out[0].clone())
+            return out
+        return wrapper
+
+    monkeypatch.setattr(attention, "select_topk", recording("topk", attention.select_topk))
+    monkeypatch.setattr(attention, "candidate_pool", recording("pool", attention.candidate_pool))
+    x, y = sample_batch(_stream(), 4, 48, torch.Generator().manual_seed(3))
+    runs = {}
+    for fast in (False, True):
+        for dense in (True, False):
+            tc, m, _ = _setup()
+            tc.fast = fast
+            chosen.update(topk=[], pool=[])
+            lm, il, out = forward_backward(m, x, y, tc, dense)
+            runs[fast, dense] = (float(lm), float(il), {n: p.grad.clone() for n, p in m.named_parameters()
+                                                        if p.grad is not None},
+                                 [r for _, r in out.routings], list(chosen["topk"]), list(chosen["pool"]))
+    assert compile_error() is None
+    for dense in (True, False):
+        (le, ie, ge, re_, te, pe), (lf, if_, gf, rf, tf, pf) = runs[False, dense], runs[True, dense]
+        assert abs(lf - le) <= 1e-5 * abs(le) and abs(if_ - ie) <= 1e-5 * max(abs(ie), 1e-3)
+        assert ge.keys() == gf.keys() and len(ge) > 50
+        for name in ge:
+            err = float((gf[name] - ge[name]).norm()) / max(float(ge[name].norm()), 1e-12)
+            assert err <= 1e-4, (name, err)
+        assert len(re_) == len(rf) and all(torch.equal(a, b) for a, b in zip(re_, rf))
+        assert te and len(te) == len(tf) and all(torch.equal(a, b) for a, b in zip(te, tf))
+        assert pe and len(pe) == len(pf) and all(torch.equal(a, b) for a, b in zip(pe, pf))
