@@ -34,7 +34,7 @@ def heading(ui, pattern: str) -> str:
 
 
 COVERED = {"start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-           "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation"}
+           "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation", "glossary"}
 
 
 def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
@@ -98,6 +98,17 @@ def test_layer_map(ui):
     assert "layer=3" in ui.page.url and info
     ui.assert_clean()
     ui.shot("layer_map")
+
+
+def test_glossary_is_one_click_from_every_page(ui):
+    ui.open("layer_map")
+    ui.page.locator('[data-testid="stSidebar"] a', has_text="Glossary").first.click()
+    ui.page.wait_for_url(re.compile(r"/glossary"))
+    ui.settle(charts=False)
+    assert ui.page.locator("h1").first.inner_text().startswith("Glossary")
+    ui.wait_text('[data-testid="stMain"]', "how sure")
+    ui.assert_clean()
+    ui.shot("glossary")
 
 
 def test_csa2_modes(ui):
