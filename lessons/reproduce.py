@@ -56,13 +56,19 @@ def csa2_modes(weights: str, text: str, one_based: bool) -> str:
                   "    print(\"; \".join(f\"{k}: {v}\" for k, v in row.items()))"])
 
 
-def attention_shares(weights: str, text: str, layer: int, position: int) -> str:
-    return _join(model_lines(weights), text_lines(text), ["from lessons.shares import share_view"], _trace_lines(),
-                 ["tokens = [model.decode([i]) for i in ids]",
-                  f"view = share_view(trace, layer={layer}, position={position}, tokens=tokens)",
-                  "for head, t in enumerate(view.totals):",
-                  "    print(f\"head {head}: window {t['window']:.3f}; selected entries {t['entries']:.3f}; \"",
-                  "          f\"sink {t['sink']:.3f}; sum {sum(t.values()):.3f}\")"])
+def attention_shares(weights: str, text: str, layer: int, position: int, reuse: int | None = None,
+                     head: int = 0) -> str:
+    lines = ["tokens = [model.decode([i]) for i in ids]",
+             f"view = share_view(trace, layer={layer}, position={position}, tokens=tokens)",
+             "for head, t in enumerate(view.totals):",
+             "    print(f\"head {head}: window {t['window']:.3f}; selected entries {t['entries']:.3f}; \"",
+             "          f\"sink {t['sink']:.3f}; sum {sum(t.values()):.3f}\")"]
+    if reuse is not None:
+        lines += [f"cmp = reuse_comparison(trace, layer={reuse}, position={position}, head={head}, tokens=tokens)",
+                  "print(f\"Reuse layer: {len(cmp.entry_ids)} entries read, same as its source: {cmp.same_entries}, \"",
+                  "      f\"largest share difference {cmp.largest_gap:.3f}\")"]
+    return _join(model_lines(weights), text_lines(text), ["from lessons.shares import reuse_comparison, share_view"],
+                 _trace_lines(), lines)
 
 
 def recurrence(weights: str, text: str, layer: int) -> str:
@@ -87,16 +93,26 @@ def recurrence(weights: str, text: str, layer: int) -> str:
                   "print(f\"rows whose lens top token differs: {rf.lens_differs}\")"])
 
 
-def figure3_attention(weights: str, text: str, layer: int) -> str:
+FIGURE3_LINES = {
+    "attn": ["print(f\"window rows read: {ll.window_rows}\")",
+             "print(f\"entries stored: {ll.entries_stored}\")",
+             "print(f\"entries selected: {ll.entries_selected}\")",
+             "print(f\"entries visible: {ll.entries_visible}\")",
+             "sh = ll.shares",
+             "print(f\"shares: window {sh['window']:.1%}, selected entries {sh['entries']:.1%}, \"",
+             "      f\"sink {sh['sink']:.1%}\")"],
+    "moe": ["print(f\"experts: {', '.join(map(str, ll.experts))}\")",
+            "print(f\"weights: {', '.join(f'{w:.2f}' for w in ll.expert_weights)}\")"],
+    "engram": ["print(f\"gate: {', '.join(f'{g:.2f}' for g in ll.engram_gate)}\")"],
+    "mhc": ["for k, row in enumerate(ll.comb):",
+            "    print(f\"from {k}: {', '.join(f'{v:.3f}' for v in row)}\")"],
+}
+
+
+def figure3_box(weights: str, text: str, kind: str, layer: int) -> str:
+    """The live numbers of one Figure 3 box (attention, MoE, Engram or mHC) at one layer, last position."""
     return _join(model_lines(weights), text_lines(text), ["from lessons.figure3 import live_layer"], _trace_lines(),
-                 [f"ll = live_layer(trace, layer={layer})   # the query at the last position",
-                  "print(f\"window rows read: {ll.window_rows}\")",
-                  "print(f\"entries stored: {ll.entries_stored}\")",
-                  "print(f\"entries selected: {ll.entries_selected}\")",
-                  "print(f\"entries visible: {ll.entries_visible}\")",
-                  "sh = ll.shares",
-                  "print(f\"shares: window {sh['window']:.1%}, selected entries {sh['entries']:.1%}, \"",
-                  "      f\"sink {sh['sink']:.1%}\")"])
+                 [f"ll = live_layer(trace, layer={layer})   # the query at the last position"] + FIGURE3_LINES[kind])
 
 
 def cache_calculator(preset: str, knobs, keep_windows: bool) -> str:
@@ -144,6 +160,12 @@ def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, p
                   "print(f\"Window rows: {a.window_total:.1%}\")",
                   "print(f\"Compressed entries: {a.entries_total:.1%}\")",
                   "print(f\"Sink: {a.sink:.1%}\")",
+                  "sel = view.selection",
+                  "if sel is not None:",
+                  "    print(f\"Visible entries: {sel.visible}\")",
+                  "    print(f\"Selected: {len(sel.selected)}\")",
+                  "    print(f\"Candidate pool: {'none' if sel.pool is None else len(sel.pool)}\")",
+                  "print(f\"routed experts: {view.router.experts}\")",
                   "print(\"Generated: \" + repr(\"\".join(run.tokens[run.n_prompt:])))"])
 
 

@@ -74,13 +74,13 @@ tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
               "sum": [round(sum(t.values()), 3) for t in tot]}, hide_index=True, key="sh_totals")
-reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
 
 # ---- a Reuse layer beside its source ---------------------------------------------------------------------
 st.subheader("A Reuse layer beside the layer it copies from")
 reuse_layers = [r.spec.index for r in tr.layers if r.spec.role == "Reuse"]
 if not reuse_layers:
     st.info("This model has no Reuse layers.")
+    reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
     st.stop()
 init_state("sh_reuse", qp_int("reuse", reuse_layers[0], 0, n_layers - 1))
 if st.session_state["sh_reuse"] not in reuse_layers:
@@ -103,6 +103,7 @@ else:
     same = "the same entries in the same order (checked)" if cmp.same_entries else "DIFFERENT entries"
     st.write(f"Both layers read {same}: {len(cmp.entry_ids)} entries. The largest difference in the share "
              f"given to one entry is {cmp.largest_gap:.3f}.")
+reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos, ru, head), "attention-shares")
 
 st.markdown(f"**Check the idea.** {CHECK_QUESTION}")
 if st.toggle("Show the answer", key="sh_answer"):

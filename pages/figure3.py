@@ -194,7 +194,6 @@ with right:
             sh = ll.shares
             st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
                      f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
-            reproduce(snippets.figure3_attention(sess.weights, text, layer), "figure3-attention")
             if ll.lens:
                 tok = ", ".join(f"'{show_token(sess.model.decode([i]))}' {p:.1%}" for i, p in ll.lens[:3])
                 st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
@@ -213,6 +212,9 @@ with right:
                      "each add up to about 1:")
             st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
                          hide_index=False)
+        if box.kind in snippets.FIGURE3_LINES and (box.kind != "mhc" or ll.comb is not None) and \
+                (box.kind != "engram" or ll.engram_gate is not None):
+            reproduce(snippets.figure3_box(sess.weights, text, box.kind, layer), f"figure3-{box.kind}")
     elif box.kind in ("line", "states"):
         dec_full = next((r for r in tr.layers if r.spec.stack == "decoder" and r.spec.role == "Full"), None)
         if dec_full is not None:

@@ -115,6 +115,11 @@ def test_attention_shares_snippet(tmp_path):
         assert out[f"head {int(row['head'])}"] == (f"window {row['window']:.3f}; selected entries "
                                                   f"{row['selected entries']:.3f}; sink {row['sink']:.3f}; "
                                                   f"sum {row['sum']:.3f}")
+    n, same, gap = re.match(r"(\d+) entries read, same as its source: (\w+), largest share difference (\S+)",
+                            out["Reuse layer"]).groups()
+    body = "\n".join(str(x.value) for x in at.markdown)
+    assert f"{n} entries. The largest difference in the share given to one entry is {gap}." in body
+    assert ("(checked)" in body) == (same == "True")
 
 
 def test_recurrence_snippet(tmp_path):
@@ -144,6 +149,25 @@ def test_figure3_live_snippet(tmp_path):
     assert f"window {w}, selected entries {e}, sink {s}." in body
 
 
+def test_figure3_other_boxes_snippets(tmp_path):
+    from model import V41Config
+
+    cfg = V41Config.preset("tiny")
+    at = app("figure3", config="running", box="moe:7")
+    out = run_snippet(snippet(at), tmp_path)
+    body = "\n".join(str(x.value) for x in at.markdown)
+    assert f"Experts routed for this row: **{out['experts']}**" in body and f"weights {out['weights']}, plus" in body
+    eng = cfg.engram_layer_ids[0]
+    at = app("figure3", config="running", box=f"engram:{eng}")
+    out = run_snippet(snippet(at), tmp_path)
+    assert f"1 = add all of it): {out['gate']}" in "\n".join(str(x.value) for x in at.markdown)
+    at = app("figure3", config="running", box="mhc:encoder")
+    out = run_snippet(snippet(at), tmp_path)
+    comb = next(d.value for d in at.dataframe if "to 0" in d.value.columns)
+    for k, row in enumerate(comb.to_dict("records")):
+        assert out[f"from {k}"] == ", ".join(f"{v:.3f}" for v in row.values())
+
+
 @pytest.mark.parametrize("head", [None, 1])
 def test_inspector_snippet(tmp_path, head):
     at = app("inspector", sample=0, layer=7, token=5, gen=2)
@@ -151,8 +175,10 @@ def test_inspector_snippet(tmp_path, head):
         at.radio(key="insp_head").set_value(f"head {head}").run()
     out = run_snippet(snippet(at), tmp_path)
     m = metrics(at)
-    for k in ("Window rows", "Compressed entries", "Sink"):
+    for k in ("Window rows", "Compressed entries", "Sink", "Visible entries", "Selected", "Candidate pool"):
         assert out[k] == m[k], k
+    experts = next(d.value for d in at.dataframe if "expert" in d.value.columns)
+    assert out["routed experts"] == str([int(e) for e in list(experts["expert"])[1:]])
     gen = next(t.value for t in at.text if str(t.value).startswith("Generated: "))
     assert repr(gen[len("Generated: "):]) == out["Generated"]
 
