@@ -470,8 +470,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              f"A plain residual connection keeps one copy of each row and adds every update to it. Here each "
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "
              "attention and MoE site, mixing coefficients decide how the streams feed the sublayer and how they "
-             "are blended again. The coefficients are not fixed numbers: learned projections compute them for "
-             "every token from the streams themselves. The single-pass form computes them once per site, serving "
+             "are blended again. The coefficients are not fixed numbers: learned projections (plus learned offsets) "
+             "compute them for every token from the streams themselves. The single-pass form computes them once per site, serving "
              "that site and the next, to save memory traffic.",
              frozenset({"mhc"}), None, read_along=read_along("§2.4.1")),
         Step("pool", "Narrowing the search in two steps",
