@@ -25,6 +25,7 @@ import torch
 from .compressor import Compressor
 from .config import V41Config
 from .context import Context
+from .fusion import fusable
 from .indexer import (NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, topk_mask,
                       visible_counts)
 from .norm import RMSNorm
@@ -84,6 +85,54 @@ def _window_values(p: torch.Tensor, keys: torch.Tensor, band: torch.Tensor, s: i
     return out.transpose(2, 3).reshape(b, nb * w, h, -1)[:, :s]
 
 
+@fusable
+def attend(q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None, values: torch.Tensor | None,
+           mask: torch.Tensor | None, sink: torch.Tensor, w: int, limit: torch.Tensor | None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over [window slots, compressed entries, sink] and the weighted sum of K=V rows.
+
+    q [B, S, H, d]; kv [B, S, d] this call's window rows; prev [B, P, d] cached rows before them;
+    values: every entry [B, T, d] with mask [B, S, T] (dense), or the picks [B, S, k, d] with mask
+    [B, S, k] (gathered). `limit` (a 0-d tensor, or None for W) narrows the window to its last
+    `limit` slots without changing any shape: a training curriculum then never recompiles."""
+    b, s, h, d = q.shape
+    p = 0 if prev is None else prev.shape[1]
+    parts = [kv.new_zeros(b, w - 1 - p, d)] + ([prev.to(kv.dtype)] if p else []) + [kv]
+    ext = torch.cat(parts, dim=1)                       # [B, W-1+S, d]; slot j of row i = ext[i + j]
+    keys, band = _window_blocks(ext, s, w)
+    scale = d ** -0.5
+    logits = [_window_logits(q, keys, band, s).float() * scale]
+    rows = torch.arange(s, device=q.device).view(-1, 1)
+    slots = torch.arange(w, device=q.device).view(1, -1)
+    slot_ok = slots >= (w - 1 - p) - rows                                              # [S, W]
+    if limit is not None:
+        slot_ok = slot_ok & (slots >= w - limit)
+    logits[0] = logits[0].masked_fill(~slot_ok.view(1, s, 1, w), NEG_INF)
+    dense = values is not None and values.dim() == 3
+    # Compiled, the k picks of each query are read in one fused loop; as a batched matmul they
+    # would be B*S products of [H, d] x [d, k], each too small to run fast.
+    fuse_picks = not dense and torch.compiler.is_compiling()
+    if values is not None:
+        if fuse_picks:
+            lc = (q.unsqueeze(3) * values.to(q.dtype).unsqueeze(2)).sum(-1).float() * scale
+        else:
+            lc = torch.einsum("bshd,btd->bsht" if dense else "bshd,bskd->bshk", q, values.to(q.dtype)).float() * scale
+        logits.append(lc.masked_fill(~mask.unsqueeze(2), NEG_INF))
+    logits.append(sink.float().view(1, 1, h, 1).expand(b, s, h, 1))
+    z = torch.cat(logits, dim=-1)
+    z = z - z.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(z, dim=-1)
+    pv = probs.to(q.dtype)
+    out = _window_values(pv[..., :w], keys, band, s)
+    if values is not None:
+        pc = pv[..., w:-1]
+        if fuse_picks:
+            out = out + (pc.unsqueeze(-1) * values.to(q.dtype).unsqueeze(2)).sum(3)
+        else:
+            out = out + torch.einsum("bsht,btd->bshd" if dense else "bshk,bskd->bshd", pc, values.to(q.dtype))
+    return out, probs
+
+
 class Attention(torch.nn.Module):
     def __init__(self, cfg: V41Config, layer_id: int):
         super().__init__()
@@ -91,6 +140,7 @@ class Attention(torch.nn.Module):
         self.layer_id = layer_id
         self.ratio = cfg.backbone_ratios[layer_id] if layer_id < cfg.num_hidden_layers else 0
         self.n_heads, self.head_dim, self.window = cfg.num_attention_heads, cfg.head_dim, cfg.sliding_window
+        self.limit = self.window  # a training curriculum may narrow the window (model.train.set_window)
         self.kind = "compress" if self.ratio else "main"
         self.wq_a = torch.nn.Linear(cfg.hidden_size, cfg.q_lora_rank, bias=False)
         self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)
@@ -222,41 +272,11 @@ class Attention(torch.nn.Module):
     def _attend(self, q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None,
                 comp: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (output [B, S, H, d], probs [B, S, H, W + n_comp + 1] incl. the sink column)."""
-        b, s, h, d = q.shape
-        w = self.window
-        p = 0 if prev is None else prev.shape[1]
-        parts = [kv.new_zeros(b, w - 1 - p, d)] + ([prev.to(kv.dtype)] if p else []) + [kv]
-        ext = torch.cat(parts, dim=1)                       # [B, W-1+S, d]; slot j of row i = ext[i + j]
-        keys, band = _window_blocks(ext, s, w)
-        scale = d ** -0.5
-        logits = [_window_logits(q, keys, band, s).float() * scale]
-        rows = torch.arange(s, device=q.device).view(-1, 1)
-        slot_ok = torch.arange(w, device=q.device).view(1, -1) >= (w - 1 - p) - rows      # [S, W]
-        logits[0] = logits[0].masked_fill(~slot_ok.view(1, s, 1, w), NEG_INF)
-        values = None
+        values = mask = None
         if comp is not None and comp.get("n", 0):
-            if "dense" in comp:
-                values = comp["dense"]
-                lc = torch.einsum("bshd,btd->bsht", q, values.to(q.dtype)).float() * scale
-                lc = lc.masked_fill(~comp["mask"].unsqueeze(2), NEG_INF)
-            else:
-                values = comp["gathered"]
-                lc = torch.einsum("bshd,bskd->bshk", q, values.to(q.dtype)).float() * scale
-                lc = lc.masked_fill(~comp["valid"].unsqueeze(2), NEG_INF)
-            logits.append(lc)
-        logits.append(self.attn_sink.float().view(1, 1, h, 1).expand(b, s, h, 1))
-        z = torch.cat(logits, dim=-1)
-        z = z - z.max(dim=-1, keepdim=True).values
-        probs = torch.softmax(z, dim=-1)
-        pv = probs.to(q.dtype)
-        out = _window_values(pv[..., :w], keys, band, s)
-        if values is not None:
-            pc = pv[..., w:-1]
-            if "dense" in comp:
-                out = out + torch.einsum("bsht,btd->bshd", pc, values.to(q.dtype))
-            else:
-                out = out + torch.einsum("bshk,bskd->bshd", pc, values.to(q.dtype))
-        return out, probs
+            values, mask = (comp["dense"], comp["mask"]) if "dense" in comp else (comp["gathered"], comp["valid"])
+        limit = None if self.limit >= self.window else torch.tensor(self.limit, device=q.device)
+        return attend(q, kv, prev, values, mask, self.attn_sink, self.window, limit)
 
     def _indexer_loss(self, probs: torch.Tensor, comp: dict, ctx: Context) -> None:
         """KL from the main attention's distribution over compressed entries to the index scores (§3.3):

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .fusion import fusable
+
 FP8_MAX = 448.0
 FP4_MAX = 6.0
 FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -94,6 +96,7 @@ def fp4_scale(blocks: torch.Tensor, e4m3_scales: bool) -> torch.Tensor:
 # Fake quantisation (quantise -> dequantise), with a straight-through gradient
 # ------------------------------------------------------------------------------------------------
 
+@fusable
 def _fake_fp8_values(x: torch.Tensor, block: int) -> torch.Tensor:
     b = _blocks(x, block)
     s = fp8_scale(b).unsqueeze(-1)
@@ -101,6 +104,7 @@ def _fake_fp8_values(x: torch.Tensor, block: int) -> torch.Tensor:
     return q.reshape(x.shape)
 
 
+@fusable
 def _fake_fp4_values(x: torch.Tensor, block: int, e4m3_scales: bool) -> torch.Tensor:
     b = _blocks(x, block)
     s = fp4_scale(b, e4m3_scales).unsqueeze(-1)

@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from .fusion import fusable
+
 from .config import V41Config
 
 
@@ -62,6 +64,7 @@ class Rotary(torch.nn.Module):
         return freqs.cos(), freqs.sin()
 
 
+@fusable
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool = False) -> torch.Tensor:
     """Rotate the trailing 2*cos.shape[-1] channels of x in adjacent pairs.
 

@@ -148,9 +148,12 @@ def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generato
 
 
 def set_window(m: V41Model, window: int) -> None:
-    """Sliding window of every layer (training curriculum); 0 restores the config's."""
+    """Narrow the sliding window of every layer to its last `window` rows (training curriculum);
+    0 restores the config's. Only a mask changes, never a shape, so compiled kernels are reused."""
+    if window > m.cfg.sliding_window:
+        raise ValueError(f"a training window of {window} is wider than the config's {m.cfg.sliding_window}")
     for layer in m.layers:
-        layer.attn.window = window or m.cfg.sliding_window
+        layer.attn.limit = window or m.cfg.sliding_window
 
 
 def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor]:
