@@ -10,7 +10,10 @@ Measures, on held-out data shipped in data/heldout (no download needed):
   plainest test of whether the model can look back at all (model.train.copy_accuracy);
 - the same with one component removed at inference time (model.context.Ablation), and with bounded
   instead of exact prefill.
-Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…`.
+- far recall on stories whose names, objects and fact/question templates never occur in training
+  (data/heldout/stories_heldout_templates.jsonl): retrieval, not template matching.
+Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…
+recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=…`.
 The ablation lab page reuses `evaluate`.
 """
 
@@ -29,6 +32,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = ("inside", "just_past", "far")
+HELDOUT_TEMPLATES = ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"  # python -m model.stories --heldout-templates
 
 
 @dataclass
@@ -94,12 +98,13 @@ def natural_loss(model, max_tokens: int | None = None, seq_len: int = 512, batch
 
 @torch.no_grad()
 def story_recall(model, max_stories: int | None = None, ablation=None, mode: str = "exact",
-                 progress: Callable[[float, str], None] | None = None) -> tuple[dict[str, float], dict[str, int]]:
+                 progress: Callable[[float, str], None] | None = None,
+                 path: Path | None = None) -> tuple[dict[str, float], dict[str, int]]:
     from model.dataset import story_eval_batches
     from model.engine import prefill
     from model.stories import load_heldout_stories
 
-    rows = load_heldout_stories()
+    rows = load_heldout_stories(path)
     if max_stories:  # keep the buckets balanced when subsampling
         per = max(1, max_stories // len(BUCKETS))
         rows = [r for b in BUCKETS for r in [x for x in rows if x["bucket"] == b][:per]]
@@ -173,15 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))
     seen_once = copy_accuracy(model, every, 4, first=True)
+    copy_far_wo = copy_accuracy(model, every, 200, ablation=Ablation(window_only=True))
     print(f"16-token held-out spans said twice, the repeat predicted: {copy_near:.1%} 4 tokens later, "
-          f"{copy_far:.1%} 200 tokens later; the first time they are seen: {seen_once:.1%}")
+          f"{copy_far:.1%} 200 tokens later ({copy_far_wo:.1%} window only); the first time they are seen: "
+          f"{seen_once:.1%}")
+    held = story_recall(model, a.max_stories, path=HELDOUT_TEMPLATES)[0].get("far", float("nan"))
+    print(f"far recall on stories whose names, objects and templates were never trained on: {held:.1%}")
     full = results.get("full model")
     wo = results.get("window only")
     nan = float("nan")
     print(f"quality: loss={full.loss if full else nan:.4f} unigram_loss={unigram_loss:.4f} "
           f"recall_far={full.recall.get('far', nan) if full else nan:.3f} "
           f"recall_far_window_only={wo.recall.get('far', nan) if wo else nan:.3f} "
-          f"copy_near={copy_near:.3f} copy_far={copy_far:.3f} copy_first={seen_once:.3f}")
+          f"recall_far_heldout_templates={held:.3f} "
+          f"copy_near={copy_near:.3f} copy_far={copy_far:.3f} copy_far_window_only={copy_far_wo:.3f} "
+          f"copy_first={seen_once:.3f}")
     return 0 if full and math.isfinite(full.loss) else 1
 
 

@@ -136,6 +136,30 @@ INTROS = (
 ENDINGS = ("{who} smiled.", "Then everyone went to bed.", "{who} was glad to know that.", "The day was over.",
            "{other} nodded.")
 
+
+
+@dataclass(frozen=True)
+class Cast:
+    """The words and sentence templates a story is built from. Training uses `TRAIN_CAST`; the
+    `HELDOUT_CAST` set shares only the colours, containers, places and filler with it, so recall
+    measured on it is retrieval of a fact, not a memorised template or name."""
+
+    names: tuple[str, ...]
+    objects: tuple[str, ...]
+    facts: tuple[str, ...]
+    questions: tuple[str, ...]
+
+
+TRAIN_CAST = Cast(NAMES, OBJECTS, FACT_TEMPLATES, QUESTION_TEMPLATES)
+HELDOUT_CAST = Cast(
+    names=("Iris", "Felix", "Hana", "Otto", "Vera", "Luca", "Greta", "Tariq", "Elif", "Bruno"),
+    objects=("needle", "thimble", "locket", "compass", "acorn", "magnet", "brooch", "pebble", "ribbon", "key ring"),
+    facts=("{who} tucked the {obj} into the {col} {con}.", "{who} dropped the {obj} into the {col} {con}.",
+           "Somebody had stored the {obj} in the {col} {con}.", "{who} slipped the {obj} inside the {col} {con}."),
+    questions=("Can you tell me where the {obj} is?", "{who2} wanted to know: where is the {obj}?"),
+)
+HELDOUT_TEMPLATES_SEED_BASE = 3_000_000_000
+
 _COLOUR_RE = re.compile(r"\b(" + "|".join(COLOURS) + r")\b", re.I)
 
 
@@ -233,9 +257,10 @@ def _filler(rng: random.Random, who: str, others: Sequence[str]) -> str:
     return s
 
 
-def _fact(rng: random.Random, who: str, obj: str, col: str, con: str) -> tuple[str, int]:
+def _fact(rng: random.Random, who: str, obj: str, col: str, con: str,
+          templates: Sequence[str] = FACT_TEMPLATES) -> tuple[str, int]:
     """Fact sentence and the offset of the colour within it."""
-    t = rng.choice(FACT_TEMPLATES)
+    t = rng.choice(templates)
     s = t.format(who=who, obj=obj, col=col, con=con)
     return s, s.index(f" {col} {con}") + 1
 
@@ -264,14 +289,14 @@ def _fill_to(rng: random.Random, budget: int, who: str, others: Sequence[str],
 
 def generate_story(rng_or_seed: random.Random | int, target_distance_tokens: int | None = None, *,
                    bucket: str | None = None, n_distractors: int | None = None, tokenizer: Any = None,
-                   ending: bool | None = None, max_attempts: int = 30) -> Story:
+                   ending: bool | None = None, max_attempts: int = 30, cast: Cast = TRAIN_CAST) -> Story:
     """Generate one story whose fact-to-answer distance is about ``target_distance_tokens``.
 
     ``rng_or_seed``: an ``int`` seed or a ``random.Random`` (consumed). ``bucket`` picks a
     random target inside that bucket's generation range; with neither target nor bucket, a
     bucket is chosen at random. ``tokenizer`` (a ``tokenizers.Tokenizer``) makes the distance
     exact: the story is rebuilt until the measured distance is in the bucket (or within 10%
-    of a free target).
+    of a free target). ``cast`` chooses the names, objects and fact/question templates.
     """
     seed = rng_or_seed if isinstance(rng_or_seed, int) else None
     rng = random.Random(rng_or_seed) if isinstance(rng_or_seed, int) else rng_or_seed
@@ -289,15 +314,15 @@ def generate_story(rng_or_seed: random.Random | int, target_distance_tokens: int
         lo, hi = int(target * 0.9), int(target * 1.1) + 2
 
     # Fixed story skeleton (cast, facts); only the filler is re-drawn on a retry.
-    names = rng.sample(NAMES, 4)
+    names = rng.sample(cast.names, 4)
     who, others = names[0], names[1:]
     n_fx = n_distractors if n_distractors is not None else rng.choice((0, 1, 1, 2, 2, 3))
-    objs = rng.sample(OBJECTS, 1 + n_fx)
+    objs = rng.sample(cast.objects, 1 + n_fx)
     cols = rng.sample(COLOURS, 1 + n_fx)
     cons = [rng.choice(CONTAINERS) for _ in range(1 + n_fx)]
     # Distractor facts before the target fact, or (if there is room) between fact and question.
     where = [rng.choice(("before", "after")) if target > 40 else "before" for _ in range(n_fx)]
-    q_tmpl = rng.choice(QUESTION_TEMPLATES)
+    q_tmpl = rng.choice(cast.questions)
     n_intro = rng.randint(1, 3)
     ending = rng.random() < 0.3 if ending is None else ending
     count = approx_tokens
@@ -313,17 +338,17 @@ def generate_story(rng_or_seed: random.Random | int, target_distance_tokens: int
             b.add(s)
         for k in range(n_fx):
             if where[k] == "before":
-                b.add(_fact(rng, rng.choice(names), objs[k + 1], cols[k + 1], cons[k + 1])[0])
+                b.add(_fact(rng, rng.choice(names), objs[k + 1], cols[k + 1], cons[k + 1], cast.facts)[0])
                 for s in _fill_to(rng, rng.randint(0, 20), who, others, count, seen):
                     b.add(s)
-        fact, col_off = _fact(rng, who, objs[0], cols[0], cons[0])
+        fact, col_off = _fact(rng, who, objs[0], cols[0], cons[0], cast.facts)
         fact_start = b.add(fact)
         question = q_tmpl.format(obj=objs[0], who2=others[1])
         answer_sent = ANSWER_TEMPLATE.format(obj=objs[0], col=cols[0], con=cons[0])
         # Tokens from the fact colour to the answer colour with no filler at all.
         tail = fact[col_off:] + " " + question + " " + answer_sent[: answer_sent.index(f" {cols[0]} ")]
         overhead = count(tail)
-        after_facts = [_fact(rng, rng.choice(names), objs[k + 1], cols[k + 1], cons[k + 1])[0]
+        after_facts = [_fact(rng, rng.choice(names), objs[k + 1], cols[k + 1], cons[k + 1], cast.facts)[0]
                        for k in range(n_fx) if where[k] == "after"]
         budget = max(0, round((target - overhead) * budget_scale) - sum(count(" " + f) for f in after_facts))
         gap = _fill_to(rng, budget, who, others, count, seen)
@@ -391,6 +416,13 @@ def heldout_stories(per_bucket: int = 100, tokenizer: Any = None) -> list[Story]
     return out
 
 
+def heldout_template_stories(n: int = 100, tokenizer: Any = None, bucket: str = "far") -> list[Story]:
+    """Recall stories built only from :data:`HELDOUT_CAST` (names, objects and fact/question
+    templates never in training), seeds from :data:`HELDOUT_TEMPLATES_SEED_BASE`."""
+    return [generate_story(HELDOUT_TEMPLATES_SEED_BASE + j, bucket=bucket, tokenizer=tokenizer, cast=HELDOUT_CAST)
+            for j in range(n)]
+
+
 def load_heldout_stories(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Read ``data/heldout/stories.jsonl`` (one JSON object per line)."""
     path = Path(path) if path else Path(__file__).resolve().parent.parent / "data" / "heldout" / "stories.jsonl"
@@ -437,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", type=Path, help="tokenizer.json for exact distances")
     p.add_argument("--write-heldout", type=Path, metavar="JSONL", help="write the held-out set here")
     p.add_argument("--per-bucket", type=int, default=100)
+    p.add_argument("--heldout-templates", action="store_true",
+                   help="with --write-heldout: far-bucket stories from the held-out cast (names, objects, templates)")
     p.add_argument("--write-prompts", type=Path, metavar="JSON", help="write the app prompts here")
     args = p.parse_args(argv)
     tok = None
@@ -452,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {len(prompts)} prompts to {args.write_prompts}")
         return 0
     if args.write_heldout:
-        stories = heldout_stories(args.per_bucket, tok)
+        stories = (heldout_template_stories(args.per_bucket, tok) if args.heldout_templates
+                   else heldout_stories(args.per_bucket, tok))
         args.write_heldout.parent.mkdir(parents=True, exist_ok=True)
         keys = ("text", "answer", "obj", "container", "question", "fact", "fact_start", "fact_end",
                 "fact_answer_start", "fact_answer_end", "answer_start", "answer_end", "question_start",

@@ -303,12 +303,13 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> di
 
 @torch.no_grad()
 def copy_accuracy(m: V41Model, tokens, gap: int, n: int = 24, span: int = 16, seed: int = 5,
-                  first: bool = False) -> float:
+                  first: bool = False, ablation: Ablation | None = None) -> float:
     """Does the model copy? n held-out text spans of `span` tokens, said again after `gap` other
     tokens; the share of the repeat's tokens 2..span predicted exactly (argmax). A model that
     cannot look back scores what the text alone predicts (about 0.2 here); copying lifts it
     towards 1. gap + span > window means the first copy is reachable only through compressed entries.
-    `first=True` scores the first time the span is seen instead: the no-copy baseline."""
+    `first=True` scores the first time the span is seen instead: the no-copy baseline; `ablation`
+    switches parts off (window only: can the far copy be made without the compressed entries?)."""
     toks = torch.as_tensor(tokens, dtype=torch.long)
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -318,7 +319,7 @@ def copy_accuracy(m: V41Model, tokens, gap: int, n: int = 24, span: int = 16, se
         filler = toks[s + span + 8: s + span + 8 + gap]  # other text, not the span's own continuation
         rows.append(torch.cat([toks[s + span: s + span + 8].flip(0), said, filler, said]))
     x = torch.stack(rows).to(m.device)
-    lg = m(x).logits
+    lg = (m(x) if ablation is None else m(x, ablation=ablation)).logits
     start = 8 if first else 8 + span + gap
     return float((lg[:, start:start + span - 1].argmax(-1) == x[:, start + 1:start + span]).float().mean())
 

@@ -303,3 +303,24 @@ def test_cached_token_stream(tok):
     assert max(counts) < 1.2 * min(counts)
     x, y = next(ts.batches(2, 64, seed=0))
     assert x.shape == (2, 64) and int(x.max()) < 4096
+
+
+def test_heldout_cast_shares_no_name_object_or_template_with_training():
+    from model.stories import HELDOUT_CAST, TRAIN_CAST, load_heldout_stories, training_story_text
+
+    assert not set(HELDOUT_CAST.names) & set(TRAIN_CAST.names)
+    assert not set(HELDOUT_CAST.objects) & set(TRAIN_CAST.objects)
+    assert not set(HELDOUT_CAST.facts) & set(TRAIN_CAST.facts)
+    assert not set(HELDOUT_CAST.questions) & set(TRAIN_CAST.questions)
+    held_words = set(HELDOUT_CAST.names) | set(HELDOUT_CAST.objects)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, held_words)) + r")\b")
+    for i in range(300):  # training documents never mention the held-out cast
+        assert not pattern.search(training_story_text(i)), i
+    rows = load_heldout_stories(ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl")
+    assert len(rows) == 100 and all(r["bucket"] == "far" and r["distance_tokens"] >= 129 for r in rows)
+    for r in rows:  # each story is told with the held-out cast: its object and a held-out fact template
+        assert r["obj"] in HELDOUT_CAST.objects
+        assert any(re.fullmatch(re.escape(t).replace(r"\{who\}", r"\w+").replace(r"\{obj\}", re.escape(r["obj"]))
+                                .replace(r"\{col\}", r"\w+").replace(r"\{con\}", r"\w+"), r["fact"])
+                   for t in HELDOUT_CAST.facts), r["fact"]
+        assert r["text"][r["answer_start"]:r["answer_end"]] == r["answer"]
