@@ -69,9 +69,33 @@ class TrainConfig:
     copy_gap: int = 0                   # with 0..copy_gap other shuffled tokens between the two copies
     copy_vocab: int = 300               # drawn from this many most frequent tokens of the stream
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
+    window_stages: str = ""             # "step:window,..." e.g. "0:8,300:16,600:0" (overrides train_window)
+    copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages (overrides copy_gap)
+    copy_near_frac: float = 0.0         # share of copy spans said again at once (gap 0-2) whatever the far gap
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
     stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
     fast: bool = False                  # compiled kernels, same maths (model/fusion.py); the CLI turns it on
+
+
+def staged(spec: str, step: int, default: int) -> int:
+    """The value of a "step:value,step:value" schedule at `step` (the last stage started); `default`
+    before the first stage or when `spec` is empty."""
+    value = default
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        at, _, v = part.partition(":")
+        if not (at.strip().isdigit() and v.strip().lstrip("-").isdigit()):
+            raise ValueError(f"bad stage {part!r} in {spec!r}: write step:value, e.g. 0:8,300:16")
+        if step >= int(at):
+            value = int(v)
+    return value
+
+
+def window_at(tc: TrainConfig, step: int) -> int:
+    return staged(tc.window_stages, step, tc.train_window)
+
+
+def copy_gap_at(tc: TrainConfig, step: int) -> int:
+    return staged(tc.copy_gap_stages, step, tc.copy_gap)
 
 
 def lr_at(tc: TrainConfig, step: int) -> float:
@@ -128,18 +152,20 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator, vocab:
 
 
 def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generator, span_max: int,
-              gap_max: int) -> tuple[torch.Tensor, torch.Tensor]:
+              gap_max: int, near_frac: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """n rows of spans of shuffled familiar tokens, each said twice with 0..gap_max other shuffled
     tokens between. Text order gives no hint here, so the only way to predict the second copy is to
     find the first: the sharpest training signal for the copy (induction) circuit, which a small
     model trained on natural text alone does not form within our CPU budget. Familiar tokens keep
-    the trained embeddings in use."""
+    the trained embeddings in use. A share `near_frac` of the spans comes back at once (gap 0-2), so
+    the near skill keeps being practised while `gap_max` moves out."""
     rows = []
     for _ in range(n):
         out: list[int] = []
         while len(out) < seq_len + 1:
             span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
-            gap = int(torch.randint(0, gap_max + 1, (1,), generator=generator))
+            near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
+            gap = int(torch.randint(0, (2 if near else gap_max) + 1, (1,), generator=generator))
             pick = ids[torch.randint(0, len(ids), (span_len + gap,), generator=generator)].tolist()
             out += pick[:span_len] + pick[span_len:] + pick[:span_len]
         rows.append(out[:seq_len + 1])
@@ -169,7 +195,8 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
         rx, ry = repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size())
         x, y = torch.cat([x, rx]), torch.cat([y, ry])
     if n_copy:
-        cx, cy = copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span, tc.copy_gap)
+        cx, cy = copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span,
+                           copy_gap_at(tc, step), tc.copy_near_frac)
         x, y = torch.cat([x, cx]), torch.cat([y, cy])
     return x, y
 
@@ -293,7 +320,7 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> di
             c = correct.setdefault(bucket, [0, 0])
             c[0] += ok
             c[1] += 1
-    copy = {f"copy_gap{gap}": copy_accuracy(m, natural, gap) for gap in (4, 200)}
+    copy = {f"copy_gap{gap}": copy_accuracy(m, natural, gap) for gap in (4, 40, 200)}
     m.train()
     out = {"heldout_loss": tot / max(1, n)}
     out.update({f"recall_{k}": v[0] / v[1] for k, v in correct.items()})
@@ -389,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     end = min(tc.stop_at or tc.steps, tc.steps)
     for step in range(start, end):
         x, y = make_batch(tc, stream, tok, step)
-        set_window(m, tc.train_window)
+        set_window(m, window_at(tc, step))
         rec = train_step(m, opt, x.to(device), y.to(device), tc, step)
         rec["step"] = step + 1
         done = step + 1 - start

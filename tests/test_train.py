@@ -216,3 +216,30 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
         assert len(re_) == len(rf) and all(torch.equal(a, b) for a, b in zip(re_, rf))
         assert te and len(te) == len(tf) and all(torch.equal(a, b) for a, b in zip(te, tf))
         assert pe and len(pe) == len(pf) and all(torch.equal(a, b) for a, b in zip(pe, pf))
+
+
+def test_stages_pick_the_last_started_value_and_reject_garbage():
+    from model.train import staged
+
+    assert staged("", 10, 7) == 7
+    assert [staged("0:8,300:16,600:0", s, 32) for s in (0, 299, 300, 599, 600, 10_000)] == [8, 8, 16, 16, 0, 0]
+    assert staged("100:40", 50, 5) == 5
+    with pytest.raises(ValueError):
+        staged("0:8,x:16", 1, 0)
+
+
+def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
+    from model.train import copy_rows
+
+    ids = torch.arange(100, 400)
+    x, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
+    gaps = []
+    for row in x.tolist():  # spans are 3-6 tokens; find each span's second copy and its distance
+        i = 0
+        while i + 3 < len(row):
+            for j in range(i + 3, min(len(row) - 3, i + 6 + 61)):
+                if row[j:j + 3] == row[i:i + 3]:
+                    gaps.append(j - i)
+                    break
+            i += 1
+    assert min(gaps) <= 8 and max(gaps) >= 40  # some said again at once, some far
