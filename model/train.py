@@ -72,6 +72,7 @@ class TrainConfig:
     window_stages: str = ""             # "step:window,..." e.g. "0:8,300:16,600:0" (overrides train_window)
     copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages (overrides copy_gap)
     copy_near_frac: float = 0.0         # share of copy spans said again at once (gap 0-2) whatever the far gap
+    answer_weight: float = 1.0          # loss weight of look-back targets (drill answers, second copies)
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
     stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
     fast: bool = False                  # compiled kernels, same maths (model/fusion.py); the CLI turns it on
@@ -109,34 +110,64 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(tc.seed * 1_000_003 + step)
 
 
-def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """n rows of packed recall drills (each drill after an <|eos|>), deterministic for a seed."""
+def _rows(rows: list[list[int]], marks: list[list[bool]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token rows of seq_len + 1 and per-token answer marks -> (x, y, answers aligned with y)."""
+    t = torch.tensor(rows, dtype=torch.long)
+    a = torch.tensor(marks, dtype=torch.bool)
+    return t[:, :-1], t[:, 1:], a[:, 1:]
+
+
+_ANSWER_COLOUR = None
+
+
+def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the colour in each answer sentence of a drill (the sentence after a question)."""
+    global _ANSWER_COLOUR
+    if _ANSWER_COLOUR is None:
+        import re
+
+        from .stories import COLOURS
+        _ANSWER_COLOUR = re.compile(r'\?"? The [\w ]+? is in the (' + "|".join(COLOURS) + r") ")
+    return [m.span(1) for m in _ANSWER_COLOUR.finditer(text)]
+
+
+def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of packed recall drills (each drill after an <|eos|>), deterministic for a seed; the
+    answer marks sit on the colour tokens of the answers."""
     import random
 
     from .stories import recall_drill
     from .tokenizer import EOS_ID
 
     rng = random.Random(seed)
-    rows = []
+    rows, marks = [], []
     for _ in range(n):
         ids: list[int] = []
+        mark: list[bool] = []
         while len(ids) < seq_len + 1:
-            ids += [EOS_ID] + tok.encode(recall_drill(rng), add_special_tokens=False).ids
+            text = recall_drill(rng)
+            enc = tok.encode(text, add_special_tokens=False)
+            spans = _answer_colour_spans(text)
+            ids += [EOS_ID] + enc.ids
+            mark += [False] + [any(a <= s < b or s <= a < e for a, b in spans) for s, e in enc.offsets]
         start = rng.randrange(0, len(ids) - seq_len) if len(ids) > seq_len + 1 else 0
         rows.append(ids[start:start + seq_len + 1])
-    t = torch.tensor(rows, dtype=torch.long)
-    return t[:, :-1], t[:, 1:]
+        marks.append(mark[start:start + seq_len + 1])
+    return _rows(rows, marks)
 
 
-def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
+                vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows where spans of corpus text (8-24 tokens) come back after a gap of other corpus text,
     half the time inside the window (0-16 tokens), half far back (32-400 tokens): the second copy
     can only be predicted by finding the first. Real-text spans (frequent tokens with trained
     embeddings) make this the quickest way for a small model to learn to copy from far back; random
-    token ids are much slower to learn from. `vocab` is kept for the signature."""
-    rows = []
+    token ids are much slower to learn from. `vocab` is kept for the signature. The answer marks sit
+    on the second copy's tokens after its first."""
+    rows, marks = [], []
     for _ in range(n):
         ids: list[int] = []
+        mark: list[bool] = []
         while len(ids) < seq_len + 1:
             span_len = int(torch.randint(8, 25, (1,), generator=generator))
             near = bool(torch.rand((), generator=generator) < 0.5)
@@ -146,31 +177,35 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator, vocab:
             fx, _ = stream.sample_batch(1, max(gap, 2), generator)
             span = sx[0].tolist()
             ids += span + fx[0, :gap].tolist() + span
+            mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
         rows.append(ids[:seq_len + 1])
-    t = torch.tensor(rows, dtype=torch.long)
-    return t[:, :-1], t[:, 1:]
+        marks.append(mark[:seq_len + 1])
+    return _rows(rows, marks)
 
 
 def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generator, span_max: int,
-              gap_max: int, near_frac: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+              gap_max: int, near_frac: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows of spans of shuffled familiar tokens, each said twice with 0..gap_max other shuffled
     tokens between. Text order gives no hint here, so the only way to predict the second copy is to
     find the first: the sharpest training signal for the copy (induction) circuit, which a small
     model trained on natural text alone does not form within our CPU budget. Familiar tokens keep
     the trained embeddings in use. A share `near_frac` of the spans comes back at once (gap 0-2), so
-    the near skill keeps being practised while `gap_max` moves out."""
-    rows = []
+    the near skill keeps being practised while `gap_max` moves out. The answer marks sit on the
+    second copy's tokens after its first (the only predictable tokens here)."""
+    rows, marks = [], []
     for _ in range(n):
         out: list[int] = []
+        mark: list[bool] = []
         while len(out) < seq_len + 1:
             span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
             near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
             gap = int(torch.randint(0, (2 if near else gap_max) + 1, (1,), generator=generator))
             pick = ids[torch.randint(0, len(ids), (span_len + gap,), generator=generator)].tolist()
             out += pick[:span_len] + pick[span_len:] + pick[:span_len]
+            mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
         rows.append(out[:seq_len + 1])
-    t = torch.tensor(rows, dtype=torch.long)
-    return t[:, :-1], t[:, 1:]
+        marks.append(mark[:seq_len + 1])
+    return _rows(rows, marks)
 
 
 def set_window(m: V41Model, window: int) -> None:
@@ -182,23 +217,24 @@ def set_window(m: V41Model, window: int) -> None:
         layer.attn.limit = window or m.cfg.sliding_window
 
 
-def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Batch `step`: natural-text rows, then drills, repeated text spans and copy rows by their
+    shares -> (x, y, answers): answers marks the targets a look-back can predict (weighted by
+    `answer_weight` in the loss)."""
     n_drill = int(round(tc.batch * tc.drill_frac))
     n_rep = int(round(tc.batch * tc.repeat_frac))
     n_copy = int(round(tc.batch * tc.copy_frac))
     g = batch_generator(tc, step)
     x, y = stream.sample_batch(tc.batch - n_drill - n_rep - n_copy, tc.seq_len, g)
+    parts = [(x, y, torch.zeros_like(y, dtype=torch.bool))]
     if n_drill:
-        dx, dy = drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step)
-        x, y = torch.cat([x, dx]), torch.cat([y, dy])
+        parts.append(drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step))
     if n_rep:
-        rx, ry = repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size())
-        x, y = torch.cat([x, rx]), torch.cat([y, ry])
+        parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size()))
     if n_copy:
-        cx, cy = copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span,
-                           copy_gap_at(tc, step), tc.copy_near_frac)
-        x, y = torch.cat([x, cx]), torch.cat([y, cy])
-    return x, y
+        parts.append(copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span,
+                               copy_gap_at(tc, step), tc.copy_near_frac))
+    return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]
 
 
 def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41Model:
@@ -228,30 +264,43 @@ def make_optimizer(m: V41Model, tc: TrainConfig) -> torch.optim.Optimizer:
 
 
 @fusable
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Next-token cross entropy, mean over every position (fused: no [N, V] gradient buffer filled twice)."""
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
+            weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token cross entropy -> (the weighted mean that is trained, the plain mean that is reported).
+    Fused: no [N, V] gradient buffer filled twice."""
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           reduction="none")
+    plain = ce.mean()
+    if weights is None:
+        return plain, plain
+    w = weights.reshape(-1)
+    return (ce * w).sum() / w.sum(), plain
 
 
-def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool):
-    """The loss (LM + weighted indexer KL) and its gradients, accumulated into the parameters.
-    Returns (LM loss, indexer KL, model output with the routing choices)."""
+def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
+                     answers: torch.Tensor | None = None):
+    """The loss (LM, its look-back answers weighted by `answer_weight`, + weighted indexer KL) and
+    its gradients, accumulated into the parameters. Returns (plain LM loss, indexer KL, model output
+    with the routing choices)."""
     m.train()
+    weights = None
+    if answers is not None and tc.answer_weight != 1.0:
+        weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense))
-        lm = lm_loss(out.logits, y)
+        lm, plain = lm_loss(out.logits, y, weights)
         il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
         (lm + tc.indexer_weight * il).backward()
-    return lm, il, out
+    return plain, il, out
 
 
 def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
-               step: int) -> dict[str, float]:
+               step: int, answers: torch.Tensor | None = None) -> dict[str, float]:
     dense = step < int(tc.dense_warmup_frac * tc.steps)
     for g in opt.param_groups:
         g["lr"] = lr_at(tc, step)
     opt.zero_grad(set_to_none=True)
-    lm, il, out = forward_backward(m, x, y, tc, dense)
+    lm, il, out = forward_backward(m, x, y, tc, dense, answers)
     gn = torch.nn.utils.clip_grad_norm_(m.parameters(), tc.clip, foreach=tc.fast)
     opt.step()
     for lid, idx in out.routings:
@@ -415,9 +464,9 @@ def main(argv: list[str] | None = None) -> int:
           f"on {device} ({torch.get_num_threads()} threads)", file=sys.stderr)
     end = min(tc.stop_at or tc.steps, tc.steps)
     for step in range(start, end):
-        x, y = make_batch(tc, stream, tok, step)
+        x, y, answers = make_batch(tc, stream, tok, step)
         set_window(m, window_at(tc, step))
-        rec = train_step(m, opt, x.to(device), y.to(device), tc, step)
+        rec = train_step(m, opt, x.to(device), y.to(device), tc, step, answers)
         rec["step"] = step + 1
         done = step + 1 - start
         el = time.time() - t0

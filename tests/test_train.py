@@ -100,8 +100,8 @@ def test_copy_rows_say_each_span_twice_with_familiar_tokens():
     from model.train import copy_rows
 
     ids = torch.arange(100, 400)
-    x, y = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
-    assert x.shape == y.shape == (3, 64) and torch.equal(x[:, 1:], y[:, :-1])
+    x, y, answers = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
+    assert x.shape == y.shape == answers.shape == (3, 64) and torch.equal(x[:, 1:], y[:, :-1])
     assert bool(((x >= 100) & (x < 400)).all())
     for row in torch.cat([x, y[:, -1:]], 1).tolist():
         p = 0
@@ -232,7 +232,7 @@ def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
     from model.train import copy_rows
 
     ids = torch.arange(100, 400)
-    x, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
+    x, _, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
     gaps = []
     for row in x.tolist():  # spans are 3-6 tokens; find each span's second copy and its distance
         i = 0
@@ -243,3 +243,26 @@ def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
                     break
             i += 1
     assert min(gaps) <= 8 and max(gaps) >= 40  # some said again at once, some far
+
+
+def test_answer_marks_sit_on_what_only_a_look_back_predicts():
+    """Copy rows: a marked target equals the token one span back (its first copy); drill rows: marked
+    targets are the colour of an answer sentence, and that colour was stated earlier in the row's drill."""
+    from model.stories import COLOURS
+    from model.tokenizer import load_tokenizer
+    from model.train import copy_rows, drill_rows
+
+    ids = torch.arange(100, 400)
+    x, y, answers = copy_rows(ids, 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=5)
+    assert 0.1 < float(answers.float().mean()) < 0.5
+    seq = torch.cat([x, y[:, -1:]], 1)
+    for r, c in answers.nonzero().tolist():   # target y[r, c] = seq[r, c + 1] was said before, 3..11 back
+        assert any(int(seq[r, c + 1]) == int(seq[r, c + 1 - back]) and
+                   int(seq[r, c]) == int(seq[r, c - back]) for back in range(3, 12) if c - back >= 0)
+    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
+    x, y, answers = drill_rows(tok, 2, 256, seed=4)
+    marked = [tok.decode([int(t)]).strip() for t in y[answers]]
+    assert marked and all(word in COLOURS for word in marked)
+    unmarked_colours = [t for t, a in zip(y.flatten().tolist(), answers.flatten().tolist())
+                        if not a and tok.decode([t]).strip() in COLOURS]
+    assert unmarked_colours  # the facts' colours are not answers
