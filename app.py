@@ -1,8 +1,14 @@
-"""V4.1 Explorer: the Streamlit entry. `streamlit run app.py` (bound to 127.0.0.1 by .streamlit/config.toml)."""
+"""V4.1 Explorer: the Streamlit entry. `streamlit run app.py` (bound to 127.0.0.1 by .streamlit/config.toml).
+
+The entry is a frame around every page: page config, the navigation, and the shared sidebar (weights,
+checkpoint, numbering) drawn here once per run so its choices belong to the session, not to a page.
+"""
 
 from pathlib import Path
 
 import streamlit as st
+
+from ui.common import app_frame
 
 # an emoji favicon is drawn locally; a ":material/...:" one is fetched from a font CDN (fails offline)
 st.set_page_config(page_title="V4.1 Explorer", page_icon="🧭", layout="wide")
@@ -36,4 +42,6 @@ for section, pages in SECTIONS.items():
     items = [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i, d in pages if (HERE / f).exists()]
     if items:
         nav[section] = items
-st.navigation(nav).run()
+page = st.navigation(nav)
+with app_frame():
+    page.run()

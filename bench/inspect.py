@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("inspector page, first run (loads the model, traces)", timed(at.run)[0]))
         assert not at.exception, [e.value for e in at.exception]
         page.append(("inspector: rerun, nothing changed", timed(at.run)[0]))
-        page.append(("inspector: Next layer", timed(at.button(key="insp_next").click().run)[0]))
-        page.append(("inspector: Back layer", timed(at.button(key="insp_back").click().run)[0]))
+        layer_step = next(w for w in at.get("pagination") if w.key == "insp_layer_step")
+        page.append(("inspector: Next layer", timed(layer_step.set_value(layer_step.value + 1).run)[0]))
+        layer_step = next(w for w in at.get("pagination") if w.key == "insp_layer_step")
+        page.append(("inspector: Back layer", timed(layer_step.set_value(layer_step.value - 1).run)[0]))
         page.append(("inspector: token -> middle", timed(at.slider(key="insp_token").set_value(len(ids) // 2).run)[0]))
         page.append(("inspector: overview quantity", timed(at.selectbox(key="insp_quantity")
                                                            .set_value("attention entropy").run)[0]))

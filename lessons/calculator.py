@@ -97,16 +97,17 @@ def parse_knobs(raw: Mapping[str, object], defaults: Knobs) -> tuple[Knobs, list
         if name not in raw or raw[name] is None:
             continue
         text = str(raw[name]).strip()
+        said = text if len(text) <= 40 else text[:39] + "\u2026"   # a URL value is quoted short
         if name == "mode":
             if text in MODES:
                 vals[name] = text
             else:
-                msgs.append(f"{name}={text!r} is not a prefill mode (exact or bounded); using {defaults.mode}.")
+                msgs.append(f"{name}={said!r} is not a prefill mode (exact or bounded); using {defaults.mode}.")
             continue
         try:
             v = int(text.replace(",", "").replace("_", ""))
         except ValueError:
-            msgs.append(f"{name}={text!r} is not a whole number; using {getattr(defaults, name):,}.")
+            msgs.append(f"{name}={said!r} is not a whole number; using {getattr(defaults, name):,}.")
             continue
         if name == "bits":
             ok, rng = v in SUPPORTED_BITS, "one of " + ", ".join(map(str, SUPPORTED_BITS))

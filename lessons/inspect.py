@@ -74,16 +74,17 @@ def load_samples(path: Path = PROMPTS) -> list[Sample]:
     return [Sample(r["name"], r["text"], r.get("kind", ""), r.get("answer")) for r in rows]
 
 
-def encode_prompt(model, text: str | None, max_tokens: int = MAX_PROMPT_TOKENS) -> tuple[list[int] | None, str | None]:
-    """(ids, problem). Empty, untokenisable and overlong prompts get a message instead of an error."""
+def encode_prompt(model, text: str | None, max_tokens: int = MAX_PROMPT_TOKENS,
+                  why: str = "this page") -> tuple[list[int] | None, str | None]:
+    """(ids, problem). Empty, untokenisable and overlong prompts get a message instead of an error; `why`
+    names what sets the limit on the page that asks ("the inspector records every layer for every token")."""
     if text is None or not text.strip():
         return None, "The prompt is empty: type some text or pick a sample."
     ids = model.encode(text)
     if not ids:
         return None, "The prompt produced no tokens."
     if len(ids) > max_tokens:
-        return None, (f"The prompt is {len(ids):,} tokens long; the inspector records every layer for every token "
-                      f"and stops at {max_tokens:,}. Shorten it.")
+        return None, f"The prompt is {len(ids):,} tokens long; {why} stops at {max_tokens:,}. Shorten it."
     return ids, None
 
 

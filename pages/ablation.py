@@ -12,7 +12,9 @@ from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, memo
 from lessons.layers import bounded_note, map_line
 from lessons.inspect import encode_prompt, load_samples
 from lessons import reproduce as snippets
-from ui.common import cached_with_progress, require_model, sidebar
+from ui.common import cached_with_progress, qp_get, qp_set, require_model, sidebar
+from ui.state import KEEP, arrived, qp_choice, qp_int_or_none, seed
+from ui.text import plain, quoted
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
@@ -35,17 +37,36 @@ with st.expander("What each configuration switches off", expanded=False):
 st.caption(map_line(cfg, sess.one_based))
 
 names = list(CONFIGS)
-chosen = st.multiselect("Configurations", names, default=names, key="abl_configs")
-c1, c2, c3 = st.columns(3)
-topk = c1.slider("Smaller top-k", 1, max(1, cfg.index_topk - 1), value=min(4, max(1, cfg.index_topk - 1)),
-                 key="abl_topk", help=f"The model reads {cfg.index_topk} entries per query.")
-stories = c2.selectbox("Held-out stories per configuration", [3, 15, 30, 90, 300], index=2, key="abl_stories",
-                       help="Split evenly over the three distance buckets; 300 is the whole held-out set.")
-natural = c3.selectbox("Held-out natural-text tokens", [512, 2048, 8192, 0], index=1, key="abl_natural",
-                       format_func=lambda n: "all" if n == 0 else f"{n:,}")
+STORIES, NATURAL = [3, 15, 30, 90, 300], [512, 2048, 8192, 0]
 samples = [s for s in load_samples() if s.kind == "long"]
+topk_hi = max(1, cfg.index_topk - 1)
+raw = qp_get("configs") if arrived() else None
+asked = None
+if raw is not None:
+    asked = [x for x in raw.split(",") if x]
+    bad = [x for x in asked if x not in names]
+    if bad:
+        st.warning(f"URL parameter configs: unknown configuration(s) {', '.join(map(quoted, bad[:5]))}; "
+                   "showing the known ones.")
+    asked = [x for x in asked if x in names]
+seed("abl_configs", asked, names)
+seed("abl_topk", qp_int_or_none("topk", 1, topk_hi, f"showing {min(4, topk_hi)}"), min(4, topk_hi))
+seed("abl_stories", qp_choice("stories", STORIES, 30, "one of " + ", ".join(map(str, STORIES))), 30)
+seed("abl_natural", qp_choice("natural", NATURAL, 2048, "one of " + ", ".join(map(str, NATURAL))), 2048)
+seed("abl_cost", qp_int_or_none("cost", 0, max(0, len(samples) - 1), "showing the first long sample"), 0)
+st.session_state["abl_topk"] = min(int(st.session_state["abl_topk"]), topk_hi)
+chosen = st.multiselect("Configurations", names, key="abl_configs", persist_state=KEEP)
+c1, c2, c3 = st.columns(3)
+topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=KEEP,
+                 help=f"The model reads {cfg.index_topk} entries per query.")
+stories = c2.selectbox("Held-out stories per configuration", STORIES, key="abl_stories", persist_state=KEEP,
+                       help="Split evenly over the three distance buckets; 300 is the whole held-out set.")
+natural = c3.selectbox("Held-out natural-text tokens", NATURAL, key="abl_natural", persist_state=KEEP,
+                       format_func=lambda n: "all" if n == 0 else f"{n:,}")
 cost_sample = st.selectbox("Prompt for time and cache bytes", range(len(samples)), key="abl_cost",
-                           format_func=lambda i: samples[i].name) if samples else None
+                           persist_state=KEEP, format_func=lambda i: samples[i].name) if samples else None
+qp_set(configs=",".join(chosen) if chosen != names else None, topk=topk, stories=stories, natural=natural,
+       cost=cost_sample)
 cost_ids, problem = encode_prompt(model, samples[cost_sample].text if samples else "The key is in the blue box.")
 if problem:
     st.warning(problem)
@@ -72,7 +93,7 @@ for name in chosen:
                                              f"Evaluating: {label(name, topk)} ...", max_entries=64))
             st.session_state.setdefault("abl_done", set()).add(key)
         except Exception as e:  # a failing configuration becomes a message; the others still show
-            st.error(f"{label(name, topk)} failed: {e}")
+            st.error(f"{label(name, topk)} failed: {plain(e)}")
     else:
         missing.append(label(name, topk))
 if missing:

@@ -7,11 +7,13 @@ from lessons.layers import map_line
 from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_INTRO, TOY_POINT, TOY_QUERIES,
                             TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
 from lessons import reproduce as snippets
-from ui.common import qp_int, qp_set, sidebar
+from ui.common import qp_set, sidebar
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
-from ui.live import init_state, picked_trace
+from ui.live import picked_trace
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, seed
+from ui.text import quoted
 
 sess = sidebar()
 sources_footer()
@@ -24,9 +26,10 @@ results = []
 cols = st.columns(len(TOY_QUERIES))
 for col, (i, (name, default)) in zip(cols, enumerate(TOY_QUERIES)):
     key = f"toy_{i}"
-    init_state(key, qp_int(f"toy{i}", round(default * 100), 0, 100))
+    seed(key, qp_int_or_none(f"toy{i}", 0, 100, f"showing {round(default * 100)}"), round(default * 100))
     with col:
-        pct = st.slider(f"{name}: share given to {fmt(TOY_VALUES[0])} (%)", 0, 100, step=5, key=key)
+        pct = st.slider(f"{name}: share given to {fmt(TOY_VALUES[0])} (%)", 0, 100, step=5, key=key,
+                        persist_state=KEEP)
         r = two_value_mix(pct)
         results.append((name, r))
         st.metric(f"{name} reads", fmt(r.result))
@@ -49,22 +52,27 @@ n_layers = len(tr.layers)
 heads = tr.layers[0].shares.window.shape[2]
 comp_layers = [r.spec.index for r in tr.layers if r.spec.compress_ratio]
 default_layer = comp_layers[0] if comp_layers else 0
-init_state("sh_layer", qp_int("layer", default_layer, 0, n_layers - 1))
-init_state("sh_head", qp_int("head", 0, 0, heads - 1))
-init_state("sh_pos", qp_int("pos", n_tok - 1, 0, n_tok - 1))
+seed("sh_layer", qp_int_or_none("layer", 0, n_layers - 1, f"showing layer {sess.num(default_layer)}",
+                                unit=LINK_LAYERS), default_layer)
+seed("sh_head", qp_int_or_none("head", 0, heads - 1, "showing head 0"), 0)
+seed("sh_pos", qp_int_or_none("pos", 0, n_tok - 1, f"showing the last position, {n_tok - 1}"), n_tok - 1)
+if st.session_state["sh_layer"] >= n_layers:    # another model with fewer layers
+    st.session_state["sh_layer"] = default_layer
+if st.session_state["sh_head"] >= heads:
+    st.session_state["sh_head"] = 0
 if st.session_state["sh_pos"] > n_tok - 1:    # a shorter prompt than the last one
     st.session_state["sh_pos"] = n_tok - 1
 c = st.columns([2, 1, 3])
-layer = c[0].selectbox("Layer", list(range(n_layers)), key="sh_layer",
+layer = c[0].selectbox("Layer", list(range(n_layers)), key="sh_layer", persist_state=KEEP,
                        format_func=lambda i: f"layer {sess.num(i)}: {tr.layers[i].spec.role}")
-head = c[1].selectbox("Head (for the comparison)", list(range(heads)), key="sh_head")
+head = c[1].selectbox("Head (for the comparison)", list(range(heads)), key="sh_head", persist_state=KEEP)
 if n_tok > 1:
-    pos = c[2].slider("Query position", 0, n_tok - 1, key="sh_pos")
+    pos = c[2].slider("Query position", 0, n_tok - 1, key="sh_pos", persist_state=KEEP)
 else:
     pos = 0
 qp_set(layer=layer, head=head, pos=pos)
 view = share_view(tr, layer, pos, lt.tokens)
-st.caption(f"Query at position {pos}: '{lt.tokens[pos]}'. Layer {sess.num(layer)} is "
+st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(layer)} is "
            f"{tr.layers[layer].spec.role}; it read {sum(k == 'window' for k in view.kinds)} window rows and "
            f"{len(view.entry_ids)} compressed entries.")
 st.plotly_chart(share_heatmap(view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
@@ -82,12 +90,13 @@ if not reuse_layers:
     st.info("This model has no Reuse layers.")
     reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
     st.stop()
-init_state("sh_reuse", qp_int("reuse", reuse_layers[0], 0, n_layers - 1))
+seed("sh_reuse", qp_int_or_none("reuse", 0, n_layers - 1, f"showing layer {sess.num(reuse_layers[0])}",
+                                unit=LINK_LAYERS), reuse_layers[0])
 if st.session_state["sh_reuse"] not in reuse_layers:
-    st.warning(f"Layer {st.session_state['sh_reuse']} is not a Reuse layer; showing layer "
+    st.warning(f"Layer {sess.num(st.session_state['sh_reuse'])} is not a Reuse layer; showing layer "
                f"{sess.num(reuse_layers[0])}.")
     st.session_state["sh_reuse"] = reuse_layers[0]
-ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse",
+ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse", persist_state=KEEP,
                   format_func=lambda i: f"layer {sess.num(i)} (keeps layer {sess.num(tr.layers[i].spec.index_source)}'s "
                                         f"selection)")
 qp_set(reuse=ru)
@@ -106,6 +115,6 @@ else:
 reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos, ru, head), "attention-shares")
 
 st.markdown(f"**Check the idea.** {CHECK_QUESTION}")
-if st.toggle("Show the answer", key="sh_answer"):
+if st.toggle("Show the answer", key="sh_answer", persist_state=KEEP):
     st.success(CHECK_ANSWER)
     st.write(CHECK_FOLLOWUP)

@@ -10,8 +10,10 @@ from lessons.layers import map_line
 from lessons.workload import check_against_engine
 from lessons import reproduce as snippets
 from model import V41Config, layer_map
-from ui.common import qp_get, qp_set, sidebar
+from ui.common import qp_choice, qp_get, qp_set, sidebar
 from ui.figures import layer_map_figure
+from ui.state import KEEP, seed
+from ui.text import plain
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
                        param_counts, read_knobs, run_on_click)
@@ -25,12 +27,7 @@ st.title("Cache calculator")
 st.markdown(CALC_INTRO)
 
 # ---- design and inputs (mirrored in the URL) -----------------------------------------------------
-url_preset = qp_get("preset", "teaching")
-if url_preset not in CALCULATOR_PRESETS:
-    st.warning(f"URL parameter preset={url_preset!r} is not a design here; showing the teaching example.")
-    url_preset = "teaching"
-if f"{P}_preset" not in st.session_state:
-    st.session_state[f"{P}_preset"] = url_preset
+seed(f"{P}_preset", qp_choice("preset", CALCULATOR_PRESETS, "the teaching example", "a design here"), "teaching")
 
 
 def _reset_knobs() -> None:
@@ -38,10 +35,10 @@ def _reset_knobs() -> None:
 
 
 preset = st.selectbox("Design", CALCULATOR_PRESETS, format_func=lambda k: DESIGNS[k][0], key=f"{P}_preset",
-                      on_change=_reset_knobs)
+                      on_change=_reset_knobs, persist_state=KEEP)
 base = defaults(preset)
 for msg in init_knobs(P, base):
-    st.warning(f"URL: {msg}")
+    st.warning(f"URL parameter {plain(msg, limit=400)}")
 used = build(preset, base).knobs_used
 
 c = st.columns(4)
@@ -59,10 +56,11 @@ knob_widget(P, "replay", "replay" in used, "Bounded-replay rows", c[0])
 knob_widget(P, "rollback", "rollback" in used, "Rollback slack", c[1])
 with c[2]:
     knob_widget(P, "mode", "mode" in used, "Prefill mode")
-keep_windows = c[3].toggle("Persist windows", value=qp_get("keepwin") == "1",
-                           key=f"{P}_keepwin", help="Off, with bounded prefill: the persistent cache keeps the replay "
-                                                    "input and bounded replay recomputes the decoder's windows. "
-                                                    "Exact prefill always keeps the windows.")
+seed(f"{P}_keepwin", {"1": True, "0": False}.get(qp_get("keepwin") or "") if qp_get("keepwin") else None, False)
+keep_windows = c[3].toggle("Persist windows", key=f"{P}_keepwin", persist_state=KEEP,
+                           help="Off, with bounded prefill: the persistent cache keeps the replay "
+                                "input and bounded replay recomputes the decoder's windows. "
+                                "Exact prefill always keeps the windows.")
 
 if preset == "teaching":
     def _seed_sharing() -> None:
@@ -76,7 +74,7 @@ try:
     design = build(preset, knobs)
     calc = calculate(design, knobs, keep_windows=keep_windows)
 except CalcError as e:
-    st.error(f"Cannot compute this design: {e}")
+    st.error(f"Cannot compute this design: {plain(e)}")
     st.stop()
 qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows else None)
 mirror_knobs(knobs, used, base)
@@ -106,7 +104,8 @@ with tabs[0]:
         chart(kind_bar(per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
               f"cache-{preset}-persistent")
 with tabs[1]:
-    log = st.toggle("Log scale", key=f"{P}_log", value=True)
+    seed(f"{P}_log", None, True)
+    log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
 
     def label(i: int) -> str:
         return design.layer_names.get(i, str(sess.num(i)))
@@ -139,8 +138,9 @@ with tabs[3]:
                     f"**{knobs.rollback}**, "
                     "then compares the bytes its cache holds (`cache.nbytes()`) with the same formula applied to its "
                     "config.")
-        n = st.number_input("Prompt length for the check (tokens)", 1, 4096, value=min(knobs.context, 200), step=1,
-                            key=f"{P}_checkn")
+        seed(f"{P}_checkn", None, min(knobs.context, 200))
+        n = st.number_input("Prompt length for the check (tokens)", 1, 4096, step=1, key=f"{P}_checkn",
+                            persist_state=KEEP)
         chk = run_on_click("Run the check", f"{P}_check",
                            lambda progress: check_against_engine(model, int(n), knobs.mode, knobs.rollback, progress),
                            f"Prefilling {n} tokens ...")
@@ -170,8 +170,9 @@ with tabs[4]:
     else:
         pc = param_counts("v4.1-flash")
         cfg = V41Config.preset("v4.1-flash")
+        seed(f"{P}_reuse", None, 10)
         reuse = st.select_slider("How often a saved context is reused as an input", [1, 10, 100, 1000, 10000],
-                                 value=10, key=f"{P}_reuse")
+                                 key=f"{P}_reuse", persist_state=KEEP)
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse))
         a, b, c3 = st.columns(3)

@@ -9,11 +9,13 @@ from lessons.calculator import LIMITS, CalcError, calculate, human_bytes
 from lessons.designs import (COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NOTE, WATERFALL_NOTE, build,
                              v4_to_v41_waterfall, with_context)
 from lessons import reproduce as snippets
-from ui.common import qp_get, qp_int, qp_set, sidebar
+from ui.common import qp_get, qp_set, sidebar
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, arrived, qp_int_or_none, seed
+from ui.text import plain, quoted
 
 P = "cd"
 sess = sidebar()
@@ -22,21 +24,26 @@ st.title("Compare designs")
 st.markdown(COMPARE_INTRO)
 
 keys = [k for k in DESIGNS if k != "teaching"]
-raw = qp_get("designs")
-chosen = list(COMPARE_DEFAULT)
-if raw:
+raw = qp_get("designs") if arrived() else None
+chosen = None
+if raw is not None:
     asked = [x for x in raw.split(",") if x]
     bad = [x for x in asked if x not in keys]
     if bad:
-        st.warning(f"URL: unknown design(s) {', '.join(map(repr, bad))}; showing the known ones.")
-    chosen = [x for x in asked if x in keys] or chosen
+        st.warning(f"URL parameter designs: unknown design(s) {', '.join(map(quoted, bad[:5]))}"
+                   f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}; showing the known ones.")
+    chosen = [x for x in asked if x in keys] or (list(COMPARE_DEFAULT) if bad else [])
+CTX = 1 << 20
 c = st.columns([1, 1, 3])
 lo, hi = LIMITS["context"]
-ctx = c[0].number_input("Context length (tokens)", lo, hi, value=qp_int("ctx", 1 << 20, lo, hi), key=f"{P}_ctx")
+seed(f"{P}_ctx", qp_int_or_none("ctx", lo, hi, f"showing {CTX:,}"), CTX)
+ctx = c[0].number_input("Context length (tokens)", lo, hi, key=f"{P}_ctx", persist_state=KEEP)
 lo, hi = LIMITS["batch"]
-batch = c[1].number_input("Batch (sequences)", lo, hi, value=qp_int("batch", 1, lo, hi), key=f"{P}_batch")
-sel = c[2].multiselect("Designs", keys, default=chosen, format_func=lambda k: DESIGNS[k][0], key=f"{P}_designs")
-qp_set(ctx=ctx if ctx != 1 << 20 else None, batch=batch if batch != 1 else None,
+seed(f"{P}_batch", qp_int_or_none("batch", lo, hi, "showing 1"), 1)
+batch = c[1].number_input("Batch (sequences)", lo, hi, key=f"{P}_batch", persist_state=KEEP)
+seed(f"{P}_designs", chosen, list(COMPARE_DEFAULT))
+sel = c[2].multiselect("Designs", keys, format_func=lambda k: DESIGNS[k][0], key=f"{P}_designs", persist_state=KEEP)
+qp_set(ctx=ctx if ctx != CTX else None, batch=batch if batch != 1 else None,
        designs=",".join(sel) if sel != list(COMPARE_DEFAULT) else None)
 if not sel:
     st.info("Choose at least one design.")
@@ -48,7 +55,7 @@ for key in sel:
         k = with_context(key, int(ctx), int(batch))
         calcs.append(calculate(build(key, k), k))
     except CalcError as e:
-        st.error(f"{DESIGNS[key][0]}: {e}")
+        st.error(f"{DESIGNS[key][0]}: {plain(e)}")
 if not calcs:
     st.stop()
 ref = next((c.hbm for c in calcs if c.design.key == "v4.1-flash"), None)
@@ -69,7 +76,8 @@ st.caption("'Added per token' is what the growing stores take per further token;
            "to the accelerator's.")
 
 fmt = chart_format(f"{P}_fmt")
-log = st.toggle("Log scale", value=True, key=f"{P}_log")
+seed(f"{P}_log", None, True)
+log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
 chart(compare_bar([(c.design.short or c.design.label, c.hbm) for c in calcs],
                   f"Cache on the accelerator at {int(ctx):,} tokens", log),
       f"{P}_bar", fmt, "compare-designs")

@@ -13,8 +13,11 @@ from lessons.dspark import (AUTO_NOTE, DEFINITIONS, INTRO, SIM_P, SIM_Q, SIM_TEX
                             position_rows, simulate, simulation_rows, step_rows, summary_rows)
 from lessons.inspect import encode_prompt, load_samples
 from lessons import reproduce as snippets
-from ui.common import cached_with_progress, qp_get, qp_int, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, qp_set, require_model, sidebar
 from ui.figures import show_token
+from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
+from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, sample_or_text, seed
+from ui.text import plain
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
@@ -32,7 +35,7 @@ try:
     from model.dspark import (Drafter, SpecStats, expected_tokens_per_pass, speculative_generate, start, summarize,
                               verify_step)
 except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
-    st.info(f"The DSpark drafter is not available in this build ({e}).")
+    st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
     st.stop()
 from model.engine import Sampler, generate  # noqa: E402
 
@@ -54,47 +57,46 @@ if drafter is None:
 
 # ---- settings --------------------------------------------------------------------------------------------------
 samples = load_samples()
-if "ds_prompt" not in st.session_state:
-    st.session_state["ds_prompt"] = qp_get("prompt") or samples[0].text
-
-
-def _pick():
-    i = st.session_state["ds_sample"]
-    if i >= 0:
-        st.session_state["ds_prompt"] = samples[i].text
-
-
-st.selectbox("Sample prompt", [-1] + list(range(len(samples))), key="ds_sample", on_change=_pick,
-             format_func=lambda i: "(your own text)" if i < 0 else samples[i].name,
-             index=1 + qp_int("sample", 0, 0, len(samples) - 1) if qp_get("sample") else 0)
-text = st.text_area("Prompt", key="ds_prompt", height=90)
+sample_or_text("ds", samples, 0, LONG_PROMPT_CHARS, height=90)
+text = st.session_state["ds_prompt"]
 c1, c2, c3, c4 = st.columns(4)
-rule = c1.radio("Verification rule", ["greedy", "stochastic"], key="ds_rule",
-                index=1 if qp_get("rule") == "stochastic" else 0)
-temperature = c1.slider("Temperature", 0.1, 2.0, 1.0, 0.1, key="ds_temp", disabled=rule == "greedy")
+RULES, MODES = ["greedy", "stochastic"], ["bounded", "exact"]
 gmax = drafter.max_draft
 dl_opts = ["max", "auto"] + list(range(1, gmax + 1))
-draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl",
+MAX_NEW, MAX_SEED = 128, 10_000
+seed("ds_rule", qp_choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"), "greedy")
+seed("ds_temp", qp_float_or_none("temp", 0.1, 2.0), 1.0)
+seed("ds_dl", qp_choice("draft", dl_opts, "max", f"a draft length here (max, auto or 1..{gmax})"), "max")
+seed("ds_thr", qp_float_or_none("thr", 0.05, 0.95), 0.3)
+seed("ds_new", qp_int_or_none("gen", 1, MAX_NEW, "showing 24"), 24)
+seed("ds_seed", qp_int_or_none("seed", 0, MAX_SEED, "showing 0"), 0)
+seed("ds_mode", qp_choice("mode", MODES, "bounded", "a prefill mode (bounded or exact)"), "bounded")
+if st.session_state["ds_dl"] not in dl_opts:      # another drafter with a shorter block
+    st.session_state["ds_dl"] = "max"
+rule = c1.radio("Verification rule", RULES, key="ds_rule", persist_state=KEEP)
+temperature = c1.slider("Temperature", 0.1, 2.0, step=0.1, key="ds_temp", disabled=rule == "greedy",
+                        persist_state=KEEP)
+draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl", persist_state=KEEP,
                             format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
                             "auto (confidence)" if v == "auto" else str(v))
-threshold = c2.slider("Confidence threshold (auto)", 0.05, 0.95, 0.3, 0.05, key="ds_thr",
-                      disabled=draft_length != "auto", help=AUTO_NOTE)
-max_new = c3.number_input("New tokens", 1, 128, qp_int("gen", 24, 1, 128), key="ds_new")
-seed = c3.number_input("Seed", 0, 10_000, 0, key="ds_seed", disabled=rule == "greedy")
-mode = c4.radio("Prefill", ["bounded", "exact"], key="ds_mode")
-ids, problem = encode_prompt(model, text, 4096)
+threshold = c2.slider("Confidence threshold (auto)", 0.05, 0.95, step=0.05, key="ds_thr",
+                      disabled=draft_length != "auto", help=AUTO_NOTE, persist_state=KEEP)
+max_new = c3.number_input("New tokens", 1, MAX_NEW, key="ds_new", persist_state=KEEP)
+draw_seed = c3.number_input("Seed", 0, MAX_SEED, key="ds_seed", disabled=rule == "greedy", persist_state=KEEP)
+mode = c4.radio("Prefill", MODES, key="ds_mode", persist_state=KEEP)
+qp_set(rule=rule if rule != "greedy" else None, temp=temperature if temperature != 1.0 else None,
+       draft=draft_length if draft_length != "max" else None, thr=threshold if threshold != 0.3 else None,
+       gen=int(max_new), seed=int(draw_seed) if draw_seed else None, mode=mode if mode != "bounded" else None)
+room = cfg.max_position_embeddings - int(max_new) - drafter.block_size
+limit = max(1, min(DSPARK_TOKENS, room))
+why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.block_size} inside the model's "
+       f"{cfg.max_position_embeddings:,} positions, this page" if room < DSPARK_TOKENS else "this page")
+ids, problem = encode_prompt(model, text, limit, why)
 if problem:
     st.warning(problem)
     st.stop()
-if len(ids) + int(max_new) + drafter.block_size > cfg.max_position_embeddings:
-    st.warning("The prompt plus the new tokens exceed the model's positions; shorten the prompt.")
-    st.stop()
-from_sample = st.session_state["ds_sample"] >= 0 and samples[st.session_state["ds_sample"]].text == text
-qp_set(sample=st.session_state["ds_sample"] if from_sample else None,
-       prompt=None if from_sample or len(text) > 1500 else text, rule=rule if rule != "greedy" else None,
-       gen=int(max_new))
 temp = 0.0 if rule == "greedy" else float(temperature)
-settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(seed), mode)
+settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
 
 
 def tok(i: int | None) -> str:
@@ -127,10 +129,10 @@ if state is not None and st.session_state.get("ds_state_key") != settings:
 b1, b2, b3 = st.columns(3)
 if b1.button("Start (read the prompt)", key="ds_start"):
     try:
-        state = start(model, drafter, ids, int(max_new), sampler=Sampler(temp, 1.0, int(seed)), prefill_mode=mode,
+        state = start(model, drafter, ids, int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)), prefill_mode=mode,
                       draft_length=draft_length, confidence_threshold=float(threshold))
     except Exception as e:
-        st.error(f"Could not start: {e}")
+        st.error(f"Could not start: {plain(e)}")
         st.stop()
     st.session_state["ds_state"], st.session_state["ds_state_key"] = state, settings
 if b2.button("Draft & verify one step", key="ds_step", disabled=state is None or state.done):
@@ -189,11 +191,11 @@ st.caption("The same prompt and settings, run to the end, and the same request d
 
 
 def _whole(progress):
-    sampler_kw = dict(temperature=temp, top_p=1.0, seed=int(seed))
+    sampler_kw = dict(temperature=temp, top_p=1.0, seed=int(draw_seed))
     progress(0.05, "plain decoding ...")
     plain = generate(model, [ids], int(max_new), prefill=mode, stop_at_eos=True, **sampler_kw)
     progress(0.5, "speculative decoding ...")
-    spec = speculative_generate(model, drafter, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(seed)),
+    spec = speculative_generate(model, drafter, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)),
                                 prefill_mode=mode, draft_length=draft_length, confidence_threshold=float(threshold))
     return plain, spec
 
@@ -205,7 +207,7 @@ ran.add(settings)
 try:
     plain, spec = cached_with_progress("dspark", settings, _whole, "Decoding ...", max_entries=16)
 except Exception as e:
-    st.error(f"The run failed: {e}")
+    st.error(f"The run failed: {plain(e)}")
     st.stop()
 stats: SpecStats = spec.stats
 same = plain.tokens == spec.tokens

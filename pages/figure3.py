@@ -9,12 +9,14 @@ from lessons.figure3 import box_choices, box_text, layout, live_layer, notation,
 from lessons.layers import map_line
 from lessons import reproduce as snippets
 from model import V41Config
-from ui.common import qp_get, qp_int, qp_set, sidebar
+from ui.common import qp_choice, qp_get, qp_set, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
-from ui.live import init_state, live_trace, prompt_picker
+from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, LINK_LAYERS, arrived, qp_int_or_none, seed, stepper
+from ui.text import plain, quoted
 
 sess = sidebar()
 sources_footer()
@@ -32,17 +34,15 @@ def _full_cfg() -> V41Config:
 
 
 # ---- controls seeded from the URL --------------------------------------------------------------
-cfg_qp = qp_get("config", "full")
-if cfg_qp not in CONFIGS:
-    st.warning(f"Unknown config {cfg_qp!r} in the URL; drawing the released V4.1-Flash.")
-    cfg_qp = "full"
-init_state("fig3_config", cfg_qp)
-init_state("fig3_compact", qp_get("compact") == "1")
+seed("fig3_config", qp_choice("config", list(CONFIGS), CONFIGS["full"], "a drawing here (full or running)"), "full")
+seed("fig3_compact", {"1": True, "0": False}.get(qp_get("compact", "")) if qp_get("compact") is not None else None,
+     False)
 top = st.columns([2, 2, 3])
 with top[0]:
-    which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config")
+    which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config",
+                     persist_state=KEEP)
 with top[1]:
-    compact = st.toggle("Compact (each repeat drawn once)", key="fig3_compact")
+    compact = st.toggle("Compact (each repeat drawn once)", key="fig3_compact", persist_state=KEEP)
 if which == "running" and sess.model is None:
     st.info((sess.error or "No model is loaded.") + " Drawing the released config instead.")
     which = "full"
@@ -55,23 +55,16 @@ with top[2]:
     st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}); layers numbered "
                f"{'from 1, as the first seed counts' if sess.one_based else 'from 0, as the code and report do'}.")
 
-init_state("fig3_step", qp_int("step", 1, 1, len(story)) - 1)
+url_step = qp_int_or_none("step", 1, len(story), "showing step 1")
+seed("fig3_step", None if url_step is None else url_step - 1, 0)
 if st.session_state["fig3_step"] >= len(story):
     st.session_state["fig3_step"] = len(story) - 1
-box_qp = qp_get("box")
-if "fig3_box" not in st.session_state:
-    if box_qp is not None and box_qp not in choices:
-        st.warning(f"URL parameter box={box_qp!r} names no box in this drawing; nothing is opened.")
-        box_qp = None
-    st.session_state["fig3_box"] = box_qp or NONE
-elif st.session_state["fig3_box"] not in choices:
+box_qp = qp_get("box") if arrived() else None
+if box_qp is not None and box_qp not in choices:
+    st.warning(f"URL parameter box = {quoted(box_qp)} names no box in this drawing; nothing is opened.")
+seed("fig3_box", None if box_qp is None else box_qp if box_qp in choices else NONE, NONE)
+if st.session_state["fig3_box"] not in choices and st.session_state["fig3_box"] != NONE:
     st.session_state["fig3_box"] = NONE   # the drawing changed under the open box
-
-
-def _go(delta: int) -> None:
-    i = min(max(st.session_state["fig3_step"] + delta, 0), len(story) - 1)
-    st.session_state["fig3_step"] = i
-    _open_step_box()
 
 
 def _open_step_box() -> None:
@@ -90,142 +83,153 @@ def _on_pick() -> None:
         st.session_state["fig3_box"] = bid
 
 
-left, right = st.columns([3, 2], gap="medium")
-step_i = st.session_state["fig3_step"]
-step = story[step_i]
-with right:
-    nav = st.columns([1, 1, 4])
-    nav[0].button("Back", on_click=_go, args=(-1,), disabled=step_i == 0, key="fig3_back", width="stretch")
-    nav[1].button("Next", on_click=_go, args=(1,), disabled=step_i == len(story) - 1, key="fig3_next",
-                  width="stretch")
-    with nav[2]:
-        st.selectbox("Step", list(range(len(story))), key="fig3_step", label_visibility="collapsed",
-                     format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
-    st.subheader(f"{step_i + 1}. {step.title}")
-    st.write(step.body)
-    if step.read_along:
-        st.caption(step.read_along)
-    if step.table:
-        st.dataframe(step.table, hide_index=True, key="fig3_step_table")
-    st.divider()
-    box_id = st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box",
-                          format_func=lambda b: b if b == NONE else choices[b])
+@st.fragment
+def walkthrough() -> None:
+    """The stepper, the drawing and the open box: a click on Back / Next / a dot reruns only this part, so
+    fast clicks each land (a full rerun redraws the sidebar and rebuilds the layout first)."""
+    left, right = st.columns([3, 2], gap="medium")
+    step_i = st.session_state["fig3_step"]
+    step = story[step_i]
+    with right:
+        with st.container(horizontal=True, vertical_alignment="center"):
+            stepper("fig3_stepper", len(story), "fig3_step", then=_open_step_box)   # Back / Next
+            st.selectbox("Step", list(range(len(story))), key="fig3_step", label_visibility="collapsed",
+                         persist_state=KEEP, width="stretch",
+                         format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
+        st.subheader(f"{step_i + 1}. {step.title}")
+        st.write(step.body)
+        if step.read_along:
+            st.caption(step.read_along)
+        if step.table:
+            st.dataframe(step.table, hide_index=True, key="fig3_step_table")
+        st.divider()
+        box_id = st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
+                              format_func=lambda b: b if b == NONE else choices[b])
 
-selected = None if box_id == NONE else box_id
-with left:
-    fig = diagram_figure(diagram, step.focus, selected, height=diagram.height_px(30 if not compact else 44))
-    st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
-                    config={"displayModeBar": False})
-    st.caption(notation(cfg, sess.one_based))
-    if which == "running":
-        st.caption(map_line(cfg, sess.one_based))
+    selected = None if box_id == NONE else box_id
+    with left:
+        fig = diagram_figure(diagram, step.focus, selected, height=diagram.height_px(30 if not compact else 44))
+        st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
+                        config={"displayModeBar": False})
+        st.caption(notation(cfg, sess.one_based))
+        if which == "running":
+            st.caption(map_line(cfg, sess.one_based))
 
-below = st.container()  # full width, under the drawing (the vision panel needs the room)
-qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,
-       box=selected)
+    below = st.container()  # full width, under the drawing (the vision panel needs the room)
+    qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,
+           box=selected, at=None if selected is None or which != "running" else st.query_params.get("at"))
 
-# ---- the open box -----------------------------------------------------------------------------------
-with right:
-    if selected is None:
-        st.caption("No box open. Click a dot in the drawing or pick a box above.")
-        st.stop()
-    box = diagram.box(selected)
-    st.markdown(f"**{choices[selected]}**")
-    st.write(box_text(box, cfg, sess.one_based))
+    # ---- the open box -----------------------------------------------------------------------------------
+    with right:
+        if selected is None:
+            st.caption("No box open. Click a dot in the drawing or pick a box above.")
+            st.stop()
+        box = diagram.box(selected)
+        st.markdown(f"**{choices[selected]}**")
+        st.write(box_text(box, cfg, sess.one_based))
 
-    if box.kind == "vision":
-        if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
-            st.caption("The steps for a small sample picture are drawn below the figure.")
-            with below:
-                st.subheader("Inside the vision box, for a sample picture")
-                try:
-                    from ui.vision_panel import draw_vision_steps
+        if box.kind == "vision":
+            if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
+                st.caption("The steps for a small sample picture are drawn below the figure.")
+                with below:
+                    st.subheader("Inside the vision box, for a sample picture")
+                    try:
+                        from ui.vision_panel import draw_vision_steps
 
-                    draw_vision_steps(sess.model, sample_image())
-                except Exception as e:  # the panel is optional; its failure must not break the walkthrough
-                    st.warning(f"The vision panel could not run: {e}")
-        else:
-            st.caption("The step-by-step vision panel is not available in this build.")
+                        draw_vision_steps(sess.model, sample_image())
+                    except Exception as e:  # the panel is optional; its failure must not break the walkthrough
+                        st.warning(f"The vision panel could not run: {plain(e)}")
+            else:
+                st.caption("The step-by-step vision panel is not available in this build.")
 
-    if which != "running":
-        st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
-                   "model* to see them.")
-        st.stop()
+        if which != "running":
+            st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
+                       "model* to see them.")
+            st.stop()
 
-    with st.expander("Prompt for the live numbers", expanded=False):
-        text = prompt_picker()
-    if text is None:
-        st.stop()
-    lt = live_trace(sess, text)
-    if lt is None:
-        st.stop()
-    tr = lt.trace
-    last = lt.n_tokens - 1
-    n = sess.num
-    st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "
-               f"position ({last}: '{lt.tokens[last]}').")
+        with st.expander("Prompt for the live numbers", expanded=False):
+            text = prompt_picker()
+        if text is None:
+            st.stop()
+        lt = live_trace(sess, text)
+        if lt is None:
+            st.stop()
+        tr = lt.trace
+        last = lt.n_tokens - 1
+        n = sess.num
+        st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "
+                   f"position ({last}: {quoted(lt.tokens[last])}).")
 
-    layers = list(box.layers)
-    if box.kind in ("attn", "moe", "engram") and len(layers) > 1:
-        layer = st.selectbox("Which copy?", layers, format_func=lambda i: f"layer {n(i)}", key="fig3_copy")
-    elif box.kind in ("attn", "moe", "engram"):
-        layer = layers[0]
-    elif box.kind == "mhc":
-        stack = selected.split(":")[1]
-        in_stack = [s.spec.index for s in tr.layers if s.spec.stack == stack]
-        layer = st.selectbox("Mixing at layer", in_stack, format_func=lambda i: f"layer {n(i)}", key="fig3_mhc")
-    else:
+        layers = list(box.layers)
+        if box.kind == "mhc":
+            stack = selected.split(":")[1]
+            layers = [s.spec.index for s in tr.layers if s.spec.stack == stack]
         layer = None
+        if box.kind in ("attn", "moe", "engram", "mhc") and len(layers) > 1:
+            at_key = "fig3_mhc" if box.kind == "mhc" else "fig3_copy"
+            seed(at_key, qp_int_or_none("at", 0, cfg.num_hidden_layers - 1, unit=LINK_LAYERS), layers[0])
+            if st.session_state[at_key] not in layers:
+                st.session_state[at_key] = layers[0]
+            layer = st.selectbox("Mixing at layer" if box.kind == "mhc" else "Which copy?", layers, key=at_key,
+                                 format_func=lambda i: f"layer {n(i)}", persist_state=KEEP)
+            qp_set(at=layer)
+        else:
+            qp_set(at=None)
+            if box.kind in ("attn", "moe", "engram"):
+                layer = layers[0]
 
-    if layer is not None:
-        ll = live_layer(tr, layer)
-        if box.kind == "attn":
-            c = st.columns(3)
-            c[0].metric("window rows read", ll.window_rows)
-            if ll.entries_stored is not None:
-                c[1].metric("entries stored", ll.entries_stored,
-                            help="compressed entries in this layer's group (made by its KV source)")
-                c[2].metric("entries selected", ll.entries_selected,
-                            help=f"read by this query, out of {ll.entries_visible} it could see")
-                made = "made here" if ll.selection_here else "kept from an earlier layer"
-                st.write(f"Selection {made}" + (f"; candidate pool {ll.pool} entries." if ll.pool else "."))
-            else:
-                c[1].metric("entries stored", "none")
-            sh = ll.shares
-            st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
-                     f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
-            if ll.lens:
-                tok = ", ".join(f"'{show_token(sess.model.decode([i]))}' {p:.1%}" for i, p in ll.lens[:3])
-                st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
-        elif box.kind == "moe":
-            st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "
-                     f"(of {cfg.n_routed_experts}), weights "
-                     f"{', '.join(f'{w:.2f}' for w in ll.expert_weights)}, plus the shared expert.")
-        elif box.kind == "engram":
-            if ll.engram_gate is None:
-                st.write("No Engram record for this layer.")
-            else:
-                st.write("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
-                         + ", ".join(f"{g:.2f}" for g in ll.engram_gate))
-        elif box.kind == "mhc" and ll.comb is not None:
-            st.write("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
-                     "each add up to about 1:")
-            st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
-                         hide_index=False)
-        if box.kind in snippets.FIGURE3_LINES and (box.kind != "mhc" or ll.comb is not None) and \
-                (box.kind != "engram" or ll.engram_gate is not None):
-            reproduce(snippets.figure3_box(sess.weights, text, box.kind, layer), f"figure3-{box.kind}")
-    elif box.kind in ("line", "states"):
-        dec_full = next((r for r in tr.layers if r.spec.stack == "decoder" and r.spec.role == "Full"), None)
-        if dec_full is not None:
-            st.metric(f"global entries layer {n(dec_full.spec.index)} made from the encoder's states",
-                      dec_full.source_len)
-    elif box.kind == "head" and tr.logits is not None:
-        import torch
+        if layer is not None:
+            ll = live_layer(tr, layer)
+            if box.kind == "attn":
+                c = st.columns(3)
+                c[0].metric("window rows read", ll.window_rows)
+                if ll.entries_stored is not None:
+                    c[1].metric("entries stored", ll.entries_stored,
+                                help="compressed entries in this layer's group (made by its KV source)")
+                    c[2].metric("entries selected", ll.entries_selected,
+                                help=f"read by this query, out of {ll.entries_visible} it could see")
+                    made = "made here" if ll.selection_here else "kept from an earlier layer"
+                    st.write(f"Selection {made}" + (f"; candidate pool {ll.pool} entries." if ll.pool else "."))
+                else:
+                    c[1].metric("entries stored", "none")
+                sh = ll.shares
+                st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
+                         f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
+                if ll.lens:
+                    tok = ", ".join(f"{quoted(show_token(sess.model.decode([i])))} {p:.1%}" for i, p in ll.lens[:3])
+                    st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
+            elif box.kind == "moe":
+                st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "
+                         f"(of {cfg.n_routed_experts}), weights "
+                         f"{', '.join(f'{w:.2f}' for w in ll.expert_weights)}, plus the shared expert.")
+            elif box.kind == "engram":
+                if ll.engram_gate is None:
+                    st.write("No Engram record for this layer.")
+                else:
+                    st.write("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
+                             + ", ".join(f"{g:.2f}" for g in ll.engram_gate))
+            elif box.kind == "mhc" and ll.comb is not None:
+                st.write("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
+                         "each add up to about 1:")
+                st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
+                             hide_index=False)
+            if box.kind in snippets.FIGURE3_LINES and (box.kind != "mhc" or ll.comb is not None) and \
+                    (box.kind != "engram" or ll.engram_gate is not None):
+                reproduce(snippets.figure3_box(sess.weights, text, box.kind, layer), f"figure3-{box.kind}")
+        elif box.kind in ("line", "states"):
+            dec_full = next((r for r in tr.layers if r.spec.stack == "decoder" and r.spec.role == "Full"), None)
+            if dec_full is not None:
+                st.metric(f"global entries layer {n(dec_full.spec.index)} made from the encoder's states",
+                          dec_full.source_len)
+        elif box.kind == "head" and tr.logits is not None:
+            import torch
 
-        p = torch.softmax(tr.logits[0, -1].float(), -1).topk(5)
-        st.write("Next-token guesses: " + ", ".join(
-            f"'{show_token(sess.model.decode([int(i)]))}' {float(v):.1%}" for v, i in zip(p.values, p.indices)))
-    elif box.kind == "drafter":
-        has = getattr(sess.model, "mtp", None) is not None
-        st.write("This model " + ("carries drafter weights." if has else "has no drafter weights loaded."))
+            p = torch.softmax(tr.logits[0, -1].float(), -1).topk(5)
+            st.write("Next-token guesses: " + ", ".join(
+                f"{quoted(show_token(sess.model.decode([int(i)])))} {float(v):.1%}" for v, i in zip(p.values, p.indices)))
+        elif box.kind == "drafter":
+            has = getattr(sess.model, "mtp", None) is not None
+            st.write("This model " + ("carries drafter weights." if has else "has no drafter weights loaded."))
+
+
+walkthrough()

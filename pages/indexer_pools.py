@@ -14,13 +14,16 @@ from lessons.pools import (DEFINITIONS, INTRO, reindex_inputs, reselect, row_det
                            trace_for_pools)
 from lessons import reproduce as snippets
 from model import V41Config
-from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, clean_prompt, qp_set, require_model, sidebar
 from ui.figures import show_token
+from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
+from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, sample_or_text, seed
+from ui.text import plain
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
-MAX_TOKENS = 2048  # the re-run keeps [rows, heads, entries] logits per Reindex layer
+MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
 sess = sidebar()
 sources_footer()
@@ -37,39 +40,23 @@ with st.expander("Definitions", expanded=False):
 
 samples = load_samples()
 long_first = sorted(range(len(samples)), key=lambda i: samples[i].kind != "long")
-names = {-1: "(your own text)", **{i: samples[i].name for i in range(len(samples))}}
-options = [i for i in long_first] + [-1]
-if "pool_sample" not in st.session_state:
-    url_prompt = qp_get("prompt")
-    si = qp_int("sample", long_first[1] if len(long_first) > 1 else 0, -1, len(samples) - 1)
-    st.session_state["pool_sample"] = -1 if url_prompt is not None else si
-    st.session_state["pool_prompt"] = (url_prompt[:40000] if url_prompt is not None else samples[si].text
-                                       if si >= 0 else "")
-
-
-def _pick():
-    i = st.session_state["pool_sample"]
-    if i >= 0:
-        st.session_state["pool_prompt"] = samples[i].text
-
-
+options = [i for i in long_first] + [OWN_TEXT]
 c1, c2 = st.columns([4, 1])
-c1.selectbox("Prompt", options, format_func=names.get, key="pool_sample", on_change=_pick)
-mode = c2.radio("Prefill", ["exact", "bounded"], index=1 if qp_get("mode") == "bounded" else 0, key="pool_mode",
+seed("pool_mode", qp_choice("mode", ["exact", "bounded"], "exact", "a prefill mode (exact or bounded)"), "exact")
+mode = c2.radio("Prefill", ["exact", "bounded"], key="pool_mode", persist_state=KEEP,
                 help="Exact: every prompt token is a query of the decoder. Bounded: only the last "
                      f"{cfg.sliding_window} prompt tokens are.")
-text = st.text_area("Prompt text", key="pool_prompt", height=100)
-prompt, problem = clean_prompt(text, max_chars=40000)
+qp_set(mode="bounded" if mode == "bounded" else None)
+sample_i, text = sample_or_text("pool", samples, long_first[1] if len(long_first) > 1 else 0, LONG_PROMPT_CHARS,
+                                options=options, label="Prompt", text_label="Prompt text", columns=[c1])
+prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
 ids = None
 if not problem:
-    ids, problem = encode_prompt(model, prompt, MAX_TOKENS)
+    ids, problem = encode_prompt(model, prompt, MAX_TOKENS,
+                                 "this page, which keeps attention logits for every Reindex layer,")
 if problem:
     st.warning(problem)
     st.stop()
-sample_i = st.session_state["pool_sample"]
-from_sample = sample_i >= 0 and samples[sample_i].text == prompt
-qp_set(sample=sample_i if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
-       mode="bounded" if mode == "bounded" else None)
 
 
 def _compute(progress):
@@ -85,7 +72,7 @@ try:
     inp = cached_with_progress("pools", (sess.label, tuple(ids), mode), _compute,
                                f"Tracing {len(ids):,} tokens with full detail ...", max_entries=4)
 except Exception as e:  # a model-side rejection becomes a message
-    st.error(f"The model could not run this prompt: {e}")
+    st.error(f"The model could not run this prompt: {plain(e)}")
     st.stop()
 
 blocks_total = (inp.width + inp.block_size - 1) // inp.block_size
@@ -99,11 +86,15 @@ if inp.width <= pool_positions:
 
 # ---- live re-selection ---------------------------------------------------------------------------------------
 s1, s2 = st.columns(2)
-nb = s1.slider("Pool size (blocks kept)", 1, max(2, blocks_total), key="pool_nb",
-               value=qp_int("pool", min(cfg.candidate_topk_blocks, blocks_total), 1, max(2, blocks_total)),
+nb_hi, k_hi = max(2, blocks_total), max(2, min(256, inp.width))
+nb_default, k_default = min(cfg.candidate_topk_blocks, blocks_total), min(cfg.index_topk, k_hi)
+seed("pool_nb", qp_int_or_none("pool", 1, nb_hi, f"showing {nb_default}"), nb_default)
+seed("pool_k", qp_int_or_none("k", 1, k_hi, f"showing {k_default}"), k_default)
+st.session_state["pool_nb"] = min(max(1, int(st.session_state["pool_nb"])), nb_hi)   # a shorter prompt than before
+st.session_state["pool_k"] = min(max(1, int(st.session_state["pool_k"])), k_hi)
+nb = s1.slider("Pool size (blocks kept)", 1, nb_hi, key="pool_nb", persist_state=KEEP,
                help=f"Each block holds {inp.block_size} consecutive entries.")
-k = s2.slider("Top-k per query", 1, max(2, min(256, inp.width)), key="pool_k",
-              value=qp_int("k", min(cfg.index_topk, max(2, min(256, inp.width))), 1, max(2, min(256, inp.width))))
+k = s2.slider("Top-k per query", 1, k_hi, key="pool_k", persist_state=KEEP)
 qp_set(pool=nb if nb != cfg.candidate_topk_blocks else None, k=k if k != cfg.index_topk else None)
 results = reselect(inp, nb, k)
 if nb == cfg.candidate_topk_blocks and k == cfg.index_topk:
@@ -127,11 +118,16 @@ reproduce(snippets.indexer_pools(sess.weights, prompt, mode, int(nb), int(k), se
 
 layers = list(results)
 default_layer = layers[0]
-ql = qp_int("layer", default_layer, 0, cfg.num_hidden_layers - 1)
-if ql not in layers:
-    st.warning(f"Layer {ql} in the URL is not a Reindex layer; showing layer {default_layer}.")
+ql = qp_int_or_none("layer", 0, cfg.num_hidden_layers - 1, f"showing layer {sess.num(default_layer)}",
+                    unit=LINK_LAYERS)
+if ql is not None and ql not in layers:
+    st.warning(f"URL parameter layer = {ql} (layer {sess.num(ql)}) is not a Reindex layer; showing layer "
+               f"{sess.num(default_layer)}.")
     ql = default_layer
-layer = st.radio("Reindex layer", layers, index=layers.index(ql), horizontal=True, key="pool_layer",
+seed("pool_layer", ql, default_layer)
+if st.session_state["pool_layer"] not in layers:
+    st.session_state["pool_layer"] = default_layer
+layer = st.radio("Reindex layer", layers, horizontal=True, key="pool_layer", persist_state=KEEP,
                  format_func=lambda i: f"layer {sess.num(i)}")
 res = results[layer]
 pos_list = inp.positions.tolist()
@@ -141,11 +137,14 @@ st.plotly_chart(recall_rows_figure(pos_list, {"recall": res.recall.tolist(),
                                    f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
 
 # ---- one query row ---------------------------------------------------------------------------------------------
-qt = qp_int("token", pos_list[-1], pos_list[0], pos_list[-1])
-if qt not in pos_list:
-    st.warning(f"Token {qt} is not a query row of the decoder in this run; showing the last one.")
+qt = qp_int_or_none("token", pos_list[0], pos_list[-1], f"showing the last query row, {pos_list[-1]}")
+if qt is not None and qt not in pos_list:
+    st.warning(f"URL parameter token = {qt} is not a query row of the decoder in this run; showing the last one.")
     qt = pos_list[-1]
-pos = st.select_slider("Query token (position)", options=pos_list, value=qt, key="pool_token")
+seed("pool_token", qt, pos_list[-1])
+if st.session_state["pool_token"] not in pos_list:
+    st.session_state["pool_token"] = pos_list[-1]
+pos = st.select_slider("Query token (position)", options=pos_list, key="pool_token", persist_state=KEEP)
 qp_set(layer=layer, token=pos)
 row = pos_list.index(pos)
 tokens = [model.decode([i]) for i in ids]

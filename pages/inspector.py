@@ -15,8 +15,11 @@ from lessons.inspect import (BOUNDED_NOTE, EXACT_NOTE, INTRO, MAX_NEW_TOKENS, MA
                              run_prompt, trace_to_json)
 from lessons.layers import bounded_note, map_line
 from lessons import reproduce as snippets
-from ui.common import cached_with_progress, clean_prompt, qp_get, qp_int, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, clean_prompt, qp_choice, qp_set, require_model, sidebar
 from ui.figures import show_token
+from ui.limits import LONG_PROMPT_CHARS
+from ui.state import KEEP, LINK_LAYERS, arrived, qp_int_or_none, sample_or_text, seed, stepper
+from ui.text import plain
 from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
                             selection_figure, small_bar)
 from ui.reproduce import reproduce
@@ -44,57 +47,33 @@ def vision_section(prompt: str) -> None:
             if image is not None:
                 draw_image_prompt(model, prompt, image, num=sess.num, key="insp_vision")
         except Exception as e:  # the picture path must never take the inspector down
-            st.error(f"The picture could not be read: {e}")
+            st.error(f"The picture could not be read: {plain(e)}")
 
 
 # ---- prompt -----------------------------------------------------------------------------------------------
 samples = load_samples()
-names = ["(your own text)"] + [s.name for s in samples]
-if "insp_sample" not in st.session_state:
-    # the URL's sample is 0-based into data/prompts.json; the selectbox's 0 is "your own text"
-    st.session_state["insp_sample"] = qp_int("sample", 0, 0, len(samples) - 1) + 1 if qp_get("sample") else 0
-    url_prompt = qp_get("prompt")
-    if url_prompt is not None and len(url_prompt) > 40000:
-        st.warning(f"The prompt in the URL has {len(url_prompt):,} characters; the limit is 40,000. "
-                   "Showing a sample instead.")
-        url_prompt = None
-    st.session_state["insp_prompt"] = (url_prompt if url_prompt is not None else
-                                       samples[st.session_state["insp_sample"] - 1].text
-                                       if st.session_state["insp_sample"] else samples[0].text)
-
-
-def _pick_sample():
-    i = st.session_state["insp_sample"]
-    if i:
-        st.session_state["insp_prompt"] = samples[i - 1].text
-
-
 c1, c2, c3 = st.columns([3, 1, 1])
-with c1:
-    st.selectbox("Sample prompt", range(len(names)), format_func=lambda i: names[i], key="insp_sample",
-                 on_change=_pick_sample, help="The long stories put an object somewhere early and ask for it at the "
-                                              "end, far past the attention window.")
+seed("insp_mode", qp_choice("mode", ["bounded", "exact"], "bounded", "a prefill mode (bounded or exact)"), "bounded")
 with c2:
-    mode = st.radio("Prefill", ["bounded", "exact"], index=1 if qp_get("mode") == "exact" else 0, key="insp_mode",
-                    horizontal=True)
+    mode = st.radio("Prefill", ["bounded", "exact"], key="insp_mode", horizontal=True, persist_state=KEEP)
+seed("insp_gen", qp_int_or_none("gen", 0, MAX_NEW_TOKENS, "showing 4"), 4)
 with c3:
-    n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, value=qp_int("gen", 4, 0, MAX_NEW_TOKENS),
-                            key="insp_gen", help="Generated tokens are inspected like prompt tokens.")
-text = st.text_area("Prompt", key="insp_prompt", height=120)
+    n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, key="insp_gen", persist_state=KEEP,
+                            help="Generated tokens are inspected like prompt tokens.")
+qp_set(mode=mode if mode != "bounded" else None, gen=int(n_new))
+sample_i, text = sample_or_text("insp", samples, 0, LONG_PROMPT_CHARS, text_label="Prompt", height=120,
+                                columns=[c1], help="The long stories put an object somewhere early and ask for it "
+                                                   "at the end, far past the attention window.")
 
-prompt, problem = clean_prompt(text, max_chars=40000)
+prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
 if problem:
     st.warning(problem)
     st.stop()
-ids, problem = encode_prompt(model, prompt)
+ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS, "the inspector, which records every layer for every token,")
 if problem:
     st.warning(problem)
     st.stop()
-sample_i = st.session_state["insp_sample"]
-from_sample = sample_i and samples[sample_i - 1].text == prompt
 vision_section(prompt)
-qp_set(sample=sample_i - 1 if from_sample else None, prompt=None if from_sample or len(prompt) > 1500 else prompt,
-       mode=mode if mode != "bounded" else None, gen=int(n_new))
 
 
 try:
@@ -102,7 +81,7 @@ try:
                                lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),
                                f"Reading {len(ids):,} tokens ...")
 except Exception as e:  # any model-side rejection becomes a message, never a traceback
-    st.error(f"The model could not run this prompt: {e}")
+    st.error(f"The model could not run this prompt: {plain(e)}")
     st.stop()
 
 st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
@@ -122,42 +101,41 @@ st.caption(map_line(cfg, sess.one_based))
 
 # ---- layer and token steppers -------------------------------------------------------------------------------
 roles = [r.spec.role for r in run.trace.layers]
-if "insp_layer" not in st.session_state:
-    st.session_state["insp_layer"] = qp_int("layer", cfg.decoder_start, 0, n_layers - 1)
-elif not 0 <= int(st.session_state["insp_layer"]) < n_layers:  # another model with fewer layers was chosen
-    st.session_state["insp_layer"] = min(cfg.decoder_start, n_layers - 1)
+first_layer = min(cfg.decoder_start, n_layers - 1)
+seed("insp_layer", qp_int_or_none("layer", 0, n_layers - 1, f"showing layer {sess.num(first_layer)}",
+                                  unit=LINK_LAYERS), first_layer)
+if not 0 <= int(st.session_state["insp_layer"]) < n_layers:  # another model with fewer layers was chosen
+    st.session_state["insp_layer"] = first_layer
 run_key = (tuple(ids), mode, int(n_new))
-if "insp_token" not in st.session_state:
-    st.session_state["insp_token"] = qp_int("token", run.n_prompt - 1, 0, max(0, run.n - 1))
-elif st.session_state.get("insp_run_key") != run_key:  # a new prompt: start at its last token
-    st.session_state["insp_token"] = run.n_prompt - 1
+url_token = qp_int_or_none("token", 0, max(0, run.n - 1), f"showing the last prompt token, {run.n_prompt - 1}")
+if url_token is not None and arrived():
+    st.session_state["insp_token"] = url_token
+elif "insp_token" not in st.session_state or st.session_state.get("insp_run_key") != run_key:
+    st.session_state["insp_token"] = run.n_prompt - 1     # a new prompt: start at its last token
 st.session_state["insp_run_key"] = run_key
 st.session_state["insp_token"] = min(int(st.session_state["insp_token"]), run.n - 1)
 
 
-def _step(key: str, delta: int, hi: int):
-    st.session_state[key] = max(0, min(hi, int(st.session_state[key]) + delta))
-
-
-lc1, lc2, lc3 = st.columns([1, 8, 1])
-lc1.button("\u25c0 Back", key="insp_back", on_click=_step, args=("insp_layer", -1, n_layers - 1),
-           disabled=st.session_state["insp_layer"] <= 0)
-lc3.button("Next \u25b6", key="insp_next", on_click=_step, args=("insp_layer", 1, n_layers - 1),
-           disabled=st.session_state["insp_layer"] >= n_layers - 1)
+lc1, lc2 = st.columns([1, 9], vertical_alignment="bottom")
+stepper("insp_layer_step", n_layers, "insp_layer", where=lc1)          # Back / Next layer
 with lc2:
-    layer = st.select_slider("Layer", options=list(range(n_layers)), key="insp_layer",
+    layer = st.select_slider("Layer", options=list(range(n_layers)), key="insp_layer", persist_state=KEEP,
                              format_func=lambda i: f"{sess.num(i)} {roles[i]}")
 st.plotly_chart(role_strip(roles, [str(sess.num(i)) for i in range(n_layers)], layer), width="stretch",
                 key="insp_roles")
-tc1, tc2, tc3 = st.columns([1, 8, 1])
-tc1.button("\u25c0 Token", key="insp_tback", on_click=_step, args=("insp_token", -1, run.n - 1))
-tc3.button("Token \u25b6", key="insp_tnext", on_click=_step, args=("insp_token", 1, run.n - 1))
+tc1, tc2 = st.columns([1, 9], vertical_alignment="bottom")
+stepper("insp_token_step", run.n, "insp_token", where=tc1)             # previous / next token
 with tc2:
-    pos = st.slider("Query token (position)", 0, max(1, run.n - 1), key="insp_token", disabled=run.n == 1)
-head_opt = st.radio("Heads", ["mean over heads"] + [f"head {h}" for h in range(cfg.num_attention_heads)],
-                    horizontal=True, key="insp_head")
+    pos = st.slider("Query token (position)", 0, max(1, run.n - 1), key="insp_token", disabled=run.n == 1,
+                    persist_state=KEEP)
+head_names = ["mean over heads"] + [f"head {h}" for h in range(cfg.num_attention_heads)]
+url_head = qp_int_or_none("head", 0, cfg.num_attention_heads - 1, "showing the mean over heads")
+seed("insp_head", None if url_head is None else head_names[url_head + 1], head_names[0])
+if st.session_state["insp_head"] not in head_names:
+    st.session_state["insp_head"] = head_names[0]
+head_opt = st.radio("Heads", head_names, horizontal=True, key="insp_head", persist_state=KEEP)
 head = None if head_opt.startswith("mean") else int(head_opt.split()[1])
-qp_set(layer=layer, token=pos)
+qp_set(layer=layer, token=pos, head=head)
 
 kind = "generated" if pos >= run.n_prompt else "prompt"
 st.subheader(f"Layer {sess.num(layer)} · {roles[layer]} · {run.layer(layer).spec.stack}, {kind} token {pos}")
@@ -241,8 +219,10 @@ else:
 # ---- whole-prompt overview -----------------------------------------------------------------------------------
 st.subheader("Whole-prompt overview")
 qnames = list(QUANTITIES)
-quantity = st.selectbox("Quantity", qnames, index=qnames.index("processed") if mode == "bounded" else 1,
-                        key="insp_quantity")
+seed("insp_quantity", qp_choice("quantity", qnames, None, "a quantity here"),
+     "processed" if mode == "bounded" else qnames[1])
+quantity = st.selectbox("Quantity", qnames, key="insp_quantity", persist_state=KEEP)
+qp_set(quantity=quantity)
 st.caption(QUANTITIES[quantity])
 mat = overview(run, quantity)
 st.plotly_chart(overview_figure(mat, run.tokens, [str(sess.num(i)) for i in range(n_layers)], roles,
@@ -256,7 +236,8 @@ st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells (blan
 st.subheader("Downloads")
 d1, d2, d3 = st.columns(3)
 with d1:
-    heavy = st.checkbox("Include index scores (large)", value=run.n <= 512, key="insp_heavy")
+    seed("insp_heavy", None, run.n <= 512)
+    heavy = st.checkbox("Include index scores (large)", key="insp_heavy", persist_state=KEEP)
     st.download_button("Trace (JSON)", data=lambda: trace_to_json(run.trace, run.tokens, include_scores=heavy),
                        file_name="trace.json", mime="application/json", key="insp_dl_trace")
 with d2:

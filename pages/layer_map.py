@@ -7,10 +7,10 @@ import streamlit as st
 from lessons.figure3 import notation
 from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
-from ui.common import qp_get, qp_int, qp_set, sidebar
+from ui.common import qp_choice, qp_set, sidebar
 from ui.figures import layer_map_figure
-from ui.live import init_state
 from ui.sources import sources_footer
+from ui.state import LINK_LAYERS, KEEP, qp_int_or_none, seed
 
 sess = sidebar()
 sources_footer()
@@ -30,7 +30,8 @@ if sess.model is not None:
     configs["running"] = (f"Running: {sess.model.cfg.name}", sess.model.cfg)
 
 n_max = max(c.num_hidden_layers for _, c in configs.values())
-init_state("lm_layer", qp_int("layer", -1, -1, n_max - 1))
+NO_LAYER = -1
+seed("lm_layer", qp_int_or_none("layer", 0, n_max - 1, "no layer is highlighted", unit=LINK_LAYERS), NO_LAYER)
 st.plotly_chart(layer_map_figure([(name, layer_map(c)) for name, c in configs.values()], sess.one_based,
                                  st.session_state["lm_layer"] if st.session_state["lm_layer"] >= 0 else None),
                 key="lm_strip", config={"displayModeBar": False})
@@ -58,18 +59,18 @@ with st.expander("Reference numbers behind the map"):
     st.caption(bounded_note(_full_cfg()))
 
 st.subheader("Per layer")
-init_state("lm_table", qp_get("table", "full") if qp_get("table", "full") in configs else "full")
-if qp_get("table") is not None and qp_get("table") not in configs:
-    st.warning(f"URL parameter table={qp_get('table')!r} is not one of {', '.join(configs)}; showing the "
-               "released config.")
-table = st.radio("Table for", list(configs), format_func=lambda k: configs[k][0], horizontal=True, key="lm_table")
+seed("lm_table", qp_choice("table", list(configs), "the released config", f"one of {', '.join(configs)}"), "full")
+if st.session_state["lm_table"] not in configs:     # a checkpoint failed to load since
+    st.session_state["lm_table"] = "full"
+table = st.radio("Table for", list(configs), format_func=lambda k: configs[k][0], horizontal=True, key="lm_table",
+                 persist_state=KEEP)
 cfg = configs[table][1]
 rows = layer_rows(cfg, sess.one_based)
 df = pd.DataFrame(rows)
 options = [-1] + list(range(cfg.num_hidden_layers))
 if st.session_state["lm_layer"] not in options:
     st.session_state["lm_layer"] = -1
-layer = st.selectbox("Highlight a layer", options, key="lm_layer",
+layer = st.selectbox("Highlight a layer", options, key="lm_layer", persist_state=KEEP,
                      format_func=lambda i: "(none)" if i < 0 else f"layer {sess.num(i)}: {rows[i]['role']}")
 numbering = "1-based" if sess.one_based else "0-based"
 st.caption(f"KV source and index source are given {numbering}, like the numbering chosen in the sidebar.")

@@ -12,12 +12,13 @@ from model import V41Config
 from lessons.layers import bounded_note
 from lessons.workload import (CLAIM_NOTE, MEASURE_TEXT, V41_SPLIT, WORK_NOT_TIME,
                               WORKLOAD_INTRO, WORKLOADS, agent_round, measure_round)
-from ui.common import qp_get, qp_int, qp_set, sidebar
+from ui.common import qp_set, sidebar
 from ui.figures_memory import pair_bar
-from ui.live import init_state
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, qp_choice, qp_int_or_none, seed
+from ui.text import plain
 
 P = "pd"
 sess = sidebar()
@@ -34,16 +35,18 @@ def _apply_workload() -> None:
     st.session_state[f"{P}_read"], st.session_state[f"{P}_written"] = r, w
 
 
+seed(f"{P}_workload", qp_choice("workload", list(WORKLOADS), WORKLOADS["agent"][0], "a workload here"), "agent")
 workload = st.radio("Workload", list(WORKLOADS), format_func=lambda k: WORKLOADS[k][0], horizontal=True,
-                    key=f"{P}_workload", on_change=_apply_workload,
-                    index=list(WORKLOADS).index("answer") if qp_get("workload") == "answer" else 0)
+                    key=f"{P}_workload", on_change=_apply_workload, persist_state=KEEP)
 _, w_read, w_written = WORKLOADS[workload]
-init_state(f"{P}_read", qp_int("read", w_read, 1, 10_000_000))
-init_state(f"{P}_written", qp_int("written", w_written, 1, 10_000_000))
 c = st.columns(3)
-read = c[0].number_input("Tokens read per round", 1, 10_000_000, key=f"{P}_read")
-written = c[1].number_input("Tokens written per round", 1, 10_000_000, key=f"{P}_written")
-rounds = c[2].number_input("Rounds", 1, 100_000, value=qp_int("rounds", 1, 1, 100_000), key=f"{P}_rounds")
+MAX_ROUND_TOKENS, MAX_ROUNDS = 10_000_000, 100_000
+seed(f"{P}_read", qp_int_or_none("read", 1, MAX_ROUND_TOKENS, f"showing {w_read:,}"), w_read)
+seed(f"{P}_written", qp_int_or_none("written", 1, MAX_ROUND_TOKENS, f"showing {w_written:,}"), w_written)
+seed(f"{P}_rounds", qp_int_or_none("rounds", 1, MAX_ROUNDS, "showing 1"), 1)
+read = c[0].number_input("Tokens read per round", 1, MAX_ROUND_TOKENS, key=f"{P}_read", persist_state=KEEP)
+written = c[1].number_input("Tokens written per round", 1, MAX_ROUND_TOKENS, key=f"{P}_written", persist_state=KEEP)
+rounds = c[2].number_input("Rounds", 1, MAX_ROUNDS, key=f"{P}_rounds", persist_state=KEEP)
 qp_set(read=read if read != w_read else None, written=written if written != w_written else None,
        rounds=rounds if rounds != 1 else None, workload=workload if workload != "agent" else None)
 
@@ -51,7 +54,7 @@ pc = param_counts("v4.1-flash")
 try:
     work = agent_round(int(read), int(written), pc["active_prefill"], pc["active_decode"], pc["backbone"], int(rounds))
 except CalcError as e:
-    st.error(str(e))
+    st.error(plain(e))
     st.stop()
 
 m = st.columns(4)
@@ -105,10 +108,15 @@ if model is None:
     st.info(sess.error or "No model loaded: choose weights in the sidebar.")
     st.stop()
 c = st.columns(3)
-t_read = c[0].number_input("Tokens read", 1, 8192, value=qp_int("tread", 500, 1, 8192), key=f"{P}_tread")
-t_written = c[1].number_input("Tokens written", 1, 512, value=qp_int("twritten", 5, 1, 512), key=f"{P}_twritten")
-mode = c[2].radio("Prefill mode", ["bounded", "exact"], horizontal=True, key=f"{P}_mode")
-qp_set(tread=t_read if t_read != 500 else None, twritten=t_written if t_written != 5 else None)
+MEASURE_READ, MEASURE_WRITTEN = 8192, 512     # the measured round's limits (seconds on CPU)
+seed(f"{P}_tread", qp_int_or_none("tread", 1, MEASURE_READ, "showing 500"), 500)
+seed(f"{P}_twritten", qp_int_or_none("twritten", 1, MEASURE_WRITTEN, "showing 5"), 5)
+seed(f"{P}_mode", qp_choice("mode", ["bounded", "exact"], "bounded", "a prefill mode (bounded or exact)"), "bounded")
+t_read = c[0].number_input("Tokens read", 1, MEASURE_READ, key=f"{P}_tread", persist_state=KEEP)
+t_written = c[1].number_input("Tokens written", 1, MEASURE_WRITTEN, key=f"{P}_twritten", persist_state=KEEP)
+mode = c[2].radio("Prefill mode", ["bounded", "exact"], horizontal=True, key=f"{P}_mode", persist_state=KEEP)
+qp_set(tread=t_read if t_read != 500 else None, twritten=t_written if t_written != 5 else None,
+       mode=mode if mode != "bounded" else None)
 res = run_on_click("Measure one round", f"{P}_measure",
                    lambda progress: measure_round(model, int(t_read), int(t_written), mode, progress),
                    f"Prefill {t_read} tokens, then decode {t_written} ...")

@@ -9,11 +9,12 @@ from lessons.recurrence import (CONTRAST, INTRO, TOKEN_RECURRENCE_NOTE, layer_pa
 from lessons.layers import map_line
 from lessons import reproduce as snippets
 from model import layer_map
-from ui.common import qp_int, qp_set, require_model, sidebar
+from ui.common import qp_set, require_model, sidebar
 from ui.figures import layer_map_figure
-from ui.live import init_state, picked_trace
+from ui.live import picked_trace
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, seed
 
 sess = sidebar()
 sources_footer()
@@ -28,11 +29,12 @@ reuse = [s.index for s in specs if s.role == "Reuse"]
 if not reuse:
     st.info("This model has no Reuse layers to check.")
     st.stop()
-init_state("rec_layer", qp_int("layer", reuse[0], 0, len(specs) - 1))
+seed("rec_layer", qp_int_or_none("layer", 0, len(specs) - 1, f"showing layer {sess.num(reuse[0])}",
+                                unit=LINK_LAYERS), reuse[0])
 if st.session_state["rec_layer"] not in reuse:
-    st.warning(f"Layer {st.session_state['rec_layer']} is not a Reuse layer; showing layer {sess.num(reuse[0])}.")
+    st.warning(f"Layer {sess.num(st.session_state['rec_layer'])} is not a Reuse layer; showing layer {sess.num(reuse[0])}.")
     st.session_state["rec_layer"] = reuse[0]
-layer = st.selectbox("Reuse layer", reuse, key="rec_layer",
+layer = st.selectbox("Reuse layer", reuse, key="rec_layer", persist_state=KEEP,
                      format_func=lambda i: f"layer {sess.num(i)} (entries from layer {sess.num(specs[i].kv_source)})")
 qp_set(layer=layer)
 spec = specs[layer]

@@ -4,7 +4,9 @@ import streamlit as st
 
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE, next_token_table
 from lessons import reproduce as snippets
-from ui.common import clean_prompt, qp_get, qp_set, require_model, sidebar
+from ui.common import clean_prompt, qp_get, require_model, sidebar
+from ui.limits import PROMPT_CHARS
+from ui.state import KEEP, prompt_to_url, seed
 from ui.figures import top_tokens_bar
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
@@ -15,13 +17,14 @@ st.title("V4.1 Explorer")
 st.markdown(INTRO)
 model = require_model(sess)
 
-prompt = st.text_area("Prompt", value=qp_get("prompt", "The key is in the blue box. The box is"), height=80,
-                      key="start_prompt")
-text, problem = clean_prompt(prompt)
+DEFAULT_PROMPT = "The key is in the blue box. The box is"
+seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
+prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
+prompt_to_url(prompt, DEFAULT_PROMPT)
+text, problem = clean_prompt(prompt, PROMPT_CHARS)
 if problem:
     st.warning(problem)
     st.stop()
-qp_set(prompt=text if len(text) < 500 else None)
 
 
 @st.cache_data(show_spinner="Scoring the next token ...", max_entries=64)

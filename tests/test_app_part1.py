@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
+from ui.text import as_shown
 
 PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]
 
@@ -38,23 +39,29 @@ def test_page_renders(page):
 
 
 # ---- Figure 3 ------------------------------------------------------------------------------------------
+def stepper(at: AppTest, delta: int) -> None:
+    """Back (-1) / Next (+1) on Figure 3's stepper (a pagination widget: the browser counts the clicks)."""
+    p = next(w for w in at.get("pagination") if w.key == "fig3_stepper")
+    p.set_value(p.value + delta).run()
+
+
 def test_figure3_back_next_and_url():
     at = app("figure3")
     no_errors(at)
     assert at.subheader[0].value.startswith("1. Start with the job")
-    assert at.button(key="fig3_back").disabled
-    at.button(key="fig3_next").click().run()
-    at.button(key="fig3_next").click().run()
+    assert at.get("pagination")[0].value == 1
+    stepper(at, 1)
+    stepper(at, 1)
     assert at.subheader[0].value.startswith("3. Same information")
     assert at.query_params["step"] == ["3"] or at.query_params["step"] == "3"
-    at.button(key="fig3_back").click().run()
+    stepper(at, -1)
     assert at.subheader[0].value.startswith("2. Why change attention")
     assert "sparse attention (top-k)" in list(at.dataframe[0].value["name in the report"])
     # the step that reaches the line opens the line's box
     at5 = app("figure3", step=5)
     assert at5.subheader[0].value.startswith("5. The line")
-    at5.button(key="fig3_next").click().run()
-    at5.button(key="fig3_back").click().run()
+    stepper(at5, 1)
+    stepper(at5, -1)
     assert at5.selectbox(key="fig3_box").value == "line"
 
 
@@ -63,7 +70,7 @@ def test_figure3_drawing_follows_the_config_and_numbering():
     opts = at.selectbox(key="fig3_box").options
     assert sum(o.endswith("(Reuse r1)") for o in opts) == 15            # the released decoder
     assert any(o.startswith("layer 14: attention") for o in opts)
-    at.radio(key="numbering_choice").set_value("1-based (as the first seed counts)").run()
+    at.radio(key="numbering_choice").set_value("1").run()
     opts1 = at.selectbox(key="fig3_box").options
     assert any(o.startswith("layer 40: attention") for o in opts1) and not any(o.startswith("layer 0:") for o in opts1)
     assert "numbered from 1" in texts(at)
@@ -94,7 +101,7 @@ def test_figure3_live_numbers_change_with_the_box():
 def test_figure3_bad_url_gives_messages():
     at = app("figure3", step="seven", box="attn:99", config="huge")
     no_errors(at)
-    warn = " ".join(w.value for w in at.warning)
+    warn = as_shown(" ".join(w.value for w in at.warning))
     assert "step" in warn and "attn:99" in warn and "huge" in warn
     assert at.subheader[0].value.startswith("1.")
     at = app("figure3", step=999)
@@ -119,7 +126,7 @@ def test_layer_map_numbering_and_table_switch():
     at = app("layer_map")
     table = at.dataframe[-1].value
     assert len(table) == 40 and table.loc[3, "KV source"] == "2"
-    at.radio(key="numbering_choice").set_value("1-based (as the first seed counts)").run()
+    at.radio(key="numbering_choice").set_value("1").run()
     assert at.dataframe[-1].value.loc[3, "KV source"] == "3"
     at.radio(key="lm_table").set_value("running").run()
     assert len(at.dataframe[-1].value) == 12
@@ -130,8 +137,8 @@ def test_layer_map_numbering_and_table_switch():
 def test_layer_map_bad_layer_param():
     at = app("layer_map", layer=99, table="nope")
     no_errors(at)
-    warn = " ".join(w.value for w in at.warning)
-    assert "layer=99" in warn and "nope" in warn
+    warn = as_shown(" ".join(w.value for w in at.warning))
+    assert "layer = ‘99’" in warn and "nope" in warn
 
 
 # ---- CSA2 modes ---------------------------------------------------------------------------------------------
@@ -193,8 +200,8 @@ def test_share_controls_switch_layer_and_reveal_the_answer():
 def test_share_url_out_of_range():
     at = app("attention_shares", layer=50, head=-1, pos="x", toy0=140)
     no_errors(at)
-    warn = " ".join(w.value for w in at.warning)
-    for name in ("layer=50", "head=-1", "pos='x'", "toy0=140"):
+    warn = as_shown(" ".join(w.value for w in at.warning))
+    for name in ("layer = ‘50’", "head = ‘-1’", "pos = ‘x’", "toy0 = ‘140’"):
         assert name in warn
 
 
@@ -231,7 +238,7 @@ def test_unknown_weights_choice():
     at.query_params["weights"] = "bogus"
     at.run()
     no_errors(at)
-    assert any("Unknown weights" in w.value for w in at.warning)
+    assert any("is not a weights choice" in w.value for w in at.warning)
     assert isinstance(at.dataframe[0].value, pd.DataFrame)
 
 
@@ -251,8 +258,9 @@ def test_url_reopens_the_same_view():
 
 
 @pytest.mark.parametrize("page", PAGES[1:])
-def test_pages_without_a_model(page):
-    """Checkpoint chosen but no directory given: no model; every page still renders with a message."""
+def test_pages_without_a_model(page, tmp_path, monkeypatch):
+    """Checkpoint chosen but the server offers none: no model; every page still renders with a message."""
+    monkeypatch.setenv("V41_CHECKPOINT_ROOTS", str(tmp_path))
     at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=180)
     at.query_params["weights"] = "checkpoint"
     at.run()

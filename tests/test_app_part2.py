@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
+from ui.text import as_shown
 
 
 def app(page: str, **params) -> AppTest:
@@ -59,7 +60,7 @@ def test_calculator_seed_example_and_sharing():
 def test_calculator_url_opens_v41_and_rejects_bad_values():
     at = app("cache_calculator", preset="v4.1-flash", context=1048576, bits="6", batch="lots")
     no_errors(at)
-    warns = " ".join(w.value for w in at.warning)
+    warns = as_shown(" ".join(w.value for w in at.warning))
     assert "bits=6 must be one of 4, 8, 16, 32" in warns and "batch='lots' is not a whole number" in warns
     m = metrics(at)
     assert m["Per further token"] == "890.0 B"

@@ -9,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
+from ui.text import as_shown
 
 HOSTILE = "<script>alert('x')</script> <b>bold</b> **star** \x07\x1b[31m \u202eevil\u202c ünï 🙂 `code`"
 
@@ -33,8 +34,14 @@ def markup_texts(at: AppTest) -> list[str]:
     return out
 
 
+def step(at: AppTest, key: str, delta: int) -> AppTest:
+    """One click on a stepper's Back (-1) or Next (+1) arrow (ui.state.stepper, a pagination widget)."""
+    p = next(w for w in at.get("pagination") if w.key == key)
+    return p.set_value(p.value + delta).run()
+
+
 def warnings(at: AppTest) -> str:
-    return "\n".join([w.value for w in at.warning] + [e.value for e in at.error])
+    return as_shown("\n".join([w.value for w in at.warning] + [e.value for e in at.error]))
 
 
 # ---- prompt inspector ------------------------------------------------------------------------------------------
@@ -44,14 +51,14 @@ def test_inspector_renders_and_steps_layers():
     no_errors(at)
     first = at.subheader[0].value
     assert first.startswith("Layer 6 · Full")           # default: the first decoder layer
-    at.button(key="insp_next").click().run()
+    step(at, "insp_layer_step", 1)
     no_errors(at)
     assert at.subheader[0].value.startswith("Layer 7 · Reuse") and at.select_slider(key="insp_layer").value == 7
-    at.button(key="insp_back").click().run()
-    at.button(key="insp_back").click().run()
+    step(at, "insp_layer_step", -1)
+    step(at, "insp_layer_step", -1)
     assert at.subheader[0].value.startswith("Layer 5 · Reuse · encoder")
     assert at.query_params["layer"] in ("5", ["5"])
-    at.button(key="insp_tback").click().run()            # the token stepper moves the query token
+    step(at, "insp_token_step", -1)            # the token stepper moves the query token
     no_errors(at)
     assert "prompt token" in at.subheader[0].value
 
@@ -66,7 +73,7 @@ def test_inspector_bad_url_values_warn():
     at = app("inspector", layer=99, token=-4)
     no_errors(at)
     w = warnings(at)
-    assert "layer=99" in w and "token=-4" in w
+    assert "layer = ‘99’" in w and "token = ‘-4’" in w
     assert at.subheader[0].value.startswith("Layer 6")
     at2 = app("inspector", layer="abc")
     no_errors(at2)

@@ -19,6 +19,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, random_model
+from ui.text import as_shown
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -37,7 +38,8 @@ def ok(at: AppTest) -> None:
 
 
 def messages(at: AppTest) -> str:
-    return "\n".join(x.value for kind in (at.warning, at.error, at.info) for x in kind)
+    """The message boxes' texts as a reader sees them (outside text is escaped by ui.text.plain)."""
+    return as_shown("\n".join(x.value for kind in (at.warning, at.error, at.info) for x in kind))
 
 
 def charts(at: AppTest) -> int:
@@ -46,6 +48,12 @@ def charts(at: AppTest) -> int:
 
 def captions(at: AppTest) -> str:
     return "\n".join(c.value for c in at.caption)
+
+
+def step(at: AppTest, key: str, delta: int) -> AppTest:
+    """One click on a stepper's Back (-1) or Next (+1) arrow (ui.state.stepper, a pagination widget)."""
+    p = next(w for w in at.get("pagination") if w.key == key)
+    return p.set_value(p.value + delta).run()
 
 
 # ---- prompts ---------------------------------------------------------------------------------------------------
@@ -103,7 +111,7 @@ def test_start_url_prompt_with_markup_is_shown_as_text():
 def test_inspector_bad_prompts_keep_the_chosen_layer():
     at = app("inspector", gen=0)
     ok(at)
-    at.button(key="insp_next").click().run()
+    step(at, "insp_layer_step", 1)
     layer = at.select_slider(key="insp_layer").value
     for bad, expect in (("   ", "empty"), ("y" * (1 << 20), "limit here is 40,000")):
         at.text_area(key="insp_prompt").set_value(bad).run()
@@ -151,12 +159,12 @@ def test_live_prompt_picker_rejects_empty_own_text():
 
 # ---- URL parameters: non-numbers and out of range on every page ----------------------------------------------
 URL_CASES = [
-    ("start", {"weights": "bogus"}, "Unknown weights choice"),
-    ("start", {"numbering": "abc"}, None),                                 # ignored: 0-based
+    ("start", {"weights": "bogus"}, "is not a weights choice"),
+    ("start", {"numbering": "abc"}, "is not 0 or 1"),
     ("figure3", {"step": "abc"}, "not a whole number"),
     ("figure3", {"step": "999"}, "outside"),
     ("figure3", {"box": "<b>x</b>"}, "names no box"),
-    ("figure3", {"config": "huge"}, "Unknown config"),
+    ("figure3", {"config": "huge"}, "is not a drawing here"),
     ("layer_map", {"layer": "1e3"}, "not a whole number"),
     ("layer_map", {"layer": "-7"}, "outside"),
     ("layer_map", {"table": "nope"}, "not one of"),
@@ -269,8 +277,18 @@ def _micro_checkpoint(d, corrupt: str | None = None):
     return d
 
 
+@pytest.fixture
+def allowed(tmp_path, monkeypatch):
+    """tmp_path is the server's only allowed checkpoint root (ui.checkpoints reads the variable at each call)."""
+    monkeypatch.setenv("V41_CHECKPOINT_ROOTS", str(tmp_path))
+    return tmp_path
+
+
 @pytest.mark.parametrize("case", ["missing", "not_a_checkpoint", "garbage", "truncated", "config", "a_file"])
-def test_bad_checkpoint_directory_gives_a_message_then_random_works(tmp_path, case):
+def test_bad_checkpoint_directory_gives_a_message_then_random_works(allowed, case):
+    from ui.checkpoints import NOT_OFFERED
+
+    tmp_path = allowed
     if case == "missing":
         path = tmp_path / "does-not-exist"
     elif case == "not_a_checkpoint":
@@ -283,26 +301,35 @@ def test_bad_checkpoint_directory_gives_a_message_then_random_works(tmp_path, ca
         path = _micro_checkpoint(tmp_path / "ckpt", corrupt=case)
     at = app("start", weights="checkpoint", ckpt=str(path))
     ok(at)
-    err = "\n".join(e.value for e in at.error)
-    assert "Could not load the weights" in err and str(path.name) in err, err
+    err = messages(at)
+    if case in ("missing", "not_a_checkpoint", "a_file"):   # not offered: one message, naming no path
+        assert NOT_OFFERED in err and str(tmp_path) not in err, err
+    else:                                                  # offered but broken: the file is named, the root is not
+        assert "Could not load the weights" in err and "ckpt" in err and str(tmp_path) not in err, err
     assert charts(at) == 0
     at.radio(key="weights_choice").set_value("random").run()
     ok(at)
     assert not at.error and charts(at) == 1
 
 
-def test_empty_checkpoint_path_asks_for_one():
+def test_no_offered_checkpoint_says_so(tmp_path, monkeypatch):
+    from ui.common import NO_CHECKPOINTS
+
+    monkeypatch.setenv("V41_CHECKPOINT_ROOTS", str(tmp_path))
     at = app("start", weights="checkpoint")
     ok(at)
-    assert "Enter a checkpoint directory" in "\n".join(e.value for e in at.error)
+    assert NO_CHECKPOINTS in messages(at)
 
 
-def test_valid_checkpoint_directory_loads(tmp_path):
-    path = _micro_checkpoint(tmp_path / "ok")
-    at = app("layer_map", weights="checkpoint", ckpt=str(path))
-    ok(at)
-    assert not at.error
-    assert any("8 layers" in c.value for c in at.sidebar.caption)
+def test_valid_checkpoint_directory_loads(allowed):
+    path = _micro_checkpoint(allowed / "ok")
+    for ckpt in (str(path), f"{allowed.name}/ok"):         # a path naming it, or the sidebar's label
+        at = app("layer_map", weights="checkpoint", ckpt=ckpt)
+        ok(at)
+        assert not at.error
+        assert any("8 layers" in c.value for c in at.sidebar.caption)
+        assert at.selectbox(key="ckpt_choice").value == f"{allowed.name}/ok"
+        assert at.query_params["ckpt"] == [f"{allowed.name}/ok"] or at.query_params["ckpt"] == f"{allowed.name}/ok"
 
 
 # ---- persistent prefix cache overwritten with garbage (model.prefix_cache; no page uses it yet) ------------------
@@ -370,7 +397,7 @@ def test_upload_that_is_not_an_image_or_too_large(name, data, expect):
     at.radio(key="bad_source").set_value("upload").run()
     at.file_uploader(key="bad_file").upload(name, data, "image/png").run()
     ok(at)
-    err = "\n".join(e.value for e in at.error)
+    err = as_shown("\n".join(e.value for e in at.error))
     assert expect in err, err
     assert "image size: none" in "\n".join(m.value for m in at.markdown)
     # a valid picture in the same session works

@@ -1,38 +1,53 @@
-"""The app's shared Streamlit layer: sidebar (weights, device, numbering), cached models, URL state.
+"""The app's shared Streamlit layer: the sidebar (weights, checkpoint, numbering, device), the loaded models,
+and long runs with a progress bar.
 
-Pages call `sidebar()` once, then read inputs, call `lessons/` or `model/`, and draw. Models are
-cached with `st.cache_resource` (one copy per server, shared by all sessions); results with
-`st.cache_data`. Page state is mirrored in `st.query_params` so a URL reopens the same view.
+app.py draws the sidebar once per run, around whichever page runs (`app_frame`), so the session-wide choices
+are widgets of the entry script and survive page changes; a page calls `sidebar()` to get them (a page run on
+its own, as AppTest does, draws the sidebar itself). Models come from one server-wide store (ui.checkpoints:
+allow-listed checkpoints, memory budget, at most MAX_MODELS held, failures remembered); results that the
+reader waits for are cached with a progress bar (`cached_with_progress`). URL and page state: ui.state.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 import streamlit as st
 import torch
 
-# One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP
-# team that cannot get all its cores makes every op wait for the missing thread.
+from ui.checkpoints import (MAX_MODELS, NOT_OFFERED, CheckpointRefused, ModelStore, check_budget, find_checkpoints,
+                            resolve_choice, scrub)
+from ui.queue import heavy_run
+from ui.state import arrived, begin_run, qp_choice, qp_get, qp_int, qp_set, seed  # noqa: F401 (pages import these)
+from ui.text import plain
+
+# One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
+# cannot get all its cores makes every op wait for the missing thread.
 if not torch.cuda.is_available():
     torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DIR = ROOT / "data" / "weights" / "tiny"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped)", "random": "Random tiny", "checkpoint": "Checkpoint directory"}
+NUMBERING = {"0": "0-based (as in the code)", "1": "1-based (as the first seed counts)"}
+NO_CHECKPOINTS = ("This server offers no checkpoint directories (its operator lists them in V41_CHECKPOINT_ROOTS or "
+                  ".streamlit/secrets.toml; see the README). Choose another weights option.")
 
 
 @dataclass
 class Session:
     model: object | None          # model.V41Model or None when loading failed
     weights: str                  # "trained" | "random" | "checkpoint"
-    label: str
+    label: str                    # shown in captions (Markdown-safe) and used as a cache key
     device: str
     one_based: bool
     error: str | None = None
+    checkpoint: str = ""          # the chosen checkpoint's label (ui.checkpoints.find_checkpoints)
 
     def num(self, layer: int) -> int:
         """A 0-based layer index as the reader chose to count."""
@@ -50,17 +65,25 @@ def device_name() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@st.cache_resource(show_spinner="Loading the model ...")
-def load_model(weights: str, path: str = ""):
-    """One model per (weights, path) for the whole server."""
+# ---- models ---------------------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False)
+def model_store() -> ModelStore:
+    """The one store of loaded models for the whole server (every session shares it)."""
+    return ModelStore(max_models=MAX_MODELS)
+
+
+def _load(weights: str, directory: Path | None):
     from streamlit.logger import get_logger
 
     from model import V41Config, V41Model, load
     from model.tokenizer import load_tokenizer
 
     dev = device_name()
+    if weights == "checkpoint":
+        check_budget(directory)           # refused before anything is allocated
     # one line per real load: bench.load counts them to show the model is shared by all sessions
-    get_logger(__name__).info("Loading the model: weights=%s path=%r device=%s", weights, path, dev)
+    get_logger(__name__).info("Loading the model: weights=%s path=%r device=%s", weights,
+                              str(directory or ""), dev)
     if weights == "trained":
         return load(TINY_DIR, device=dev)
     if weights == "random":
@@ -72,78 +95,118 @@ def load_model(weights: str, path: str = ""):
         torch.manual_seed(0)
         m = V41Model(cfg).init_weights(0).to(dev).eval()
         return m.bind_tokenizer(tok)
-    return load(path, device=dev)
+    return load(directory, device=dev)
 
 
-def qp_get(name: str, default: str | None = None) -> str | None:
-    v = st.query_params.get(name)
-    return default if v is None else str(v)
+def load_model(weights: str, directory: Path | None = None):
+    """The model for a choice, from the server-wide store (loaded at most once while it is held)."""
+    key = (weights, str(directory) if weights == "checkpoint" else "")
+    with st.spinner("Loading the model ..."):
+        return model_store().get(key, lambda: _load(weights, directory))
 
 
-def qp_int(name: str, default: int, lo: int, hi: int) -> int:
-    """An integer URL parameter in [lo, hi]; anything else falls back to `default` with a warning."""
-    raw = st.query_params.get(name)
-    if raw is None:
-        return default
+# ---- the sidebar ----------------------------------------------------------------------------------------------
+_run = threading.local()
+
+
+@contextmanager
+def app_frame() -> Iterator[Session]:
+    """Used by app.py around `page.run()`: the shared sidebar is drawn once per run, before the page."""
+    _run.session = _draw_sidebar()
     try:
-        v = int(str(raw))
-    except ValueError:
-        st.warning(f"URL parameter {name}={raw!r} is not a whole number; showing {default} instead.")
-        return default
-    if not lo <= v <= hi:
-        st.warning(f"URL parameter {name}={v} is outside {lo}..{hi}; showing {default} instead.")
-        return default
-    return v
+        yield _run.session
+    finally:
+        _run.session = None
 
 
-def qp_set(**kw) -> None:
-    for k, v in kw.items():
-        if v is None:
-            st.query_params.pop(k, None)
-        elif st.query_params.get(k) != str(v):
-            st.query_params[k] = str(v)
+def _ensure_in_app() -> None:
+    """A page opened by its own URL on a freshly started server, before anyone opened `/`, is run by
+    Streamlit's pages-folder discovery instead of app.py (no navigation, page config or shared sidebar).
+    Turn that discovery off for the server and run again: the rerun goes through app.py to the same page."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def sidebar() -> Session:
-    """Draw the shared sidebar and return the session's model choice."""
+    """The session's choices for this run (drawn by app.py; drawn here when a page runs on its own)."""
+    sess = getattr(_run, "session", None)
+    if sess is not None:
+        return sess
+    _ensure_in_app()
+    return _draw_sidebar()
+
+
+def _checkpoint_choice() -> tuple[str, Path | None, str | None]:
+    """(label, directory, problem) for the checkpoint selectbox. The URL's ckpt (a label, or a path naming an
+    offered checkpoint) is read on arrival; one that is not offered leaves the box empty with NOT_OFFERED."""
+    found = find_checkpoints()
+    url_ckpt = qp_get("ckpt") if arrived() else None
+    if url_ckpt is not None:
+        try:
+            st.session_state["ckpt_choice"] = resolve_choice(url_ckpt)[0]
+            st.session_state.pop("ckpt_refused", None)
+        except CheckpointRefused:
+            st.session_state["ckpt_choice"] = None
+            st.session_state["ckpt_refused"] = url_ckpt
+    refused = st.session_state.get("ckpt_refused")
+    if not found:
+        return "", None, NOT_OFFERED if refused is not None else NO_CHECKPOINTS
+    if st.session_state.get("ckpt_choice") not in found and refused is None:
+        st.session_state["ckpt_choice"] = next(iter(found))
+    label = st.selectbox("Checkpoint", list(found), key="ckpt_choice", placeholder="Choose a checkpoint",
+                         on_change=lambda: st.session_state.pop("ckpt_refused", None),
+                         help="Checkpoint directories under the roots this server's operator allows")
+    if label is None:
+        return "", None, NOT_OFFERED if refused is not None else NOT_CHOSEN
+    return label, found[label], None
+
+
+NOT_CHOSEN = "Choose a checkpoint in the sidebar."
+
+
+def _draw_sidebar() -> Session:
+    begin_run()
+    default = "trained" if trained_available() else "random"
     with st.sidebar:
         st.markdown("**Weights**")
-        choices = list(WEIGHT_CHOICES)
-        default = "trained" if trained_available() else "random"
-        cur = qp_get("weights", default)
-        if cur not in choices:
-            st.warning(f"Unknown weights choice {cur!r} in the URL; using {WEIGHT_CHOICES[default]}.")
-            cur = default
-        weights = st.radio("Weights", choices, index=choices.index(cur), format_func=WEIGHT_CHOICES.get,
+        seed("weights_choice", qp_choice("weights", list(WEIGHT_CHOICES), WEIGHT_CHOICES[default],
+                                         "a weights choice (trained, random or checkpoint)"), default)
+        weights = st.radio("Weights", list(WEIGHT_CHOICES), format_func=WEIGHT_CHOICES.get,
                            label_visibility="collapsed", key="weights_choice")
-        path = ""
+        label, directory, problem = ("", None, None)
         if weights == "checkpoint":
-            path = st.text_input("Checkpoint directory", value=qp_get("ckpt", ""),
-                                 help="A directory with config.json and *.safetensors (native tensor names)")
-        numbering = st.radio("Layer numbering", ["0-based (as in the code)", "1-based (as the first seed counts)"],
-                             index=1 if qp_get("numbering") == "1" else 0, key="numbering_choice")
-        one_based = numbering.startswith("1")
+            label, directory, problem = _checkpoint_choice()
+        seed("numbering_choice", qp_choice("numbering", list(NUMBERING), NUMBERING["0"], "0 or 1"), "0")
+        one_based = st.radio("Layer numbering", list(NUMBERING), format_func=NUMBERING.get,
+                             key="numbering_choice") == "1"
         dev = device_name()
         st.caption(f"Device: **{dev.upper()}**" + ("" if dev == "cuda" else " (no CUDA GPU found)"))
-    qp_set(weights=weights, ckpt=path or None, numbering="1" if one_based else None)
+    refused = st.session_state.get("ckpt_refused") if weights == "checkpoint" and not label else None
+    qp_set(weights=weights, ckpt=label or refused or None, numbering="1" if one_based else None)
     model, err = None, None
     if weights == "trained" and not trained_available():
         err = "The trained tiny weights are not in data/weights/tiny yet; choose Random tiny."
-    elif weights == "checkpoint" and not path.strip():
-        err = "Enter a checkpoint directory in the sidebar."
+    elif weights == "checkpoint" and directory is None:
+        err = problem
     else:
         try:
-            model = load_model(weights, path.strip())
+            model = load_model(weights, directory)
+        except CheckpointRefused as e:      # our own message: names no server path
+            err = str(e)
         except Exception as e:  # any load failure becomes a message in the page, never a traceback
-            err = f"Could not load the weights: {e}"
-    label = WEIGHT_CHOICES[weights] + (f": {path}" if path else "")
+            err = f"Could not load the weights: {plain(scrub(str(e)))}"
+    shown = WEIGHT_CHOICES[weights] + (f": {plain(label)}" if label else "")
     if err:
         st.sidebar.error(err)
     elif model is not None:
         cfg = model.cfg
         st.sidebar.caption(f"{cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
                            f"window {cfg.sliding_window}, vocab {cfg.vocab_size}")
-    return Session(model=model, weights=weights, label=label, device=dev, one_based=one_based, error=err)
+    return Session(model=model, weights=weights, label=shown, device=dev, one_based=one_based, error=err,
+                   checkpoint=label)
 
 
 def require_model(sess: Session):
@@ -179,11 +242,12 @@ def cached_with_progress(namespace: str, key: Hashable, compute: Callable[[Calla
     if key in store:
         store.move_to_end(key)
         return store[key]
-    bar = st.progress(0.0, text=text)
-    try:
-        value = compute(lambda f, msg: bar.progress(min(1.0, max(0.0, float(f))), text=msg))
-    finally:
-        bar.empty()
+    with heavy_run(text.rstrip(" .")):          # one server-wide queue for long runs (ui.queue)
+        bar = st.progress(0.0, text=text)
+        try:
+            value = compute(lambda f, msg: bar.progress(min(1.0, max(0.0, float(f))), text=msg))
+        finally:
+            bar.empty()
     store[key] = value
     while len(store) > max_entries:
         store.popitem(last=False)

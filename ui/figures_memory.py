@@ -3,6 +3,7 @@ and a layer-role strip per design."""
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 import plotly.graph_objects as go
@@ -69,6 +70,12 @@ def compare_bar(results: Sequence[tuple[str, CacheResult]], title: str, log: boo
     return fig
 
 
+def _numbered(role: str, one_based: bool) -> str:
+    """A role that names a layer inside a repeated block ("Block layer 0") in the reader's numbering."""
+    m = re.fullmatch(r"(Block layer )(\d+)", role)
+    return f"{m.group(1)}{int(m.group(2)) + one_based}" if m else role
+
+
 def role_strip(designs: Sequence[Design], one_based: bool = False) -> go.Figure:
     """One row per design, one square per layer, coloured by what the layer stores or shares."""
     colors = {**ROLE_COLORS, **EXTRA_ROLE_COLORS}
@@ -80,8 +87,9 @@ def role_strip(designs: Sequence[Design], one_based: bool = False) -> go.Figure:
             by_role.setdefault(role, []).append(i)
         for role, idx in by_role.items():
             color = colors.get(role, "#e377c2")
-            text = [f"{d.label}<br>{d.layer_names.get(i, 'layer ' + str(i + one_based))}: {d.roles[i]}" for i in idx]
-            fig.add_scatter(x=[i + one_based for i in idx], y=[d.label] * len(idx), mode="markers", name=role,
+            shown = _numbered(role, one_based)
+            text = [f"{d.label}<br>{d.layer_names.get(i, 'layer ' + str(i + one_based))}: {shown}" for i in idx]
+            fig.add_scatter(x=[i + one_based for i in idx], y=[d.label] * len(idx), mode="markers", name=shown,
                             legendgroup=role, showlegend=role not in seen, text=text, hoverinfo="text",
                             marker=dict(symbol="square", size=11, color=color, line=dict(width=0.5, color="#444")))
             seen.add(role)

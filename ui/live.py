@@ -11,10 +11,13 @@ from dataclasses import dataclass
 import streamlit as st
 import torch
 
-from ui.common import ROOT, Session, clean_prompt, qp_get, qp_int, qp_set
+from ui.common import ROOT, Session, clean_prompt, qp_get, qp_set
+from ui.limits import LIVE_TOKENS, PROMPT_CHARS
+from ui.state import KEEP, prompt_to_url, qp_int_or_none, seed
 from ui.figures import show_token
+from ui.text import plain
 
-MAX_TOKENS = 1024  # keeps a traced forward under a second on CPU for the tiny model
+MAX_TOKENS = LIVE_TOKENS  # keeps a traced forward under a second on CPU for the tiny model
 CUSTOM = "Your own text"
 
 
@@ -31,25 +34,22 @@ def default_sample(prompts: list[dict]) -> int:
     return next((i for i, p in enumerate(prompts) if p.get("kind") == "long"), 0)
 
 
-def init_state(key: str, value) -> None:
-    """Seed a widget's state once (from the URL), so later reruns keep what the reader chose."""
-    if key not in st.session_state:
-        st.session_state[key] = value
-
-
 def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
-    """A sample prompt (or the reader's own text); returns the text, or None after a message."""
+    """A sample prompt (or the reader's own text); returns the text, or None after a message. The choice is
+    shared by the Figure 3 pages (one session value, keys live_sample / live_text) and kept in the URL."""
     prompts = sample_prompts()
     n = len(prompts)
     custom_qp = qp_get("prompt")
-    init_state("live_sample", n if custom_qp else qp_int("sample", default_sample(prompts), 0, n))
-    init_state("live_text", custom_qp or "")
-    choice = st.selectbox(label, list(range(n + 1)), key="live_sample",
+    url_sample = n if custom_qp is not None else qp_int_or_none("sample", 0, n - 1, "showing the session's choice")
+    seed("live_sample", url_sample, default_sample(prompts))
+    seed("live_text", custom_qp, "")
+    choice = st.selectbox(label, list(range(n + 1)), key="live_sample", persist_state=KEEP,
                           format_func=lambda i: CUSTOM if i == n else prompts[i]["name"])
     if choice == n:
-        text = st.text_area("Your text", key="live_text", height=110)
-        ok, problem = clean_prompt(text)
-        qp_set(sample=None, prompt=text if ok and len(text) < 500 else None)
+        text = st.text_area("Your text", key="live_text", height=110, persist_state=KEEP)
+        qp_set(sample=None)
+        prompt_to_url(text)
+        ok, problem = clean_prompt(text, PROMPT_CHARS)
         if problem:
             st.warning(problem)
             return None
@@ -89,7 +89,7 @@ def live_trace(sess: Session, text: str) -> LiveTrace | None:
             return None
         lt = _trace(sess.label, text, sess.model)
     except Exception as e:  # bad input or a model error becomes a message, never a traceback
-        st.error(f"Could not trace this prompt: {e}")
+        st.error(f"Could not trace this prompt: {plain(e)}")
         return None
     if lt.truncated:
         st.caption(f"Only the last {MAX_TOKENS} tokens were traced.")

@@ -11,6 +11,9 @@ import streamlit as st
 from lessons.calculator import KNOB_HELP, LIMITS, MODES, SUPPORTED_BITS, Calculation, Knobs, parse_knobs
 from ui.common import qp_set
 from ui.figures_memory import chart_config
+from ui.queue import heavy_run
+from ui.state import KEEP, arrived
+from ui.text import plain
 
 
 @st.cache_data(show_spinner="Counting parameters on the meta device (once per server; ~10 s for the full config) ...")
@@ -39,7 +42,7 @@ def chart(fig, key: str, fmt: str, filename: str) -> None:
 
 def chart_format(key: str) -> str:
     fmt = st.radio("Chart download format (camera button above each chart)", ["png", "svg"], horizontal=True,
-                   key=key, format_func=str.upper)
+                   key=key, format_func=str.upper, persist_state=KEEP)
     return fmt
 
 
@@ -61,16 +64,17 @@ def downloads(calc: Calculation, stem: str, key: str) -> None:
 # ---- knobs mirrored in the URL -------------------------------------------------------------------
 
 def init_knobs(prefix: str, defaults: Knobs, force: bool = False) -> list[str]:
-    """Put the knob values into session state once (from the URL, validated); returns the URL's problems."""
-    flag = f"{prefix}_init"
-    if st.session_state.get(flag) and not force:
-        return st.session_state.get(f"{prefix}_msgs", [])
-    raw = {} if force else {k: st.query_params.get(k) for k in list(LIMITS) + ["bits", "mode"]}
+    """Seed every knob's widget value (ui.state rule: the URL's value on arrival, validated, then the session's,
+    then the design's default; `force`: the defaults, after a change of design). Returns the URL's problems.
+    Each knob is checked by its own key: Streamlit drops a widget's value while its page is not drawn, so a
+    flag saying "already initialised" would outlive the values it speaks for."""
+    names = list(LIMITS) + ["bits", "mode"]
+    raw = {k: st.query_params.get(k) for k in names} if arrived() and not force else {}
     k, msgs = parse_knobs(raw, defaults)
     for name, v in dataclasses.asdict(k).items():
-        st.session_state[f"{prefix}_{name}"] = v
-    st.session_state[flag] = True
-    st.session_state[f"{prefix}_msgs"] = msgs
+        key = f"{prefix}_{name}"
+        if force or raw.get(name) is not None or key not in st.session_state:
+            st.session_state[key] = v if raw.get(name) is not None else getattr(defaults, name)
     return msgs
 
 
@@ -80,12 +84,13 @@ def knob_widget(prefix: str, name: str, used: bool, label: str | None = None, co
     help_ = KNOB_HELP[name] + ("" if used else " (not used by this design)")
     text = label or KNOB_HELP[name].capitalize()
     if name == "bits":
-        where.selectbox(text, SUPPORTED_BITS, key=key, disabled=not used, help=help_)
+        where.selectbox(text, SUPPORTED_BITS, key=key, disabled=not used, help=help_, persist_state=KEEP)
     elif name == "mode":
-        where.radio(text, MODES, key=key, disabled=not used, help=help_, horizontal=True)
+        where.radio(text, MODES, key=key, disabled=not used, help=help_, horizontal=True, persist_state=KEEP)
     else:
         lo, hi = LIMITS[name]
-        where.number_input(text, min_value=lo, max_value=hi, step=1, key=key, disabled=not used, help=help_)
+        where.number_input(text, min_value=lo, max_value=hi, step=1, key=key, disabled=not used, help=help_,
+                           persist_state=KEEP)
 
 
 def read_knobs(prefix: str) -> Knobs:
@@ -104,13 +109,14 @@ def run_on_click(label: str, key: str, compute, text: str):
     from lessons.calculator import CalcError
 
     if st.button(label, key=key):
-        bar = st.progress(0.0, text=text)
-        try:
-            with st.spinner(text):
-                st.session_state[f"{key}_result"] = compute(
-                    lambda f, msg: bar.progress(min(1.0, max(0.0, float(f))), text=msg))
-        except (CalcError, RuntimeError, ValueError) as e:
-            st.error(f"This could not run: {e}")
-        finally:
-            bar.empty()
+        with heavy_run(label):                 # one server-wide queue for long runs (ui.queue)
+            bar = st.progress(0.0, text=text)
+            try:
+                with st.spinner(text):
+                    st.session_state[f"{key}_result"] = compute(
+                        lambda f, msg: bar.progress(min(1.0, max(0.0, float(f))), text=msg))
+            except (CalcError, RuntimeError, ValueError) as e:
+                st.error(f"This could not run: {plain(e)}")
+            finally:
+                bar.empty()
     return st.session_state.get(f"{key}_result")

@@ -21,6 +21,7 @@ from PIL import Image
 from lessons import vision as lv
 from model.images import (MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, ImageError, draw_scene, load_image, resize_to_grid,
                           sample_scenes)
+from ui.text import plain
 
 KIND_COLORS = {"text": "#d9dde3", "image_start": "#2ca02c", "image": "#1f77b4", "image_newline": "#9467bd",
                "image_end": "#d62728"}
@@ -123,12 +124,12 @@ def read_upload(uploaded) -> tuple[Image.Image | None, str | None]:
         return None, None
     size = getattr(uploaded, "size", None)
     if size is not None and size > MAX_UPLOAD_BYTES:
-        return None, (f"{uploaded.name}: the file is {size / 2**20:.1f} MiB; the limit is "
+        return None, (f"{plain(uploaded.name)}: the file is {size / 2**20:.1f} MiB; the limit is "
                       f"{MAX_UPLOAD_BYTES / 2**20:.0f} MiB.")
     try:
         return load_image(uploaded.getvalue()), None
     except ImageError as e:
-        return None, f"{uploaded.name}: {e}"
+        return None, f"{plain(uploaded.name)}: {plain(e)}"
 
 
 @st.cache_data(show_spinner=False)
@@ -208,7 +209,7 @@ def draw_vision_steps(model, image: Image.Image, key: str = "vision_steps") -> l
         pg = lv.patch_grid(vc, *image.size)
         picture = resize_to_grid(image, pg.grid)
     except ImageError as e:
-        st.error(str(e))
+        st.error(plain(e))
         return None
     c1, c2 = st.columns(2)
     with c1:
@@ -249,7 +250,7 @@ def draw_image_prompt(model, text: str, image: Image.Image | None, num: Callable
             tr = trace_with_image(model, inputs)
             answer = model.decode(generate_with_image(model, inputs, max_new_tokens=8))
     except (ImageError, InputError) as e:
-        st.error(str(e))
+        st.error(plain(e))
         return
     ids = inputs.input_ids[0].tolist()
     pos = lv.image_positions(ids, inputs.image_mask, marker_ids(model))

@@ -73,7 +73,8 @@ def test_figure3(ui):
     ui.open("figure3")
     assert ui.charts() == 1
     assert heading(ui, r"^1\. ")
-    ui.click("fig3_next")
+    ui.key("fig3_stepper").locator('[data-testid="stPaginationNext"]').click()
+    ui.settle()
     assert heading(ui, r"^2\. ")
     assert "step=2" in ui.page.url
     # a click on a box's dot in the drawing opens that box (a plotly selection event: browser only)
@@ -201,7 +202,8 @@ def test_inspector(ui):
     ui.open("inspector", gen=2)
     assert ui.charts() >= 3
     before = heading(ui, r"^Layer \d+ ·")
-    ui.click("insp_next")
+    ui.key("insp_layer_step").locator('[data-testid="stPaginationNext"]').click()
+    ui.settle()
     after = heading(ui, r"^Layer \d+ ·")
     assert number(after) == number(before) + 1
     assert f"layer={number(after)}" in ui.page.url

@@ -1,0 +1,208 @@
+"""One session, many pages (AppTest): session choices, page state and the URL.
+
+The rule (ui.state): on arriving at a page the URL's value wins, then the session's, then the default; the page
+writes its state back into the URL, so a fresh open of that URL shows the same view. AppTest runs app.py with
+its navigation (`switch_page`); a browser empties the URL when it changes page, which the tests do by hand.
+What only a browser shows (Streamlit dropping a page's widget values on a page change) is in
+tests/browser/test_state_browser.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+from ui.text import as_shown
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def app_at(page: str = "", **params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update({"weights": "random", **{k: str(v) for k, v in params.items()}})
+    at.run()
+    if page:
+        go(at, page, keep_url=True)
+    return at
+
+
+def go(at: AppTest, page: str, keep_url: bool = False, **params) -> AppTest:
+    """Click a page in the navigation: the browser drops the old page's URL parameters (or opens a link)."""
+    at.switch_page(f"pages/{page}.py")
+    if not keep_url:
+        at.query_params.clear()
+    at.query_params.update({k: str(v) for k, v in params.items()})
+    return at.run()
+
+
+def page_at(page: str, **params) -> AppTest:
+    """A fresh session opening the page's URL (the page file run on its own, as the tests elsewhere do)."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
+    at.query_params.update({k: (v[-1] if isinstance(v, list) else str(v)) for k, v in params.items()})
+    return at.run()
+
+
+def ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def url(at: AppTest) -> dict:
+    return {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def view(at: AppTest) -> dict:
+    """What a reader sees, minus what needs a click: every keyed widget's value, and the message boxes."""
+    widgets = {}
+    for kind in ("radio", "selectbox", "multiselect", "slider", "select_slider", "number_input", "text_area",
+                 "text_input", "toggle", "checkbox"):
+        for w in getattr(at, kind):
+            if w.key and not w.key.startswith("$$"):
+                widgets[w.key] = w.value
+    msgs = sorted(as_shown(x.value) for k in ("warning", "error", "info") for x in getattr(at, k))
+    return {"widgets": widgets, "messages": msgs}
+
+
+# ---- session choices --------------------------------------------------------------------------------------------
+def test_session_choices_survive_navigation_and_are_written_into_the_url():
+    at = app_at()
+    ok(at)
+    at.radio(key="numbering_choice").set_value("1").run()
+    for page in ("layer_map", "cache_calculator", "figure3"):
+        go(at, page)
+        ok(at)
+        assert at.radio(key="numbering_choice").value == "1" and at.radio(key="weights_choice").value == "random"
+        assert url(at)["numbering"] == "1" and url(at)["weights"] == "random", url(at)
+
+
+def test_a_link_wins_over_the_session_on_arrival():
+    at = app_at("layer_map")
+    at.selectbox(key="lm_layer").set_value(5).run()
+    assert url(at)["layer"] == "5"
+    go(at, "start")
+    go(at, "layer_map")                                  # back by navigation: the session's value
+    assert at.selectbox(key="lm_layer").value == 5 and url(at)["layer"] == "5"
+    go(at, "start")
+    go(at, "layer_map", weights="random", layer=7)        # arriving through a link: the link's value
+    assert at.selectbox(key="lm_layer").value == 7
+    fresh = page_at("layer_map", weights="random")        # a fresh session without one: the default
+    assert fresh.selectbox(key="lm_layer").value == -1
+
+
+# ---- the Cache calculator's second visit ---------------------------------------------------------------------------
+def test_calculator_second_visit_keeps_working_when_streamlit_drops_its_widgets():
+    """Streamlit forgets a page's widget values while another page is drawn; an "already initialised" flag in
+    session state outlived them, and every input fell to its minimum ("global entries: 1 numbers x 4 bits is
+    not a whole number of bytes"). A session that holds the flag and none of the values is that second visit."""
+    at = AppTest.from_file(str(ROOT / "pages" / "cache_calculator.py"), default_timeout=300)
+    at.query_params["weights"] = "random"
+    at.session_state["cc_init"] = True          # what the first visit left behind (the old flag)
+    at.session_state["cc_msgs"] = []
+    at.run()
+    ok(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="cc_preset").value == "teaching"
+    assert at.number_input(key="cc_context").value > 1
+
+
+def test_calculator_state_survives_navigation():
+    at = app_at("cache_calculator", preset="v4.1-flash")
+    at.number_input(key="cc_batch").set_value(3).run()
+    before = (at.metric[0].value, url(at))
+    go(at, "start")
+    go(at, "cache_calculator")
+    ok(at)
+    assert not at.error
+    assert (at.metric[0].value, url(at)) == before
+    assert url(at)["preset"] == "v4.1-flash" and url(at)["batch"] == "3"
+
+
+# ---- arriving by navigation equals a fresh open of the URL ------------------------------------------------------
+CHANGES = {
+    "layer_map": [("selectbox", "lm_layer", 3), ("radio", "lm_table", "running")],
+    "cache_calculator": [("selectbox", "cc_preset", "gqa"), ("number_input", "cc_batch", 4)],
+    "compare_designs": [("number_input", "cd_ctx", 4096), ("number_input", "cd_batch", 2)],
+    "prefill_decode": [("number_input", "pd_read", 1234), ("number_input", "pd_rounds", 3)],
+    "figure3": [("toggle", "fig3_compact", True), ("selectbox", "fig3_step", 4)],
+    "attention_shares": [("selectbox", "sh_layer", 4), ("selectbox", "sh_head", 1), ("slider", "toy_0", 40)],
+    "recurrence": [("selectbox", "rec_layer", -1)],
+    "inspector": [("select_slider", "insp_layer", 3), ("radio", "insp_mode", "exact")],
+    "ablation": [("slider", "abl_topk", 2), ("selectbox", "abl_stories", 15)],
+}
+
+
+@pytest.mark.parametrize("page", list(CHANGES))
+def test_arriving_by_navigation_equals_a_fresh_open_of_the_url(page):
+    at = app_at(page)
+    ok(at)
+    for kind, key, value in CHANGES[page]:
+        w = getattr(at, kind)(key=key)
+        if value == -1:                           # the last option
+            w.select_index(len(w.options) - 1).run()
+        else:
+            w.set_value(value).run()
+        ok(at)
+    go(at, "start")
+    go(at, page)
+    ok(at)
+    seen = view(at)
+    fresh = page_at(page, **url(at))
+    ok(fresh)
+    assert view(fresh) == seen, (url(at), view(fresh), seen)
+
+
+def test_a_rejected_prompt_is_what_the_url_shows():
+    at = app_at("start")
+    at.text_area(key="start_prompt").set_value("   ").run()
+    assert "empty" in " ".join(w.value for w in at.warning)
+    fresh = page_at("start", **url(at))
+    assert fresh.text_area(key="start_prompt").value == "   " and view(fresh) == view(at)
+    long = "word " * 5000                              # 25,000 characters: over the page's limit and a link's
+    at.text_area(key="start_prompt").set_value(long).run()
+    assert "prompt" not in url(at)
+    assert any("longer than a link keeps" in c.value for c in at.caption)
+
+
+# ---- messages that said the wrong thing --------------------------------------------------------------------------
+def test_sample_ranges_are_the_same_on_every_page():
+    said = {}
+    for page in ("csa2_modes", "inspector", "indexer_pools", "dspark"):
+        at = page_at(page, weights="random", sample=99)
+        ok(at)
+        said[page] = [w.value for w in at.warning if "sample" in w.value][0]
+    ranges = {p: as_shown(m).split("outside ")[1].split(" ")[0] for p, m in said.items()}
+    assert len(set(ranges.values())) == 1, ranges
+
+
+def test_layer_map_range_message_has_no_internal_values():
+    at = page_at("layer_map", weights="random", layer=99)
+    msg = as_shown(" ".join(w.value for w in at.warning))
+    assert "-1" not in msg and "outside 0..39" in msg and "no layer is highlighted" in msg, msg
+
+
+def test_pool_and_dspark_limits_name_their_own_page():
+    long = "the key is in the box " * 700
+    for page, key in (("indexer_pools", "pool_prompt"), ("dspark", "ds_prompt")):
+        at = page_at(page, weights="random")
+        at.text_area(key=key).set_value(long).run()
+        msg = as_shown(" ".join(w.value for w in at.warning))
+        assert "inspector" not in msg and "stops at" in msg, msg
+
+
+def test_ablation_reads_its_url():
+    at = page_at("ablation", weights="random", configs="full model,window only", topk=2, stories=15)
+    ok(at)
+    assert at.multiselect(key="abl_configs").value == ["full model", "window only"]
+    assert at.slider(key="abl_topk").value == 2 and at.selectbox(key="abl_stories").value == 15
+
+
+def test_compare_designs_block_layers_follow_the_numbering():
+    from lessons.designs import DESIGNS, build, with_context
+    from ui.figures_memory import role_strip
+
+    looped = [k for k in DESIGNS if any(r.startswith("Block layer") for r in build(k, with_context(k, 1024, 1)).roles)]
+    assert looped
+    d = build(looped[0], with_context(looped[0], 1024, 1))
+    names0 = {t.name for t in role_strip([d], False).data}
+    names1 = {t.name for t in role_strip([d], True).data}
+    assert "Block layer 0" in names0 and "Block layer 0" not in names1 and "Block layer 1" in names1

@@ -1,0 +1,211 @@
+"""Page state and the URL: a link and a return visit reopen the same view.
+
+The rule, for every widget a page shows: on arriving at a page (the first run of a session, or the first run
+after another page was shown) a value in the URL wins, then the session's value, then the default; after that
+the widget owns its value, and the page writes it back into the URL (`qp_set`), so arriving by navigation
+(which empties the URL) writes the page's state into it.
+
+Streamlit forgets a page's widget values when another page is drawn; pages keep them by giving each keyed
+widget `persist_state="session"` (Streamlit's own mechanism, `KEEP`), and seed them with `seed`, never with a
+`value=`/`index=` that would fight the kept value. The session-wide choices (weights, checkpoint, numbering)
+live in the sidebar that app.py draws around every page (ui.common).
+
+URL values are read with `qp_*`; a bad one gets a warning that quotes it as plain text (ui.text) and the
+default is shown. Warnings are given on arrival only: after the first run the URL holds valid values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from ui.text import quoted
+
+KEEP = "session"            # persist_state for every keyed page widget
+LINK_LAYERS = "links count layers from 0, as the code does"   # layer numbers in URLs, whatever the numbering
+_PAGE = "_state_page"       # the page drawn by the previous run of this session
+_ARRIVED = "_state_arrived"  # whether the current run arrived at its page
+
+
+def page_id() -> str:
+    ctx = get_script_run_ctx()
+    return (ctx.page_script_hash or ctx.main_script_path) if ctx is not None else ""
+
+
+def begin_run() -> bool:
+    """Note the page this run draws; True when arriving at it. Called once per full run (by the sidebar)."""
+    here = page_id()
+    arrived = st.session_state.get(_PAGE) != here
+    st.session_state[_PAGE] = here
+    st.session_state[_ARRIVED] = arrived
+    return arrived
+
+
+def arrived() -> bool:
+    """Whether this run arrived at its page; never in a fragment's own rerun (the page did not change)."""
+    ctx = get_script_run_ctx()
+    if ctx is not None and ctx.fragment_ids_this_run:
+        return False
+    return bool(st.session_state.get(_ARRIVED, True))
+
+
+def seed(key: str, from_url: Any, default: Any) -> Any:
+    """Put a widget's starting value into session state: the URL's value on arrival (None: no value in the
+    URL), else what the session holds, else `default`. Returns the value now in session state."""
+    if from_url is not None and arrived():
+        st.session_state[key] = from_url
+    elif key not in st.session_state:
+        st.session_state[key] = default
+    return st.session_state[key]
+
+
+# ---- reading and writing the URL ----------------------------------------------------------------------------
+def qp_get(name: str, default: str | None = None) -> str | None:
+    v = st.query_params.get(name)
+    return default if v is None else str(v)
+
+
+def qp_int(name: str, default: int, lo: int, hi: int, shown: Callable[[int], Any] | None = None) -> int:
+    """An integer URL parameter in [lo, hi]; anything else falls back to `default` with a warning.
+    `shown` turns a value into the reader's terms (1-based steps) for the message."""
+    show = shown or (lambda x: x)
+    v = qp_int_or_none(name, lo, hi, f"showing {show(default)} instead", shown)
+    return default if v is None else v
+
+
+def qp_int_or_none(name: str, lo: int, hi: int, instead: str = "", shown: Callable[[int], Any] | None = None,
+                   unit: str = "") -> int | None:
+    """Like qp_int, but None when the URL has no (valid) value, so `seed` keeps the session's value.
+    `instead` says what is shown then; `unit` names what the number counts ("layers count from 0 in links")."""
+    raw = st.query_params.get(name)
+    if raw is None:
+        return None
+    show = shown or (lambda x: x)
+    tail = (f" ({unit})" if unit else "") + (f"; {instead}" if instead else "") + "."
+    try:
+        v = int(str(raw))
+    except ValueError:
+        st.warning(f"URL parameter {name} = {quoted(raw)} is not a whole number{tail}")
+        return None
+    if not lo <= v <= hi:
+        st.warning(f"URL parameter {name} = {quoted(raw)} is outside {show(lo)}..{show(hi)}{tail}")
+        return None
+    return v
+
+
+def qp_float_or_none(name: str, lo: float, hi: float) -> float | None:
+    """A decimal URL parameter in [lo, hi]; None (after a warning) when it is not one."""
+    raw = st.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        v = float(str(raw))
+    except ValueError:
+        v = float("nan")
+    if not lo <= v <= hi:     # also NaN
+        st.warning(f"URL parameter {name} = {quoted(raw)} is not a number in {lo}..{hi}; showing the session's value.")
+        return None
+    return round(v, 4)
+
+
+def qp_choice(name: str, choices, default=None, what: str = "a choice here") -> Any:
+    """A URL parameter that must be one of `choices` (compared as text); None when absent or unknown."""
+    raw = st.query_params.get(name)
+    if raw is None:
+        return None
+    for c in choices:
+        if str(c) == str(raw):
+            return c
+    instead = "" if default is None else f"; showing {default} instead"
+    st.warning(f"URL parameter {name} = {quoted(raw)} is not {what}{instead}.")
+    return None
+
+
+def qp_set(**kw) -> None:
+    """Write values into the URL (None removes a parameter); unchanged values send nothing."""
+    for k, v in kw.items():
+        if v is None:
+            if k in st.query_params:
+                st.query_params.pop(k, None)
+        elif st.query_params.get(k) != str(v):
+            st.query_params[k] = str(v)
+
+
+def prompt_to_url(text: str | None, default: str | None = None) -> None:
+    """Put a typed prompt into the URL (also an empty or rejected one, so the link shows what the page
+    shows); a prompt longer than URL_PROMPT_CHARS is left out, and the page says so."""
+    from ui.limits import URL_PROMPT_CHARS
+
+    text = text or ""
+    if len(text) <= URL_PROMPT_CHARS:
+        qp_set(prompt=None if text == default else text)
+    else:
+        qp_set(prompt=None)
+        st.caption(f"This prompt ({len(text):,} characters) is longer than a link keeps ({URL_PROMPT_CHARS:,} "
+                   "characters): a link to this page opens the default prompt instead.")
+
+
+OWN_TEXT = -1   # the sample index of "your own text"
+
+
+def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, options: list[int] | None = None,
+                   label: str = "Sample prompt", text_label: str = "Prompt", height: int = 100,
+                   columns=None, help: str | None = None) -> tuple[int, str]:
+    """A sample picker (`{prefix}_sample`, OWN_TEXT for the reader's own text) and its text area
+    (`{prefix}_prompt`), seeded by the URL's `prompt` or `sample` on arrival, kept for the session, and written
+    back to the URL before the text is checked (a rejected prompt is still what the link shows).
+    Returns (sample index or OWN_TEXT, text)."""
+    from ui.limits import URL_PROMPT_CHARS  # noqa: F401 (prompt_to_url quotes it)
+
+    skey, tkey = f"{prefix}_sample", f"{prefix}_prompt"
+    n = len(samples)
+    url_prompt = qp_get("prompt") if arrived() else None
+    url_sample = qp_int_or_none("sample", 0, n - 1, "showing the session's prompt") if arrived() else None
+    if url_prompt is not None and len(url_prompt) > max_chars:
+        st.warning(f"The prompt in the URL has {len(url_prompt):,} characters; the limit here is {max_chars:,}. "
+                   "Showing a sample instead.")
+        url_prompt = None
+    if url_prompt is not None:
+        st.session_state[skey], st.session_state[tkey] = OWN_TEXT, url_prompt
+    elif url_sample is not None:
+        st.session_state[skey], st.session_state[tkey] = url_sample, samples[url_sample].text
+    elif skey not in st.session_state or tkey not in st.session_state:
+        st.session_state[skey], st.session_state[tkey] = default, samples[default].text if default >= 0 else ""
+
+    def _pick() -> None:
+        i = st.session_state[skey]
+        if i != OWN_TEXT:
+            st.session_state[tkey] = samples[i].text
+
+    opts = options if options is not None else list(range(n)) + [OWN_TEXT]
+    where = columns[0] if columns else st
+    where.selectbox(label, opts, key=skey, on_change=_pick, persist_state=KEEP, help=help,
+                    format_func=lambda i: "(your own text)" if i == OWN_TEXT else samples[i].name)
+    text = st.text_area(text_label, key=tkey, height=height, persist_state=KEEP)
+    i = st.session_state[skey]
+    if i != OWN_TEXT and samples[i].text == text:
+        qp_set(sample=i, prompt=None)
+    else:
+        qp_set(sample=None)
+        prompt_to_url(text)
+    return i, text
+
+
+def stepper(key: str, count: int, target: str, then: Callable[[], None] | None = None, where=None) -> None:
+    """Back / Next arrows for the 0-based index in st.session_state[target] (count values).
+
+    A pagination widget counts the clicks in the browser and sends the position reached, so clicks that come
+    faster than the page reruns are never merged into one (two clicks of one button during a rerun are)."""
+    here = int(st.session_state[target]) + 1
+    if st.session_state.get(key) != here:      # first drawn, or moved by another widget or a link
+        st.session_state[key] = min(max(here, 1), max(1, count))
+
+    def _moved() -> None:
+        st.session_state[target] = min(max(int(st.session_state[key]) - 1, 0), count - 1)
+        if then is not None:
+            then()
+
+    (where or st).pagination(max(1, count), max_visible_pages=0, key=key, on_change=_moved, persist_state=KEEP,
+                             disabled=count <= 1)
