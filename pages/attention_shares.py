@@ -12,7 +12,7 @@ from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, seed
+from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, seed
 from ui.text import quoted
 
 sess = sidebar()
@@ -115,6 +115,9 @@ else:
 reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos, ru, head), "attention-shares")
 
 st.markdown(f"**Check the idea.** {CHECK_QUESTION}")
-if st.toggle("Show the answer", key="sh_answer", persist_state=KEEP):
+seed("sh_answer", qp_bool("answer"), False)
+show_answer = st.toggle("Show the answer", key="sh_answer", persist_state=KEEP)
+qp_set(answer="1" if show_answer else None)
+if show_answer:
     st.success(CHECK_ANSWER)
     st.write(CHECK_FOLLOWUP)

@@ -12,7 +12,7 @@ from lessons import reproduce as snippets
 from model import V41Config, layer_map
 from ui.common import qp_choice, qp_get, qp_set, sidebar
 from ui.figures import layer_map_figure
-from ui.state import KEEP, seed
+from ui.state import KEEP, qp_bool, qp_int_or_none, seed
 from ui.text import plain
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
@@ -21,6 +21,7 @@ from ui.reproduce import reproduce
 from ui.sources import sources_footer
 
 P = "cc"
+CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens
 sess = sidebar()
 sources_footer()
 st.title("Cache calculator")
@@ -104,8 +105,9 @@ with tabs[0]:
         chart(kind_bar(per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
               f"cache-{preset}-persistent")
 with tabs[1]:
-    seed(f"{P}_log", None, True)
+    seed(f"{P}_log", qp_bool("log"), True)
     log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
+    qp_set(log=None if log else "0")
 
     def label(i: int) -> str:
         return design.layer_names.get(i, str(sess.num(i)))
@@ -138,9 +140,11 @@ with tabs[3]:
                     f"**{knobs.rollback}**, "
                     "then compares the bytes its cache holds (`cache.nbytes()`) with the same formula applied to its "
                     "config.")
-        seed(f"{P}_checkn", None, min(knobs.context, 200))
-        n = st.number_input("Prompt length for the check (tokens)", 1, 4096, step=1, key=f"{P}_checkn",
+        seed(f"{P}_checkn", qp_int_or_none("checkn", 1, CHECK_TOKENS, "showing the session's value"),
+             min(knobs.context, 200))
+        n = st.number_input("Prompt length for the check (tokens)", 1, CHECK_TOKENS, step=1, key=f"{P}_checkn",
                             persist_state=KEEP)
+        qp_set(checkn=int(n))
         chk = run_on_click("Run the check", f"{P}_check",
                            lambda progress: check_against_engine(model, int(n), knobs.mode, knobs.rollback, progress),
                            f"Prefilling {n} tokens ...")
@@ -170,9 +174,10 @@ with tabs[4]:
     else:
         pc = param_counts("v4.1-flash")
         cfg = V41Config.preset("v4.1-flash")
-        seed(f"{P}_reuse", None, 10)
+        seed(f"{P}_reuse", qp_choice("reuse", [1, 10, 100, 1000, 10000], 10, "1, 10, 100, 1000 or 10000"), 10)
         reuse = st.select_slider("How often a saved context is reused as an input", [1, 10, 100, 1000, 10000],
                                  key=f"{P}_reuse", persist_state=KEEP)
+        qp_set(reuse=reuse if reuse != 10 else None)
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse))
         a, b, c3 = st.columns(3)

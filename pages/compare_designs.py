@@ -14,7 +14,7 @@ from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, arrived, qp_int_or_none, seed
+from ui.state import KEEP, arrived, qp_bool, qp_int_or_none, seed
 from ui.text import plain, quoted
 
 P = "cd"
@@ -76,8 +76,9 @@ st.caption("'Added per token' is what the growing stores take per further token;
            "to the accelerator's.")
 
 fmt = chart_format(f"{P}_fmt")
-seed(f"{P}_log", None, True)
+seed(f"{P}_log", qp_bool("log"), True)
 log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
+qp_set(log=None if log else "0")
 chart(compare_bar([(c.design.short or c.design.label, c.hbm) for c in calcs],
                   f"Cache on the accelerator at {int(ctx):,} tokens", log),
       f"{P}_bar", fmt, "compare-designs")

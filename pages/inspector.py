@@ -18,7 +18,7 @@ from lessons import reproduce as snippets
 from ui.common import cached_with_progress, clean_prompt, qp_choice, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.limits import LONG_PROMPT_CHARS
-from ui.state import KEEP, LINK_LAYERS, arrived, qp_int_or_none, sample_or_text, seed, stepper
+from ui.state import KEEP, LINK_LAYERS, arrived, qp_bool, qp_int_or_none, sample_or_text, seed, stepper
 from ui.text import plain
 from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
                             selection_figure, small_bar)
@@ -236,8 +236,9 @@ st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells (blan
 st.subheader("Downloads")
 d1, d2, d3 = st.columns(3)
 with d1:
-    seed("insp_heavy", None, run.n <= 512)
+    seed("insp_heavy", qp_bool("scores"), run.n <= 512)
     heavy = st.checkbox("Include index scores (large)", key="insp_heavy", persist_state=KEEP)
+    qp_set(scores="1" if heavy else "0")
     st.download_button("Trace (JSON)", data=lambda: trace_to_json(run.trace, run.tokens, include_scores=heavy),
                        file_name="trace.json", mime="application/json", key="insp_dl_trace")
 with d2:

@@ -12,7 +12,7 @@ from lessons.calculator import KNOB_HELP, LIMITS, MODES, SUPPORTED_BITS, Calcula
 from ui.common import qp_set
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
-from ui.state import KEEP, arrived
+from ui.state import KEEP, arrived, qp_choice, seed
 from ui.text import plain
 
 
@@ -41,8 +41,10 @@ def chart(fig, key: str, fmt: str, filename: str) -> None:
 
 
 def chart_format(key: str) -> str:
+    seed(key, qp_choice("fmt", ["png", "svg"], "PNG", "png or svg"), "png")
     fmt = st.radio("Chart download format (camera button above each chart)", ["png", "svg"], horizontal=True,
                    key=key, format_func=str.upper, persist_state=KEEP)
+    qp_set(fmt=fmt if fmt != "png" else None)
     return fmt
 
 

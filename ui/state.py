@@ -95,6 +95,12 @@ def qp_int_or_none(name: str, lo: int, hi: int, instead: str = "", shown: Callab
     return v
 
 
+def qp_bool(name: str) -> bool | None:
+    """A yes/no URL parameter written as 1 or 0; None (after a warning) when it is something else."""
+    v = qp_choice(name, ["1", "0"], None, "1 or 0")
+    return None if v is None else v == "1"
+
+
 def qp_float_or_none(name: str, lo: float, hi: float) -> float | None:
     """A decimal URL parameter in [lo, hi]; None (after a warning) when it is not one."""
     raw = st.query_params.get(name)

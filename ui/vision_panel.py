@@ -21,7 +21,8 @@ from PIL import Image
 from lessons import vision as lv
 from model.images import (MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, ImageError, draw_scene, load_image, resize_to_grid,
                           sample_scenes)
-from ui.text import plain
+from ui.state import KEEP
+from ui.text import plain, quoted
 
 KIND_COLORS = {"text": "#d9dde3", "image_start": "#2ca02c", "image": "#1f77b4", "image_newline": "#9467bd",
                "image_end": "#d62728"}
@@ -154,13 +155,14 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
 
     options = (["none"] if allow_none else []) + ["sample", "upload"]
     names = {"none": "No picture", "sample": "Generated sample", "upload": "Upload PNG/JPEG"}
-    choice = st.radio(label, options, format_func=names.get, horizontal=True, key=f"{key}_source")
+    choice = st.radio(label, options, format_func=names.get, horizontal=True, key=f"{key}_source",
+                      persist_state=KEEP)
     st.session_state[f"{key}_caption"] = None
     if choice == "none":
         return None
     if choice == "sample":
         i = st.selectbox("Sample", range(4), format_func=lambda j: f"Sample {j + 1}: {sample_caption(j)}",
-                         key=f"{key}_sample")
+                         key=f"{key}_sample", persist_state=KEEP)
         png, caption = _sample_png(int(i))
         st.session_state[f"{key}_caption"] = caption
         image = load_image(png)
@@ -260,11 +262,13 @@ def draw_image_prompt(model, text: str, image: Image.Image | None, num: Callable
                 f"{sum(p.kind == 'image_newline' for p in pos)} row ends, 2 markers, "
                 f"{sum(p.kind == 'text' for p in pos)} text tokens.")
     st.plotly_chart(span_figure(pos, labels), key=f"{key}_span")
-    st.markdown(f"**The model continues:** `{text.split('<image>')[-1].strip()}` → **{answer.strip()}**")
+    st.markdown(f"**The model continues:** {quoted(text.split('<image>')[-1].strip())} → "
+                f"**{plain(answer.strip())}**")
     shares = lv.routing_shares(tr, inputs.image_mask)
     if shares:
         opts = [s.layer for s in shares]
-        layer = st.selectbox("Layer", opts, format_func=lambda i: f"layer {num(i)}", key=f"{key}_layer")
+        layer = st.selectbox("Layer", opts, format_func=lambda i: f"layer {num(i)}", key=f"{key}_layer",
+                             persist_state=KEEP)
         rs = next(s for s in shares if s.layer == layer)
         st.plotly_chart(routing_figure(rs, f"layer {num(layer)}"), key=f"{key}_routing")
         st.caption(lv.ROUTING)
