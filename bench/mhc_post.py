@@ -49,7 +49,7 @@ def post_report(m, x: torch.Tensor) -> list[dict]:
     for r in rows:
         r.update(mixes.get(r["layer"], {}))
         r["post_y_rms"] = r.get("post", 0.0) * r["y_rms"]
-        r["wo_b_rms"] = float(m.layers[r["layer"]].attn.wo_b.weight.float().pow(2).mean().sqrt())
+        r["wo_b_rms"] = float(m.layers[r["layer"]].attn.wo_b.weight.detach().float().pow(2).mean().sqrt())
         r["ratio"] = m.layers[r["layer"]].attn.ratio
     return rows
 

@@ -67,3 +67,14 @@ def test_compressed_branch_learns_far_recall():
         torch.set_num_threads(threads)
     assert acc > 0.3, acc          # chance is 1/64
     assert acc_w < 0.1, acc_w      # the window alone cannot see the value
+
+
+def test_fake_quant_disabled_is_scoped():
+    from model.quant import fake_latent, fake_quant_disabled
+
+    x = torch.randn(2, 32, generator=torch.Generator().manual_seed(0))
+    q = fake_latent(x)
+    assert not torch.equal(q, x)
+    with fake_quant_disabled():
+        assert torch.equal(fake_latent(x), x)
+    assert torch.equal(fake_latent(x), q)
