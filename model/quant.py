@@ -112,6 +112,23 @@ def _fake_fp4_values(x: torch.Tensor, block: int, e4m3_scales: bool) -> torch.Te
     return (_lut(x.device)[codes.long()] * s).reshape(x.shape)
 
 
+_FAKE_QUANT = [True]  # experiments only: `fake_quant_disabled()` turns the model's fake quantisation off
+
+
+class fake_quant_disabled:
+    """Context manager for diagnostics: inside it, fake_fp8 / fake_fp4 return their input unchanged
+    (the model as if it computed in fp32). Never used by the model itself; default is on."""
+
+    def __enter__(self):
+        self._old = _FAKE_QUANT[0]
+        _FAKE_QUANT[0] = False
+        return self
+
+    def __exit__(self, *exc):
+        _FAKE_QUANT[0] = self._old
+        return False
+
+
 def _ste(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     q = q.to(x.dtype)
     if x.requires_grad:
@@ -121,14 +138,14 @@ def _ste(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def fake_fp8(x: torch.Tensor, block: int = 32) -> torch.Tensor:
     """Window K=V rows: FP8 E4M3 with a UE8M0 scale per `block` values."""
-    if x.shape[-1] % block:
+    if x.shape[-1] % block or not _FAKE_QUANT[0]:
         return x
     return _ste(x, _fake_fp8_values(x.detach(), block))
 
 
 def fake_fp4(x: torch.Tensor, block: int, e4m3_scales: bool = False) -> torch.Tensor:
     """FP4 E2M1: latents use block 16 with E4M3 scales, indexer q/k block 32 with UE8M0 scales."""
-    if x.shape[-1] % block:
+    if x.shape[-1] % block or not _FAKE_QUANT[0]:
         return x
     return _ste(x, _fake_fp4_values(x.detach(), block, e4m3_scales))
 
