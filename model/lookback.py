@@ -101,10 +101,10 @@ def induction_mask(x: torch.Tensor, y: torch.Tensor, match: int = 2, min_back: i
 
 
 def answer_weighted_ce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, answer_weight: float) -> torch.Tensor:
-    """Cross entropy with masked targets weighted `answer_weight` (1 = plain mean; inf = answers only)."""
-    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), reduction="none")
-    m = mask.reshape(-1).to(ce.dtype)
-    if answer_weight == float("inf"):
-        return (ce * m).sum() / m.sum().clamp_min(1.0)
-    w = 1.0 + (answer_weight - 1.0) * m
-    return (ce * w).sum() / w.sum()
+    """Cross entropy with masked targets weighted `answer_weight` (1 = plain mean; inf = answers only):
+    model.train.lm_loss with weights built from the mask."""
+    from .train import lm_loss
+
+    m = mask.to(torch.float32)
+    w = m if answer_weight == float("inf") else 1.0 + (answer_weight - 1.0) * m
+    return lm_loss(logits.float(), y, w)[0]

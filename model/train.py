@@ -274,7 +274,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
     if weights is None:
         return plain, plain
     w = weights.reshape(-1)
-    return (ce * w).sum() / w.sum(), plain
+    return (ce * w).sum() / w.sum().clamp_min(1e-20), plain
 
 
 def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
