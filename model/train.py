@@ -10,6 +10,13 @@ Follows reference-brief.md §3.3 (indexer training) and §8.1 (load balancing):
   equal load (outside gradient descent).
 Then the DSpark drafter is trained against the frozen target (model/dspark.py), when available.
 
+Look-back practice (issue 15; the diagnosis is in model/lookback.py): batches mix natural text with
+recall drills, repeated text spans and shuffled-token copies; the targets only a look-back can
+predict (drill answers, second copies) carry `answer_weight` times the loss, without which their
+signal drowns in the rest; the training window and the copies' largest gap move in stages
+(`window_stages`, `copy_gap_stages`), with near copies kept in every batch (`copy_near_frac`).
+`fast` runs the same maths with compiled kernels (model/fusion.py; bench.train measures it).
+
 Deterministic for a seed: batch n comes from a generator seeded with (seed, n), so a resumed run
 sees the same batches as an uninterrupted one; checkpoints (model + optimizer state, safetensors)
 are written every `--ckpt-every` steps.
