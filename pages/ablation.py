@@ -15,6 +15,7 @@ from lessons import reproduce as snippets
 from ui.common import cached_with_progress, qp_get, qp_set, require_model, sidebar
 from ui.state import KEEP, arrived, qp_choice, qp_int_or_none, seed
 from ui.text import plain, quoted
+from ui.far_fact import far_fact_panel
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
@@ -99,6 +100,7 @@ for name in chosen:
 if missing:
     st.info("Not run yet at these settings: " + ", ".join(missing) + ". Press the button (each configuration takes "
             "seconds to minutes on CPU; results are kept).")
+far_fact_panel(sess, "abl", focus="ablation")  # one story, global branch on and off (lessons/far_fact.py)
 if not rows:
     st.stop()
 

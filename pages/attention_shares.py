@@ -8,6 +8,7 @@ from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_IN
                             TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
 from lessons import reproduce as snippets
 from ui.common import qp_set, sidebar
+from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.reproduce import reproduce
@@ -82,6 +83,9 @@ tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
               "sum": [round(sum(t.values()), 3) for t in tot]}, hide_index=True, key="sh_totals")
+
+# ---- a fact far past the window: its entries' shares at the answer token (lessons/far_fact.py) ---------------
+far_fact_panel(sess, "sh", focus="shares")
 
 # ---- a Reuse layer beside its source ---------------------------------------------------------------------
 st.subheader("A Reuse layer beside the layer it copies from")

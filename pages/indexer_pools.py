@@ -15,6 +15,7 @@ from lessons.pools import (DEFINITIONS, INTRO, reindex_inputs, reselect, row_det
 from lessons import reproduce as snippets
 from model import V41Config
 from ui.common import cached_with_progress, clean_prompt, qp_set, require_model, sidebar
+from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, sample_or_text, seed
@@ -177,3 +178,6 @@ if d.dropped:
                        mime="text/csv", key="pool_dl_dropped")
 else:
     st.success("Nothing dropped for this query: every exhaustive pick lies inside the pool.")
+
+# ---- a fact far past the window: is it in the pool and the top-k? (lessons/far_fact.py) ----------------------
+far_fact_panel(sess, "pool", focus="pools")

@@ -16,6 +16,7 @@ from lessons.inspect import (BOUNDED_NOTE, EXACT_NOTE, INTRO, MAX_NEW_TOKENS, MA
 from lessons.layers import bounded_note, map_line
 from lessons import reproduce as snippets
 from ui.common import cached_with_progress, clean_prompt, qp_choice, qp_set, require_model, sidebar
+from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.limits import LONG_PROMPT_CHARS
 from ui.state import KEEP, LINK_LAYERS, arrived, qp_bool, qp_int_or_none, sample_or_text, seed, stepper
@@ -250,3 +251,6 @@ with d3:
                            "generated": [i >= run.n_prompt for i in range(run.n)]})
     st.download_button("Tokens (CSV)", data=tok_df.to_csv(index=False), file_name="tokens.csv", mime="text/csv",
                        key="insp_dl_tokens")
+
+# ---- a fact far past the window (lessons/far_fact.py) -----------------------------------------------------
+far_fact_panel(sess, "insp", focus="inspector")

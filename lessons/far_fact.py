@@ -1,0 +1,544 @@
+"""The far-fact lesson: does the token that must name a fact stated far back reach that fact?
+
+A recall story places an object early ("Noah put the watch in the orange tin.") and asks for it at the end
+("Where is the watch? The watch is in the ..."). The token before the answer slot must predict the colour.
+When the fact sits beyond the sliding window (reference-brief.md §4.3), the only way to it is the global
+branch: the compressed entries that pack the fact's tokens (an entry e of a layer with compress ratio r packs
+tokens [e*r, (e+1)*r)), found by the indexer (§5.3: candidate pool, then top-k). This lesson follows that
+path for one story, from a trace of the running model, and reports what it finds, whatever the weights do:
+
+- where the fact is: its token positions, and the entries that pack them in every compressed layer;
+- the attention the answer-predicting token gave those entries (per head, and the mean over heads);
+- whether the candidate pool and the top-k selection that layer reads contain them, and the fact entry's
+  rank in the layer's index scores;
+- the predicted answer with everything on and with the global branch switched off
+  (`Ablation(window_only=True)`), and the probability of the right colour in each.
+
+The sample (`far_sample`) is chosen by a fixed rule (`FAR_RULE`) from the held-out far bucket; a reader's
+own story goes through `own_story`, which checks the input and returns a message instead of raising.
+Inputs follow bench/quality.py: the story's tokens after one `<|eos|>`, cut right before the answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from model.context import Ablation
+from model.stories import BUCKETS, COLOURS, load_heldout_stories, token_index_at_char
+from model.tokenizer import EOS_ID
+
+MAX_STORY_CHARS = 20000
+MAX_STORY_TOKENS = 2048      # the panel traces every layer at every row of the story
+MAX_FACT_CHARS = 1000
+CHANCE = 1 / len(COLOURS)    # a guess among the story colours
+
+FAR_RULE = (
+    "The far-fact sample is the held-out story (data/heldout/stories.jsonl, bucket 'far') whose distance from the "
+    "fact's colour to the answer, measured with the loaded model's tokenizer, is the median of that bucket (the "
+    "lower median; equal distances in seed order), among the far stories whose distance exceeds the model's "
+    "window. So it is neither the easiest nor the hardest far story, and it changes only when the held-out set, "
+    "the tokenizer or the window does."
+)
+
+INTRO = (
+    "A fact stated far back: the story puts an object in a coloured container, then talks about other things "
+    "for hundreds of tokens, then asks where the object is. The token just before the answer has to predict the "
+    "colour, and the fact lies far outside its window of recent tokens. The only road back is the global branch: "
+    "the compressed entries that pack the fact's tokens, found by the indexer. Below, for that one token, how much "
+    "attention went to the fact's entries in each compressed layer, whether the candidate pool and the top-k "
+    "selection contain them, and what the model answers with the global branch switched off. Measured on the "
+    "loaded weights, whatever they do."
+)
+
+OWN_HELP = (
+    "Write a story that ends right before the word the model should predict (for example '... Where is the key? "
+    "The key is in the'), and copy the fact from it (a word or the whole sentence) into the second box."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stories and their token positions
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class FactStory:
+    """A story cut right before its answer, with the fact located by character offsets."""
+
+    name: str
+    text: str                      # the prompt (no answer)
+    fact_start: int                # char offsets of the fact sentence (or the reader's marked text)
+    fact_end: int
+    colour_start: int              # char offsets of the fact's colour word (= the fact when there is none)
+    colour_end: int
+    answer: str | None             # the right answer word, e.g. "orange" (None: not known)
+    bucket: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class FactTokens:
+    ids: list[int]                 # model input: <|eos|> + the story's tokens
+    query: int                     # the position whose logits predict the answer (the last one)
+    colour_positions: list[int]    # positions of the tokens covering the fact's colour word
+    sentence_positions: list[int]  # positions of the tokens covering the fact sentence
+    answer_id: int | None          # token id of the right answer (None: unknown)
+
+    @property
+    def distance(self) -> int:
+        """Answer position minus the fact colour's first position (model.stories' definition)."""
+        return self.query + 1 - self.colour_positions[0]
+
+
+def covering_positions(offsets: list[tuple[int, int]], start: int, end: int, shift: int = 0) -> list[int]:
+    """Positions (+shift) of the tokens whose character span overlaps [start, end). ByteLevel spans may include
+    the preceding space, so the overlap test is on the span as given."""
+    return [i + shift for i, (s, e) in enumerate(offsets) if s < end and e > start and e > s]
+
+
+def tokens_of(tokenizer, story: FactStory, full_text: str | None = None, answer_start: int | None = None) -> FactTokens:
+    """Token positions of a story's fact, with the same input bench/quality.py scores: `<|eos|>` then the story.
+
+    With `full_text` and `answer_start` (a held-out story that still holds its answer) the prompt is the full
+    text's tokens before the answer token and the answer id is the token there, exactly as in the evaluation;
+    otherwise the prompt is `story.text` and the answer id is the first token of ' ' + answer."""
+    text = full_text if full_text is not None else story.text
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    if answer_start is not None:
+        a = token_index_at_char(enc.offsets, answer_start)
+        ids, answer_id, offsets = enc.ids[:a], enc.ids[a], enc.offsets[:a]
+    else:
+        ids, offsets = enc.ids, enc.offsets
+        answer_id = None
+        if story.answer:
+            ans = tokenizer.encode(" " + story.answer, add_special_tokens=False).ids
+            answer_id = ans[0] if ans else None
+    colour = covering_positions(offsets, story.colour_start, story.colour_end, shift=1)
+    sentence = covering_positions(offsets, story.fact_start, story.fact_end, shift=1)
+    if not colour or not sentence:
+        raise ValueError("no token covers the fact")
+    return FactTokens(ids=[EOS_ID] + list(ids), query=len(ids), colour_positions=colour,
+                      sentence_positions=sentence, answer_id=answer_id)
+
+
+def story_from_heldout(row: dict) -> FactStory:
+    text = row["text"][: row["answer_start"]].rstrip(" ")
+    return FactStory(name=f"Held-out far story (seed {row.get('seed')}): where is the {row['obj']}?", text=text,
+                     fact_start=row["fact_start"], fact_end=row["fact_end"], colour_start=row["fact_answer_start"],
+                     colour_end=row["fact_answer_end"], answer=row["answer"], bucket=row.get("bucket"),
+                     seed=row.get("seed"))
+
+
+def heldout_tokens(tokenizer, row: dict) -> FactTokens:
+    return tokens_of(tokenizer, story_from_heldout(row), row["text"], row["answer_start"])
+
+
+@dataclass
+class Sample:
+    story: FactStory
+    tokens: FactTokens
+    candidates: int                # far stories the rule chose among
+    distances: list[int]           # their distances, sorted
+
+
+def far_sample(tokenizer, window: int, rows: list[dict] | None = None) -> Sample:
+    """The far-fact sample by `FAR_RULE`: the lower-median-distance far story whose distance exceeds `window`."""
+    rows = load_heldout_stories() if rows is None else rows
+    far = []
+    for r in rows:
+        if r.get("bucket") != "far":
+            continue
+        t = heldout_tokens(tokenizer, r)
+        if t.distance > window:
+            far.append((t.distance, r.get("seed") if r.get("seed") is not None else 0, r, t))
+    if not far:
+        raise ValueError(f"the held-out set has no far-bucket story whose fact lies more than {window} tokens back")
+    far.sort(key=lambda x: (x[0], x[1]))
+    d, _, row, t = far[(len(far) - 1) // 2]
+    return Sample(story=story_from_heldout(row), tokens=t, candidates=len(far), distances=[x[0] for x in far])
+
+
+_COLOUR_RE = re.compile(r"\b(" + "|".join(COLOURS) + r")\b", re.IGNORECASE)
+
+
+def own_story(text: str | None, fact: str | None, answer: str | None = None, tokenizer=None,
+              max_tokens: int = MAX_STORY_TOKENS) -> tuple[FactStory | None, FactTokens | None, str | None]:
+    """(story, tokens, problem) for a reader's story and the fact they marked in it.
+
+    The fact is found as written, else ignoring case (the last occurrence: the one nearest the question is the
+    one a reader means when a sentence repeats). The answer defaults to the colour word in the fact when there
+    is exactly one. Problems (empty, too long, fact not found) come back as a sentence that never quotes the
+    reader's text, so a page can show it as it is."""
+    if text is None or not text.strip():
+        return None, None, "Your story is empty: write a story first."
+    if len(text) > MAX_STORY_CHARS:
+        return None, None, f"Your story has {len(text):,} characters; the limit is {MAX_STORY_CHARS:,}."
+    if fact is None or not fact.strip():
+        return None, None, "Name the fact: copy a word or a sentence from your story into the fact box."
+    fact = fact.strip()
+    if len(fact) > MAX_FACT_CHARS:
+        return None, None, f"The fact has {len(fact):,} characters; the limit is {MAX_FACT_CHARS:,}."
+    start = text.rfind(fact)
+    if start < 0:
+        start = text.lower().rfind(fact.lower())
+    if start < 0:
+        return None, None, ("The fact was not found in your story. Copy it from the story exactly (a word or a "
+                            "whole sentence); only the case of letters may differ.")
+    end = start + len(fact)
+    colours = list(_COLOUR_RE.finditer(text, start, end))
+    if len(colours) == 1:
+        cs, ce = colours[0].span()
+    else:
+        cs, ce = start, end
+    ans = (answer or "").strip() or (colours[0].group(1).lower() if len(colours) == 1 else None)
+    if ans is not None and (len(ans) > 100 or not ans.strip()):
+        ans = None
+    story = FactStory(name="Your story", text=text, fact_start=start, fact_end=end, colour_start=cs, colour_end=ce,
+                      answer=ans)
+    if tokenizer is None:
+        return story, None, None
+    try:
+        toks = tokens_of(tokenizer, story)
+    except ValueError:
+        return None, None, "No token of your story covers the fact; mark a word or a sentence of the story."
+    if toks.query >= max_tokens:
+        return None, None, (f"Your story is {toks.query:,} tokens long; the far-fact view traces every layer at "
+                            f"every token and stops at {max_tokens:,}. Shorten it.")
+    if toks.sentence_positions[-1] > toks.query:
+        return None, None, "The fact must come before the end of the story."
+    return story, toks, None
+
+
+# --------------------------------------------------------------------------------------------------
+# Entries that pack the fact
+# --------------------------------------------------------------------------------------------------
+
+def entry_ids(positions: list[int], ratio: int) -> list[int]:
+    """Compressed entries (at compress ratio `ratio`) that pack any of `positions`: entry e packs [e*r, (e+1)*r)."""
+    if ratio <= 0:
+        return []
+    return sorted({int(p) // ratio for p in positions})
+
+
+def visible_entries(query: int, ratio: int) -> int:
+    """Entries complete (and so visible) to a query at `query`: those whose last token is at or before it."""
+    return (query + 1) // ratio if ratio > 0 else 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a trace at the answer-predicting row
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class LayerFact:
+    layer: int
+    role: str
+    stack: str
+    ratio: int
+    fact_entries: list[int]        # entries packing the fact's colour tokens
+    sentence_entries: list[int]    # entries packing any token of the fact sentence
+    visible: int                   # entries visible to the query
+    head_shares: list[float]       # per head: attention share on the fact (colour) entries this layer read
+    sentence_shares: list[float]   # per head: share on the sentence's entries
+    window_shares: list[float]     # per head: share on the fact's colour tokens through the window (0 when far)
+    read: list[int]                # fact entries among the entries this layer's attention read
+    selected: list[int] | None     # fact entries in the top-k this layer uses (None: no record)
+    k: int                         # entries in that selection
+    pool: list[int] | None         # fact entries in the candidate pool (None: this layer's search has no pool)
+    pool_size: int | None
+    rank: int | None               # best rank of a fact entry in the selecting layer's index scores (1 = top)
+    ranked: int | None             # entries with a finite index score (the ones ranked)
+    entry_shares: dict[int, float] = field(default_factory=dict)  # every entry read -> share (mean over heads)
+
+    @property
+    def share(self) -> float:
+        """Mean over heads (each head's shares add up to 1, so this is the fraction of the layer's attention)."""
+        return sum(self.head_shares) / len(self.head_shares) if self.head_shares else 0.0
+
+    @property
+    def best_head(self) -> tuple[int, float]:
+        if not self.head_shares:
+            return -1, 0.0
+        h = max(range(len(self.head_shares)), key=self.head_shares.__getitem__)
+        return h, self.head_shares[h]
+
+
+def _selection(trace, spec, row: int) -> list[int] | None:
+    """The top-k a layer reads at `row`: its own when it selects, else its index source's."""
+    src = trace.layers[spec.index_source] if spec.index_source is not None else None
+    if src is None or src.topk is None:
+        return None
+    r = src.row(int(trace.layers[spec.index].positions[row]))
+    if r is None:
+        return None
+    return [int(e) for e in src.topk[0, r].tolist() if e >= 0]
+
+
+def layer_facts(trace, query: int, colour_positions: list[int], sentence_positions: list[int]) -> list[LayerFact]:
+    """Per compressed layer: the fact's entries and what the query at `query` did with them (pure; reads the trace).
+
+    The candidate pool is the candidate-source layer's recorded pool at that row; it restricts the layers marked
+    `uses_candidates` (and is built by the candidate source itself, whose own selection is not restricted)."""
+    cand = next((r for r in trace.layers if r.spec.candidate_source and r.candidates is not None), None)
+    pool_row = None
+    if cand is not None:
+        cr = cand.row(query)
+        pool_row = None if cr is None else cand.candidates[0, cr]
+    out = []
+    for rec in trace.layers:
+        spec, sh = rec.spec, rec.shares
+        ratio = spec.compress_ratio
+        if ratio <= 0 or sh is None:
+            continue
+        row = rec.row(query)
+        if row is None:
+            continue
+        fact = entry_ids(colour_positions, ratio)
+        sent = entry_ids(sentence_positions, ratio)
+        ids = [int(e) for e in sh.entry_ids[0, row].tolist()]
+        shares = sh.entries[0, row]                          # [H, k]
+        heads = shares.shape[0]
+        fset, sset = set(fact), set(sent)
+        head_shares = [sum(float(shares[h, i]) for i, e in enumerate(ids) if e in fset) for h in range(heads)]
+        sent_shares = [sum(float(shares[h, i]) for i, e in enumerate(ids) if e in sset) for h in range(heads)]
+        win = sh.window[0, row]                              # [H, W]; slot j holds position query-(W-1)+j
+        w = win.shape[-1]
+        slots = [p - (query - (w - 1)) for p in colour_positions if 0 <= p - (query - (w - 1)) < w and p <= query]
+        window_shares = [sum(float(win[h, j]) for j in slots) for h in range(heads)]
+        selected = _selection(trace, spec, row)
+        pool = pool_size = None
+        if pool_row is not None and (spec.uses_candidates or spec.candidate_source) and ratio == cand.spec.compress_ratio:
+            members = pool_row.nonzero().flatten().tolist()
+            pool_size = len(members)
+            pool = [e for e in fact if e < len(pool_row) and bool(pool_row[e])]
+        rank = ranked = None
+        src = trace.layers[spec.index_source] if spec.index_source is not None else None
+        if src is not None and src.index_scores is not None:
+            srow = src.row(query)
+            if srow is not None:
+                sc = src.index_scores[0, srow]
+                finite = torch.isfinite(sc)
+                ranked = int(finite.sum())
+                in_range = [e for e in fact if e < len(sc) and bool(finite[e])]
+                if in_range:
+                    best = max(float(sc[e]) for e in in_range)
+                    rank = 1 + int((sc[finite] > best).sum())
+        out.append(LayerFact(layer=spec.index, role=spec.role, stack=spec.stack, ratio=ratio, fact_entries=fact,
+                             sentence_entries=sent, visible=visible_entries(query, ratio), head_shares=head_shares,
+                             sentence_shares=sent_shares, window_shares=window_shares,
+                             read=[e for e in fact if e in set(ids)],
+                             selected=None if selected is None else [e for e in fact if e in set(selected)],
+                             k=0 if selected is None else len(selected), pool=pool, pool_size=pool_size, rank=rank,
+                             ranked=ranked,
+                             entry_shares={e: float(shares[:, i].mean()) for i, e in enumerate(ids) if e >= 0}))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The answer, with and without the global branch
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Answer:
+    label: str                     # "everything on" | "global branch off"
+    token: str                     # the top predicted token's text
+    token_id: int
+    p_top: float
+    p_right: float | None          # probability of the right answer token (None: unknown)
+    top_colour: str | None         # the most probable colour word
+    right: bool | None
+
+
+def colour_ids(tokenizer) -> dict[str, int]:
+    """Colour word -> token id of ' colour', for the colours that are one token."""
+    out = {}
+    for c in COLOURS:
+        ids = tokenizer.encode(" " + c, add_special_tokens=False).ids
+        if len(ids) == 1:
+            out[c] = ids[0]
+    return out
+
+
+def read_answer(logits: torch.Tensor, answer_id: int | None, decode, colours: dict[str, int], label: str) -> Answer:
+    """The prediction of one row of logits [V]: top token, p(right answer), the most probable colour."""
+    p = torch.softmax(logits.float(), -1)
+    top = int(p.argmax())
+    top_colour = max(colours, key=lambda c: float(p[colours[c]])) if colours else None
+    return Answer(label=label, token=decode([top]), token_id=top, p_top=float(p[top]),
+                  p_right=None if answer_id is None else float(p[answer_id]), top_colour=top_colour,
+                  right=None if answer_id is None else top == answer_id)
+
+
+@dataclass
+class FarFact:
+    story: FactStory
+    tokens: FactTokens
+    window: int
+    layers: list[LayerFact]
+    answers: list[Answer]          # [everything on, global branch off]
+    token_texts: list[str]         # decoded text of every input token
+    derivation: list[str] = field(default_factory=list)
+
+    @property
+    def past_window(self) -> int:
+        return self.tokens.distance - self.window
+
+    @property
+    def far(self) -> bool:
+        """The fact's colour lies outside the answer token's window (only the global branch can reach it)."""
+        return self.tokens.colour_positions[-1] < self.tokens.query - (self.window - 1)
+
+
+@torch.no_grad()
+def analyse(model, story: FactStory, tokens: FactTokens) -> FarFact:
+    """Trace the story (exact prefill, one forward), read every compressed layer at the answer-predicting row,
+    and run it again with the global branch switched off."""
+    ids = torch.tensor([tokens.ids], device=model.device)
+    tr = model.trace(ids, lens=False)
+    q = tokens.query
+    layers = layer_facts(tr, q, tokens.colour_positions, tokens.sentence_positions)
+    colours = colour_ids(model.tokenizer)
+    full = tr.logits[0, -1] if tr.logits is not None and tr.logits.shape[1] == len(tokens.ids) else \
+        model(ids).logits[0, -1]
+    off = model(ids, ablation=Ablation(window_only=True)).logits[0, -1].cpu()
+    answers = [read_answer(full.cpu(), tokens.answer_id, model.decode, colours, "everything on"),
+               read_answer(off, tokens.answer_id, model.decode, colours, "global branch off")]
+    texts = [model.decode([i]) for i in tokens.ids]
+    w = model.cfg.sliding_window
+    derivation = [
+        f"Input: <|eos|> then the story's {q} tokens, cut right before the answer (as bench/quality.py scores it); "
+        f"the answer is predicted from the last position, {q}.",
+        f"The fact's colour is at position(s) {', '.join(map(str, tokens.colour_positions))}: "
+        f"{tokens.distance} tokens before the answer; the window of the query covers positions {max(0, q - w + 1)}-{q}.",
+        "A compressed entry e at ratio r packs tokens [e·r, (e+1)·r); the fact's entries are those packing a fact "
+        "token: position p is in entry p // r.",
+        "Attention on the fact: the recorded shares of the answer-predicting row on the fact's entries (summed over "
+        "the entries this layer read; each head's shares add up to 1, the layer figure is the mean over heads).",
+        "Pool: the candidate source layer's recorded pool at that row; top-k: the selection the layer reads (its own "
+        "if it selects, else its index source's); rank: the fact entry's place in the index scores (1 = highest).",
+        "Global branch off: the same input with Ablation(window_only=True): every layer ignores its compressed "
+        "entries and reads only its window and the sink.",
+    ]
+    return FarFact(story=story, tokens=tokens, window=w, layers=layers, answers=answers, token_texts=texts,
+                   derivation=derivation)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sentences and table rows (plain text; the page shows them as they are)
+# --------------------------------------------------------------------------------------------------
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%" if x >= 0.001 or x == 0 else f"{100 * x:.2f}%"
+
+
+def _holds(part: list[int], whole: list[int]) -> str:
+    """'contains the fact entry E5' / 'does not contain ...' / 'contains 1 of the 2 fact entries (E4, E5)'."""
+    names = ", ".join(f"E{e}" for e in whole)
+    if len(whole) == 1:
+        return f"{'contains' if part else 'does not contain'} the fact entry {names}"
+    return f"contains {len(part)} of the {len(whole)} fact entries ({names})"
+
+
+def summary(ff: FarFact, num=lambda i: i) -> list[str]:
+    """Plain sentences on what the answer token did with the fact; `num` maps a 0-based layer to the reader's."""
+    t = ff.tokens
+    colour = "".join(ff.token_texts[p] for p in t.colour_positions).strip()
+    out = []
+    if ff.far:
+        out.append(f"The fact's colour '{colour}' is {t.distance} tokens before the answer: {ff.past_window} past the "
+                   f"{ff.window}-token window, so only the compressed entries can bring it back.")
+    else:
+        out.append(f"The fact's marked text ends inside the answer token's {ff.window}-token window ({t.distance} "
+                   "tokens back), so the window itself can read it; the compressed entries are a second road.")
+    if not ff.layers:
+        out.append("This model has no compressed layers: nothing reaches past the window.")
+    else:
+        best = max(ff.layers, key=lambda lf: lf.best_head[1])
+        h, s = best.best_head
+        mean = sum(lf.share for lf in ff.layers) / len(ff.layers)
+        if s > 0:
+            out.append(f"Attention to the fact's entries: at most {_pct(s)} of one head's weight (layer "
+                       f"{num(best.layer)}, head {h}); {_pct(mean)} on average over the heads of the {len(ff.layers)} "
+                       "compressed layers.")
+        else:
+            out.append(f"Attention to the fact's entries: none. None of the {len(ff.layers)} compressed layers read a "
+                       "fact entry at the answer token.")
+        pooled = [lf for lf in ff.layers if lf.pool is not None]
+        if pooled:
+            p = pooled[0]
+            out.append(f"The candidate pool (layer {num(p.layer)}'s scan keeps "
+                       f"{p.pool_size} of {p.visible} visible ratio-{p.ratio} entries) {_holds(p.pool, p.fact_entries)}.")
+        sel = [lf for lf in ff.layers if lf.selected is not None]
+        hit = [lf for lf in sel if lf.selected]
+        if sel:
+            out.append(f"The top-k selection contains a fact entry in {len(hit)} of the {len(sel)} compressed layers"
+                       + (": layers " + ", ".join(str(num(lf.layer)) for lf in hit) if hit else "") + ".")
+    on, off = ff.answers
+    ans = ff.story.answer
+    if ans is not None and on.p_right is not None:
+        out.append(f"Answer with everything on: '{on.token.strip()}' (the right colour '{ans}' gets {_pct(on.p_right)}; "
+                   f"chance among {len(COLOURS)} colours is {_pct(CHANCE)}).")
+        same = "same" if off.token_id == on.token_id else "different"
+        out.append(f"Answer with the global branch switched off: '{off.token.strip()}' ({same}; '{ans}' gets "
+                   f"{_pct(off.p_right)}).")
+    else:
+        out.append(f"Answer with everything on: '{on.token.strip()}' ({_pct(on.p_top)}); with the global branch "
+                   f"switched off: '{off.token.strip()}' ({_pct(off.p_top)}).")
+    return out
+
+
+def table_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
+    """One row per compressed layer (plain values for a dataframe)."""
+    rows = []
+    for lf in ff.layers:
+        h, s = lf.best_head
+        rows.append({
+            "layer": num(lf.layer), "role": lf.role, "ratio": lf.ratio,
+            "fact entries": ", ".join(f"E{e}" for e in lf.fact_entries),
+            "share on fact entries (mean over heads)": lf.share,
+            "best head": h, "best head's share": s,
+            "share on the fact sentence's entries": sum(lf.sentence_shares) / max(1, len(lf.sentence_shares)),
+            "share through the window": sum(lf.window_shares) / max(1, len(lf.window_shares)),
+            "read by attention": f"{len(lf.read)}/{len(lf.fact_entries)}",
+            "in top-k": "n/a" if lf.selected is None else f"{len(lf.selected)}/{len(lf.fact_entries)} (k={lf.k})",
+            "in candidate pool": "no pool" if lf.pool is None else f"{len(lf.pool)}/{len(lf.fact_entries)}",
+            "index rank": "n/a" if lf.rank is None else f"{lf.rank} of {lf.ranked}",
+            "visible entries": lf.visible,
+        })
+    return rows
+
+
+def head_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
+    """Per layer and head: the share on the fact's entries (the Attention shares view)."""
+    return [{"layer": num(lf.layer), "role": lf.role, "head": h, "share on fact entries": s,
+             "share on the fact sentence's entries": lf.sentence_shares[h]}
+            for lf in ff.layers for h, s in enumerate(lf.head_shares)]
+
+
+def marked_text(ff: FarFact, ratio: int | None = None, context: int = 60) -> str:
+    """The story around the fact, the tokens packed in the fact's entries (at `ratio`, default the largest)
+    between ⟦ ⟧ and the start of the answer token's window marked ‖. Plain text."""
+    ratios = [lf.ratio for lf in ff.layers]
+    r = ratio or (max(ratios) if ratios else 1)
+    t = ff.tokens
+    packed = {p for e in entry_ids(t.colour_positions, r) for p in range(e * r, (e + 1) * r) if p <= t.query}
+    wstart = max(0, t.query - ff.window + 1)
+    lo = max(1, min(packed) - context // 4) if packed else 1
+    pieces = []
+    for p in range(lo, t.query + 1):
+        if p == wstart:
+            pieces.append(" ‖")
+        if p in packed and p - 1 not in packed:
+            pieces.append("⟦")
+        pieces.append(ff.token_texts[p])
+        if p in packed and p + 1 not in packed:
+            pieces.append("⟧")
+    body = "".join(pieces)
+    # shorten the middle (between the fact and the window) to keep the excerpt readable
+    if len(body) > 3 * context and "⟧" in body and "‖" in body:
+        a, b = body.index("⟧") + 1 + context, body.index(" ‖") - context
+        if b > a:
+            body = body[:a] + " … " + body[b:]
+    return ("…" if lo > 1 else "") + body

@@ -1,0 +1,155 @@
+"""The far-fact panel, shared by the Prompt inspector, Attention shares, Indexer pools and Ablation lab pages.
+
+One call per page: `far_fact_panel(sess, "insp", focus="inspector")`. Numbers from lessons/far_fact.py; the
+figure is `far_fact_figure` (no Streamlit). The reader's story and every token text are shown only through
+st.text_area, st.code, st.text, dataframes and escaped Plotly labels; messages never quote the reader's text.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from lessons.far_fact import (FAR_RULE, INTRO, MAX_FACT_CHARS, MAX_STORY_CHARS, OWN_HELP, analyse, far_sample,
+                              head_rows, marked_text, own_story, summary, table_rows)
+from ui.common import cached_with_progress
+from ui.figures_run import label
+
+SOURCES = ("The far-fact sample (held-out story)", "Your own story")
+EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
+                 "about the weather for a long time. Where is the coin? The coin is in the")
+EXAMPLE_FACT = "Tom put the coin in the red bag."
+FOCUS_TABLE = {
+    "inspector": ("layer", "role", "ratio", "fact entries", "share on fact entries (mean over heads)", "best head",
+                  "best head's share", "in top-k", "in candidate pool", "index rank"),
+    "shares": None,   # per-head table
+    "pools": ("layer", "role", "ratio", "fact entries", "visible entries", "in candidate pool", "in top-k",
+              "index rank", "read by attention", "share on fact entries (mean over heads)"),
+    "ablation": ("layer", "role", "ratio", "fact entries", "share on fact entries (mean over heads)", "in top-k",
+                 "in candidate pool"),
+}
+
+
+def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's attention went") -> go.Figure:
+    """Layers (rows) x token positions (columns): the share (mean over heads) the answer-predicting token gave the
+    compressed entry packing each position, 0 where it read nothing. The fact's tokens and the window are shaded."""
+    t = ff.tokens
+    x = list(range(t.query + 1))
+    z, ylab, hover = [], [], []
+    for lf in ff.layers:
+        row = [0.0] * len(x)
+        ylab.append(f"layer {num(lf.layer)} {lf.role} r{lf.ratio}")
+        hover.append([f"{p}: {label(ff.token_texts[p], 16)} (E{p // lf.ratio})" for p in x])
+        for e, s in lf.entry_shares.items():
+            for p in range(e * lf.ratio, min((e + 1) * lf.ratio, len(x))):
+                row[p] = s
+        z.append(row)
+    fig = go.Figure()
+    if z:
+        fig.add_heatmap(z=z, x=x, y=ylab, customdata=hover, colorscale="Oranges", zmin=0,
+                        colorbar=dict(title="share", tickformat=".0%"),
+                        hovertemplate="%{y}<br>token %{customdata}<br>share %{z:.2%}<extra></extra>")
+    w0 = max(0, t.query - ff.window + 1)
+    fig.add_vrect(x0=w0 - 0.5, x1=t.query + 0.5, fillcolor="#1f77b4", opacity=0.12, line_width=0,
+                  annotation_text="window", annotation_position="top left")
+    s0, s1 = t.sentence_positions[0], t.sentence_positions[-1]
+    fig.add_vrect(x0=s0 - 0.5, x1=s1 + 0.5, fillcolor="#ffd700", opacity=0.18, line_width=0)
+    c0, c1 = t.colour_positions[0], t.colour_positions[-1]
+    fig.add_vrect(x0=c0 - 0.5, x1=c1 + 0.5, fillcolor="#d62728", opacity=0.35, line_width=1, line_color="#d62728",
+                  annotation_text="fact", annotation_position="top right")
+    fig.update_xaxes(title="token position (the fact in red, its sentence in yellow, the window in blue)",
+                     range=[-1, t.query + 1])
+    fig.update_layout(title=title, height=120 + 28 * max(1, len(z)), margin=dict(l=10, r=10, t=50, b=40))
+    return fig
+
+
+def _sample(sess, model):
+    return cached_with_progress("far_fact_sample", (sess.label, model.cfg.sliding_window),
+                                lambda progress: far_sample(model.tokenizer, model.cfg.sliding_window),
+                                "Choosing the far-fact sample ...")
+
+
+def _own(key: str, model):
+    st.caption(OWN_HELP)
+    if f"{key}_ff_story" not in st.session_state:
+        st.session_state[f"{key}_ff_story"] = EXAMPLE_STORY
+        st.session_state[f"{key}_ff_fact"] = EXAMPLE_FACT
+    text = st.text_area("Your story (ending right before the answer)", key=f"{key}_ff_story", height=110,
+                        max_chars=MAX_STORY_CHARS + 1)
+    c1, c2 = st.columns([3, 1])
+    fact = c1.text_input("The fact (a word or a sentence copied from the story)", key=f"{key}_ff_fact",
+                         max_chars=MAX_FACT_CHARS + 1)
+    answer = c2.text_input("Right answer (optional)", key=f"{key}_ff_answer", max_chars=101,
+                           help="Defaults to the colour word in the fact, when it has exactly one.")
+    story, tokens, problem = own_story(text, fact, answer, model.tokenizer)
+    if problem:
+        st.warning(problem)
+        return None, None
+    return story, tokens
+
+
+def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
+    """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
+    answer-predicting token did with the fact's compressed entries. Never stops the page."""
+    model = sess.model
+    st.subheader("Far fact: does the answer reach back?")
+    if model is None or getattr(model, "tokenizer", None) is None:
+        st.info("The far-fact view needs a loaded model with a tokenizer.")
+        return
+    with st.expander("What this shows", expanded=False):
+        st.write(INTRO)
+        st.caption(FAR_RULE)
+    src = st.radio("Story", SOURCES, horizontal=True, key=f"{key}_ff_src", label_visibility="collapsed")
+    try:
+        if src == SOURCES[0]:
+            sample = _sample(sess, model)
+            story, tokens = sample.story, sample.tokens
+            st.caption(f"Held-out far story, seed {story.seed}: the median distance ({tokens.distance} tokens) among "
+                       f"{sample.candidates} far stories ({sample.distances[0]}-{sample.distances[-1]} tokens).")
+        else:
+            story, tokens = _own(key, model)
+            if story is None:
+                return
+        ff = cached_with_progress("far_fact", (sess.label, tuple(tokens.ids), tuple(tokens.colour_positions),
+                                               tuple(tokens.sentence_positions), tokens.answer_id),
+                                  lambda progress: analyse(model, story, tokens),
+                                  "Tracing the story and running it with the global branch off ...", max_entries=8)
+    except Exception as e:  # a model-side problem becomes a message; the rest of the page still works
+        st.error("The far-fact view could not run: " + type(e).__name__)
+        st.text(str(e)[:300])
+        return
+    lines = summary(ff, sess.num)
+    off = ff.answers[1]
+    m = st.columns(4)
+    best = max(ff.layers, key=lambda lf: lf.best_head[1]) if ff.layers else None
+    m[0].metric("Attention on the fact's entries", "n/a" if best is None else f"{best.best_head[1]:.1%}",
+                help="The largest share one head of one compressed layer gave the fact's entries.")
+    pooled = [lf for lf in ff.layers if lf.pool is not None]
+    m[1].metric("Candidate pool holds", "no pool" if not pooled else
+                f"{len(pooled[0].pool)} of {len(pooled[0].fact_entries)}")
+    sel = [lf for lf in ff.layers if lf.selected is not None]
+    m[2].metric("Top-k holds a fact entry in", f"{sum(bool(lf.selected) for lf in sel)} of {len(sel)} layers")
+    m[3].metric("Answer, global branch off", off.token.strip() or repr(off.token),
+                help="The top token with every layer reading only its window and the sink.")
+    st.text("\n".join(lines))
+    st.plotly_chart(far_fact_figure(ff, sess.num), width="stretch", key=f"{key}_ff_fig",
+                    config={"displayModeBar": False})
+    st.code(marked_text(ff), language=None, wrap_lines=True)
+    st.caption("Above: the story around the fact. Between ⟦ ⟧ the tokens packed in the fact's entries of the "
+               "coarsest compressed layers; ‖ marks where the answer token's window begins.")
+    cols = FOCUS_TABLE.get(focus)
+    if cols is None:
+        st.dataframe(pd.DataFrame(head_rows(ff, sess.num)), hide_index=True, key=f"{key}_ff_heads",
+                     column_config={c: st.column_config.NumberColumn(c, format="percent")
+                                    for c in ("share on fact entries", "share on the fact sentence's entries")})
+    else:
+        df = pd.DataFrame(table_rows(ff, sess.num))
+        st.dataframe(df[[c for c in cols if c in df.columns]] if len(df) else df, hide_index=True,
+                     key=f"{key}_ff_table")
+    if focus == "ablation":
+        st.dataframe(pd.DataFrame([{"configuration": a.label, "answer": a.token, "p(answer)": a.p_top,
+                                    "p(right colour)": a.p_right, "most likely colour": a.top_colour}
+                                   for a in ff.answers]), hide_index=True, key=f"{key}_ff_answers")
+    with st.expander("How these numbers are derived", expanded=False):
+        st.text("\n".join(ff.derivation))
