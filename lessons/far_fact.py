@@ -504,17 +504,23 @@ def table_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
             "read by attention": f"{len(lf.read)}/{len(lf.fact_entries)}",
             "in top-k": "n/a" if lf.selected is None else f"{len(lf.selected)}/{len(lf.fact_entries)} (k={lf.k})",
             "in candidate pool": "no pool" if lf.pool is None else f"{len(lf.pool)}/{len(lf.fact_entries)}",
-            "index rank": "n/a" if lf.rank is None else f"{lf.rank} of {lf.ranked}",
+            "index rank": (f"{lf.rank} of {lf.ranked}" if lf.rank is not None else
+                           "n/a" if lf.ranked is None else "unscored (outside the pool)"),
             "visible entries": lf.visible,
         })
     return rows
 
 
 def head_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
-    """Per layer and head: the share on the fact's entries (the Attention shares view)."""
-    return [{"layer": num(lf.layer), "role": lf.role, "head": h, "share on fact entries": s,
-             "share on the fact sentence's entries": lf.sentence_shares[h]}
-            for lf in ff.layers for h, s in enumerate(lf.head_shares)]
+    """Per layer, each head's share on the fact's entries in percent (the Attention shares view)."""
+    rows = []
+    for lf in ff.layers:
+        row = {"layer": num(lf.layer), "role": lf.role, "fact entries": ", ".join(f"E{e}" for e in lf.fact_entries)}
+        row.update({f"head {h} (%)": 100 * s for h, s in enumerate(lf.head_shares)})
+        row["mean (%)"] = 100 * lf.share
+        row["fact sentence's entries, mean (%)"] = 100 * sum(lf.sentence_shares) / max(1, len(lf.sentence_shares))
+        rows.append(row)
+    return rows
 
 
 def marked_text(ff: FarFact, ratio: int | None = None, context: int = 60) -> str:

@@ -33,12 +33,13 @@ FOCUS_TABLE = {
 
 def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's attention went") -> go.Figure:
     """Layers (rows) x token positions (columns): the share (mean over heads) the answer-predicting token gave the
-    compressed entry packing each position, 0 where it read nothing. The fact's tokens and the window are shaded."""
+    compressed entry packing each position (blank where it read nothing). The fact's tokens, its sentence and the
+    window are shaded; a marker on each row at the fact says whether that layer's top-k holds a fact entry."""
     t = ff.tokens
     x = list(range(t.query + 1))
     z, ylab, hover = [], [], []
     for lf in ff.layers:
-        row = [0.0] * len(x)
+        row = [None] * len(x)
         ylab.append(f"layer {num(lf.layer)} {lf.role} r{lf.ratio}")
         hover.append([f"{p}: {label(ff.token_texts[p], 16)} (E{p // lf.ratio})" for p in x])
         for e, s in lf.entry_shares.items():
@@ -47,20 +48,31 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
         z.append(row)
     fig = go.Figure()
     if z:
-        fig.add_heatmap(z=z, x=x, y=ylab, customdata=hover, colorscale="Oranges", zmin=0,
+        fig.add_heatmap(z=z, x=x, y=ylab, customdata=hover, colorscale="Oranges", zmin=0, hoverongaps=False,
                         colorbar=dict(title="share", tickformat=".0%"),
                         hovertemplate="%{y}<br>token %{customdata}<br>share %{z:.2%}<extra></extra>")
+        picked = [bool(lf.selected) for lf in ff.layers]
+        notes = [f"fact entries {', '.join(f'E{e}' for e in lf.fact_entries)}: "
+                 + ("in the top-k" if lf.selected else "not in the top-k")
+                 + ("" if lf.pool is None else (", in the pool" if lf.pool else ", not in the pool"))
+                 + f"; share {lf.share:.2%}" for lf in ff.layers]
+        fig.add_scatter(x=[t.colour_positions[0]] * len(ylab), y=ylab, mode="markers", name="fact entry",
+                        marker=dict(symbol=["circle" if p else "x" for p in picked], size=11,
+                                    color=["#2ca02c" if p else "#d62728" for p in picked],
+                                    line=dict(width=1, color="#333")),
+                        customdata=notes, hovertemplate="%{y}<br>%{customdata}<extra></extra>", showlegend=False)
     w0 = max(0, t.query - ff.window + 1)
-    fig.add_vrect(x0=w0 - 0.5, x1=t.query + 0.5, fillcolor="#1f77b4", opacity=0.12, line_width=0,
+    fig.add_vrect(x0=w0 - 0.5, x1=t.query + 0.5, fillcolor="#1f77b4", opacity=0.15, line_width=0, layer="below",
                   annotation_text="window", annotation_position="top left")
     s0, s1 = t.sentence_positions[0], t.sentence_positions[-1]
-    fig.add_vrect(x0=s0 - 0.5, x1=s1 + 0.5, fillcolor="#ffd700", opacity=0.18, line_width=0)
+    fig.add_vrect(x0=s0 - 0.5, x1=s1 + 0.5, fillcolor="#ffd700", opacity=0.35, line_width=0, layer="below")
     c0, c1 = t.colour_positions[0], t.colour_positions[-1]
-    fig.add_vrect(x0=c0 - 0.5, x1=c1 + 0.5, fillcolor="#d62728", opacity=0.35, line_width=1, line_color="#d62728",
-                  annotation_text="fact", annotation_position="top right")
-    fig.update_xaxes(title="token position (the fact in red, its sentence in yellow, the window in blue)",
-                     range=[-1, t.query + 1])
-    fig.update_layout(title=title, height=120 + 28 * max(1, len(z)), margin=dict(l=10, r=10, t=50, b=40))
+    fig.add_vrect(x0=c0 - 0.5, x1=c1 + 0.5, fillcolor="#d62728", opacity=0.5, line_width=2, line_color="#d62728",
+                  layer="below", annotation_text="fact", annotation_position="top right")
+    fig.update_xaxes(title="token position (fact red, its sentence yellow, the window blue; marker: top-k holds a "
+                           "fact entry (green) or not (red x))", range=[-1, t.query + 1])
+    fig.update_layout(title=title, height=140 + 28 * max(1, len(z)), margin=dict(l=10, r=10, t=50, b=40),
+                      plot_bgcolor="white")
     return fig
 
 
@@ -123,14 +135,15 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     off = ff.answers[1]
     m = st.columns(4)
     best = max(ff.layers, key=lambda lf: lf.best_head[1]) if ff.layers else None
-    m[0].metric("Attention on the fact's entries", "n/a" if best is None else f"{best.best_head[1]:.1%}",
+    m[0].metric("Attention to the fact", "n/a" if best is None else f"{best.best_head[1]:.1%}",
                 help="The largest share one head of one compressed layer gave the fact's entries.")
     pooled = [lf for lf in ff.layers if lf.pool is not None]
-    m[1].metric("Candidate pool holds", "no pool" if not pooled else
+    m[1].metric("Fact entries in the pool", "no pool" if not pooled else
                 f"{len(pooled[0].pool)} of {len(pooled[0].fact_entries)}")
     sel = [lf for lf in ff.layers if lf.selected is not None]
-    m[2].metric("Top-k holds a fact entry in", f"{sum(bool(lf.selected) for lf in sel)} of {len(sel)} layers")
-    m[3].metric("Answer, global branch off", off.token.strip() or repr(off.token),
+    m[2].metric("Layers whose top-k has it", f"{sum(bool(lf.selected) for lf in sel)} of {len(sel)}",
+                help="Compressed layers whose top-k selection holds a fact entry.")
+    m[3].metric("Answer, global off", off.token.strip() or repr(off.token),
                 help="The top token with every layer reading only its window and the sink.")
     st.text("\n".join(lines))
     st.plotly_chart(far_fact_figure(ff, sess.num), width="stretch", key=f"{key}_ff_fig",
@@ -140,13 +153,19 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
                "coarsest compressed layers; ‖ marks where the answer token's window begins.")
     cols = FOCUS_TABLE.get(focus)
     if cols is None:
-        st.dataframe(pd.DataFrame(head_rows(ff, sess.num)), hide_index=True, key=f"{key}_ff_heads",
-                     column_config={c: st.column_config.NumberColumn(c, format="percent")
-                                    for c in ("share on fact entries", "share on the fact sentence's entries")})
+        df = pd.DataFrame(head_rows(ff, sess.num))
+        st.dataframe(df, hide_index=True, key=f"{key}_ff_heads",
+                     column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in df.columns
+                                    if str(c).endswith("(%)")})
     else:
         df = pd.DataFrame(table_rows(ff, sess.num))
+        share_cols = [c for c in df.columns if "share" in str(c)]
+        df[share_cols] = df[share_cols] * 100
+        df = df.rename(columns={c: f"{c} (%)" for c in share_cols})
+        cols = [c if c in df.columns else f"{c} (%)" for c in cols]
         st.dataframe(df[[c for c in cols if c in df.columns]] if len(df) else df, hide_index=True,
-                     key=f"{key}_ff_table")
+                     key=f"{key}_ff_table", column_config={c: st.column_config.NumberColumn(c, format="%.2f")
+                                                           for c in df.columns if str(c).endswith("(%)")})
     if focus == "ablation":
         st.dataframe(pd.DataFrame([{"configuration": a.label, "answer": a.token, "p(answer)": a.p_top,
                                     "p(right colour)": a.p_right, "most likely colour": a.top_colour}

@@ -1,0 +1,68 @@
+"""AppTest: the far-fact panel (ui/far_fact.py) on the four pages that show it, and a reader's own story with a
+mistyped fact. Random tiny weights: the panel's numbers are whatever the weights do, so only its presence, its
+computed sentences and its messages are checked."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PAGES = {"inspector": "insp", "attention_shares": "sh", "indexer_pools": "pool", "ablation": "abl"}
+HEADER = "Far fact: does the answer reach back?"
+
+
+def app(page: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
+    at.query_params["weights"] = "random"
+    return at.run()
+
+
+def ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def panel_text(at: AppTest) -> str:
+    return "\n".join(t.value for t in at.text)
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_far_fact_panel_on_every_page(page):
+    at = app(page)
+    ok(at)
+    assert HEADER in [s.value for s in at.subheader]
+    labels = {m.label: m.value for m in at.metric}
+    for name in ("Attention to the fact", "Fact entries in the pool", "Layers whose top-k has it", "Answer, global off"):
+        assert name in labels, (page, list(labels))
+    text = panel_text(at)
+    assert "tokens before the answer" in text and "past the 32-token window" in text
+    assert "with the global branch switched off" in text
+    assert any("⟦" in c.value and "‖" in c.value for c in at.code)
+    key = PAGES[page]
+    assert f"{key}_ff_fig" in [c.key for c in at.get("plotly_chart")]
+    assert any(any(str(c).startswith(("share on fact entries", "mean (%)")) for c in d.value.columns)
+               for d in at.dataframe)
+
+
+def test_own_story_with_a_mistyped_fact_gets_a_plain_message():
+    at = app("attention_shares")
+    ok(at)
+    at.radio(key="sh_ff_src").set_value("Your own story").run()
+    ok(at)
+    # the example story and fact are valid: the panel shows the fact's entries
+    assert any("⟦" in c.value for c in at.code)
+    assert "1 of the 2" in panel_text(at) or "fact entr" in panel_text(at)
+    at.text_input(key="sh_ff_fact").set_value("Tom put the coin in the rde bag. **x** <b>").run()
+    ok(at)
+    msgs = [w.value for w in at.warning]
+    assert any("The fact was not found in your story" in m for m in msgs), msgs
+    assert not any("rde" in m or "**" in m or "<b>" in m for m in msgs)      # the reader's text is never rendered
+    assert HEADER in [s.value for s in at.subheader]                            # the rest of the page goes on
+    assert "A Reuse layer beside the layer it copies from" in [s.value for s in at.subheader]
+    at.text_input(key="sh_ff_fact").set_value("").run()
+    assert any("Name the fact" in w.value for w in at.warning)
+    at.text_area(key="sh_ff_story").set_value("   ").run()
+    assert any("Your story is empty" in w.value for w in at.warning)
