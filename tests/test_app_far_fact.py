@@ -4,6 +4,8 @@ computed sentences and its messages are checked."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -66,3 +68,28 @@ def test_own_story_with_a_mistyped_fact_gets_a_plain_message():
     assert any("Name the fact" in w.value for w in at.warning)
     at.text_area(key="sh_ff_story").set_value("   ").run()
     assert any("Your story is empty" in w.value for w in at.warning)
+
+
+def test_own_story_from_a_link_and_markdown_in_its_parameters():
+    at = AppTest.from_file(str(ROOT / "pages" / "indexer_pools.py"), default_timeout=300)
+    at.query_params.update({"weights": "random", "ff": "own", "ffstory": STORY, "fffact": "the red bag"})
+    at.run()
+    ok(at)
+    assert at.radio(key="pool_ff_src").value == "Your own story"
+    assert at.text_area(key="pool_ff_story").value == STORY and at.text_input(key="pool_ff_fact").value == "the red bag"
+    assert any("⟦" in c.value for c in at.code)
+    assert "'red' gets" in panel_text(at)                    # the answer defaults to the fact's colour
+    evil = "[x](https://example.com) <b>bold</b> :red[red] $x^2$ " + "A" * 3000
+    for params in ({"ff": evil}, {"ff": "own", "ffstory": evil, "fffact": evil}, {"ff": "own", "fffact": "zzz"}):
+        at = AppTest.from_file(str(ROOT / "pages" / "attention_shares.py"), default_timeout=300)
+        at.query_params.update({"weights": "random", **params})
+        at.run()
+        ok(at)
+        shown = [x.value for k in ("warning", "error", "info", "caption", "markdown") for x in getattr(at, k)]
+        for t in [t for t in shown if "example" in t or "bold" in t]:   # markup from the URL is escaped, if shown
+            for pat in (r"(?<!\\)\]\(", r"(?<!\\)<b>", r"(?<!\\):red\[", r"(?<!\\)\$x", r"(?<!\\)https?:/"):
+                assert not re.search(pat, t), (pat, t[:300])
+        assert HEADER in [s.value for s in at.subheader]
+
+
+STORY = "Tom put the coin in the red bag. Anna walked to the park. Where is the coin? The coin is in the"

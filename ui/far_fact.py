@@ -11,10 +11,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from lessons.far_fact import (FAR_RULE, INTRO, MAX_FACT_CHARS, MAX_STORY_CHARS, OWN_HELP, analyse, far_sample,
-                              head_rows, marked_text, own_story, summary, table_rows)
+from lessons.far_fact import (FAR_RULE, INTRO, OWN_HELP, analyse, far_sample, head_rows, marked_text, own_story,
+                              summary, table_rows)
 from ui.common import cached_with_progress
 from ui.figures_run import label
+from ui.limits import URL_PROMPT_CHARS
+from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
@@ -83,17 +85,22 @@ def _sample(sess, model):
 
 
 def _own(key: str, model):
+    """The reader's story, fact and answer: seeded from the URL on arrival (`ffstory`, `fffact`, `ffanswer`), kept
+    for the session, written back to the URL (a story longer than a link keeps is left out)."""
     st.caption(OWN_HELP)
-    if f"{key}_ff_story" not in st.session_state:
-        st.session_state[f"{key}_ff_story"] = EXAMPLE_STORY
-        st.session_state[f"{key}_ff_fact"] = EXAMPLE_FACT
+    fields = (("story", "ffstory", EXAMPLE_STORY), ("fact", "fffact", EXAMPLE_FACT), ("answer", "ffanswer", ""))
+    for name, param, default in fields:
+        seed(f"{key}_ff_{name}", qp_get(param) if arrived() else None, default)
     text = st.text_area("Your story (ending right before the answer)", key=f"{key}_ff_story", height=110,
-                        max_chars=MAX_STORY_CHARS + 1)
+                        persist_state=KEEP)
     c1, c2 = st.columns([3, 1])
     fact = c1.text_input("The fact (a word or a sentence copied from the story)", key=f"{key}_ff_fact",
-                         max_chars=MAX_FACT_CHARS + 1)
-    answer = c2.text_input("Right answer (optional)", key=f"{key}_ff_answer", max_chars=101,
+                         persist_state=KEEP)
+    answer = c2.text_input("Right answer (optional)", key=f"{key}_ff_answer", persist_state=KEEP,
                            help="Defaults to the colour word in the fact, when it has exactly one.")
+    values = {"ffstory": text, "fffact": fact, "ffanswer": answer}
+    qp_set(**{k: None if v == d or len(v or "") > URL_PROMPT_CHARS else v
+              for (_, _, d), (k, v) in zip(fields, values.items())})
     story, tokens, problem = own_story(text, fact, answer, model.tokenizer)
     if problem:
         st.warning(problem)
@@ -112,9 +119,16 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     with st.expander("What this shows", expanded=False):
         st.write(INTRO)
         st.caption(FAR_RULE)
-    src = st.radio("Story", SOURCES, horizontal=True, key=f"{key}_ff_src", label_visibility="collapsed")
+    seed(f"{key}_ff_src", {"own": SOURCES[1], "sample": SOURCES[0]}.get(qp_choice("ff", ["own", "sample"], None,
+                                                                                   "own or sample") or ""), SOURCES[0])
+    src = st.radio("Story", SOURCES, horizontal=True, key=f"{key}_ff_src", label_visibility="collapsed",
+                   persist_state=KEEP)
+    own = src == SOURCES[1]
+    qp_set(ff="own" if own else None)
+    if not own:
+        qp_set(ffstory=None, fffact=None, ffanswer=None)
     try:
-        if src == SOURCES[0]:
+        if not own:
             sample = _sample(sess, model)
             story, tokens = sample.story, sample.tokens
             st.caption(f"Held-out far story, seed {story.seed}: the median distance ({tokens.distance} tokens) among "
