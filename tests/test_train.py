@@ -266,3 +266,26 @@ def test_answer_marks_sit_on_what_only_a_look_back_predicts():
     unmarked_colours = [t for t, a in zip(y.flatten().tolist(), answers.flatten().tolist())
                         if not a and tok.decode([t]).strip() in COLOURS]
     assert unmarked_colours  # the facts' colours are not answers
+
+
+def test_fusion_falls_back_to_the_same_eager_function_when_compiling_fails(monkeypatch):
+    import model.fusion as fusion
+
+    def broken_compile(fn, **kw):
+        def run(*a, **k):
+            raise RuntimeError("no C compiler")
+        return run
+
+    monkeypatch.setattr(fusion, "_broken", [])
+    monkeypatch.setattr(torch, "compile", broken_compile)
+
+    @fusion.fusable
+    def double(x):
+        return x * 2
+
+    x = torch.arange(4.0)
+    assert torch.equal(double(x), x * 2) and fusion.compile_error() is None  # outside fused(): eager, no compile
+    with fusion.fused():
+        assert torch.equal(double(x), x * 2)       # compile failed: the eager function answered
+        assert "no C compiler" in fusion.compile_error()
+        assert not fusion.fusing()                  # and nothing is compiled again
