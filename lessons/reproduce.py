@@ -209,3 +209,25 @@ def ablation(weights: str, names: list[str], topk: int, stories: int, natural: i
                   f"max_stories={stories}, max_natural_tokens={natural or None})",
                   "    print(f\"{row['configuration']}: loss {row['loss']:.3f}; recall far {row['recall_far']:.2f}; \"",
                   "          f\"recall inside {row['recall_inside']:.2f}; cache bytes {row['cache_bytes']}\")"])
+
+
+def far_fact(weights: str, own: bool, text: str = "", fact: str = "", answer: str = "", one_based: bool = False) -> str:
+    """The far-fact panel (lessons/far_fact.py): the fixed-rule held-out sample, or the reader's story and fact."""
+    if own:
+        story = [f"text = {text!r}", f"fact = {fact!r}", f"answer = {answer!r}   # empty: the colour in the fact",
+                 "story, tokens, problem = own_story(text, fact, answer, model.tokenizer)",
+                 "if problem:", "    raise SystemExit(problem)"]
+        names = "analyse, own_story, summary, table_rows"
+    else:
+        story = ["sample = far_sample(model.tokenizer, model.cfg.sliding_window)   # the fixed rule: FAR_RULE",
+                 "story, tokens = sample.story, sample.tokens"]
+        names = "analyse, far_sample, summary, table_rows"
+    num = "lambda i: i + 1" if one_based else "lambda i: i"
+    return _join(model_lines(weights), [f"from lessons.far_fact import {names}"], story,
+                 ["result = analyse(model, story, tokens)   # one traced forward, one with the global branch off",
+                  f"for line in summary(result, num={num}):", "    print(line)",
+                  f"for row in table_rows(result, num={num}):",
+                  "    print(f\"layer {row['layer']} ({row['role']}): share on fact entries \"",
+                  "          f\"{100 * row['share on fact entries (mean over heads)']:.2f}%; in top-k \"",
+                  "          f\"{row['in top-k']}; in candidate pool {row['in candidate pool']}; \"",
+                  "          f\"index rank {row['index rank']}\")"])

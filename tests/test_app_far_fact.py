@@ -40,7 +40,7 @@ def test_far_fact_panel_on_every_page(page):
     for name in ("Attention to the fact", "Fact entries in the pool", "Layers whose top-k has it", "Answer, global off"):
         assert name in labels, (page, list(labels))
     text = panel_text(at)
-    assert "tokens before the answer" in text and "past the 32-token window" in text
+    assert re.search(r"\d+ tokens before the answer: \d+ past the \d+-token window", text), text
     assert "with the global branch switched off" in text
     assert any("⟦" in c.value and "‖" in c.value for c in at.code)
     key = PAGES[page]
@@ -93,3 +93,30 @@ def test_own_story_from_a_link_and_markdown_in_its_parameters():
 
 
 STORY = "Tom put the coin in the red bag. Anna walked to the park. Where is the coin? The coin is in the"
+
+
+TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
+
+
+@pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")
+@pytest.mark.parametrize("own", [False, True])
+def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
+    from test_reproduce import run_snippet
+
+    at = AppTest.from_file(str(ROOT / "pages" / "ablation.py"), default_timeout=300)
+    at.query_params.update({"weights": "trained", "numbering": "1"})
+    if own:
+        at.query_params.update({"ff": "own", "ffstory": STORY, "fffact": "red", "ffanswer": "red"})
+    at.run()
+    ok(at)
+    code = [c.value for c in at.get("code") if getattr(c, "language", None) == "python"
+            and "lessons.far_fact" in c.value]
+    assert len(code) == 1
+    out = run_snippet(code[0], tmp_path)
+    shown = next(t.value for t in at.text if t.value.startswith("The fact")).splitlines()
+    assert out.lines[: len(shown)] == shown
+    table = next(d.value for d in at.dataframe if "in top-k" in d.value.columns)
+    for _, row in table.iterrows():
+        assert f"layer {row['layer']} ({row['role']})" in out
+        assert out[f"layer {row['layer']} ({row['role']})"].startswith(
+            f"share on fact entries {row['share on fact entries (mean over heads) (%)']:.2f}%; in top-k {row['in top-k']}")

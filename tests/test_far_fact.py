@@ -13,8 +13,8 @@ from lessons.shares import entry_span
 from model.context import Ablation
 from model.dataset import story_eval_batches
 from model.layer_map import LayerSpec
-from model.stories import BUCKETS, load_heldout_stories
-from model.tokenizer import load_tokenizer
+from model.stories import load_heldout_stories
+from model.tokenizer import EOS_ID, load_tokenizer
 from model.trace import LayerRecord, Shares, Trace
 
 INF = float("inf")
@@ -73,7 +73,6 @@ def test_far_sample_rule_picks_the_median_far_story_past_the_window(tok):
     s = ff.far_sample(tok, window)
     assert s.story.bucket == "far"
     assert s.tokens.distance > window
-    assert s.tokens.distance >= BUCKETS["far"][0]
     # independently: the lower median of the far stories' distances (answer index - fact colour index)
     rows = [r for r in load_heldout_stories() if r["bucket"] == "far"]
     dists = []
@@ -85,7 +84,8 @@ def test_far_sample_rule_picks_the_median_far_story_past_the_window(tok):
     assert s.distances == dists
     assert s.tokens.distance == dists[(len(dists) - 1) // 2]
     assert ff.far_sample(tok, window).story.seed == s.story.seed            # fixed: the same story every time
-    assert ff.far_sample(tok, 300).tokens.distance > 300                    # relative to the window given
+    top = ff.far_sample(tok, dists[-1] - 1)                                # relative to the window given:
+    assert top.candidates == 1 and top.tokens.distance == dists[-1]        # only the farthest story is past it
     with pytest.raises(ValueError):
         ff.far_sample(tok, 10_000)
 
@@ -112,7 +112,7 @@ def test_own_story_finds_the_fact_and_its_colour(tok):
     assert STORY[story.fact_start:story.fact_end] == "Tom put the coin in the red bag."
     assert STORY[story.colour_start:story.colour_end] == "red"
     assert story.answer == "red" and toks.answer_id == tok.encode(" red", add_special_tokens=False).ids[0]
-    assert toks.ids[0] == 2 and toks.query == len(toks.ids) - 1          # <|eos|> first, the last token asks
+    assert toks.ids[0] == EOS_ID and toks.query == len(toks.ids) - 1          # <|eos|> first, the last token asks
     assert tok.decode([toks.ids[p] for p in toks.colour_positions]).strip() == "red"
     # a word as the fact, and an explicit answer that wins over the colour
     story, toks, _ = ff.own_story(STORY, "park", "blue", tok)

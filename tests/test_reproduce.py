@@ -30,7 +30,8 @@ def app(page: str, **params) -> AppTest:
 
 
 def snippet(at: AppTest) -> str:
-    codes = [c.value for c in at.get("code") if getattr(c, "language", None) == "python"]
+    codes = [c.value for c in at.get("code") if getattr(c, "language", None) == "python"
+             and "lessons.far_fact" not in c.value]        # the far-fact panel's own: tests/test_app_far_fact.py
     assert len(codes) == 1, f"expected one Python snippet, found {len(codes)}"
     return codes[0]
 

@@ -13,9 +13,11 @@ import streamlit as st
 
 from lessons.far_fact import (FAR_RULE, INTRO, OWN_HELP, analyse, far_sample, head_rows, marked_text, own_story,
                               summary, table_rows)
+from lessons import reproduce as snippets
 from ui.common import cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
+from ui.reproduce import reproduce
 from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
@@ -186,3 +188,6 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
                                    for a in ff.answers]), hide_index=True, key=f"{key}_ff_answers")
     with st.expander("How these numbers are derived", expanded=False):
         st.text("\n".join(ff.derivation))
+    ss = st.session_state
+    reproduce(snippets.far_fact(sess.weights, own, ss.get(f"{key}_ff_story", ""), ss.get(f"{key}_ff_fact", ""),
+                                ss.get(f"{key}_ff_answer", ""), sess.one_based), f"far-fact-{key}")
