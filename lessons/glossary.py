@@ -45,6 +45,10 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              f"{pool:,} positions); later Reindex layers choose only inside it.", "code"),
         Term("top-k", f"The number of entries one query reads after selection: at most {c.index_topk} in the "
              "release.", "code"),
+        Term("far fact, fact entries", "Our recall test (the far-fact panel): a story states a fact (an object in "
+             "a coloured container) far more tokens back than the window reaches, then asks for it. The fact entries "
+             "are the compressed entries that pack the fact's tokens (position p is in entry p // r at ratio r); "
+             "only through them can the answer token reach the fact.", "measured"),
         Term("FP4, E4M3, UE8M0 block scales", f"FP4 (E2M1) stores a number in 4 bits; a block of numbers shares one "
              f"scale. Compressed entries use blocks of {LATENT_FMT.block} with an 8-bit E4M3 scale; index keys use "
              f"blocks of {INDEX_FMT.block} with a UE8M0 scale (a power of two); window rows are 8-bit FP8 with a "
