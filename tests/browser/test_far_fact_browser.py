@@ -1,0 +1,42 @@
+"""The far-fact panel in a real browser: the held-out sample draws its figure and marked excerpt, a reader's story
+with markup stays text, a mistyped fact gives the message and the same tab recovers. The AppTest half is
+tests/test_app_far_fact.py."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+HOSTILE_STORY = ('<b id="injected">Tom</b> put the coin in the red bag. <img src=x onerror="window.__pwned = 1"> '
+                 "**Anna** walked to the park. Where is the coin? The coin is in the")
+
+
+def _pwned(ui) -> bool:
+    return ui.page.evaluate("() => window.__pwned !== undefined || !!document.getElementById('injected')")
+
+
+def test_far_fact_sample_on_the_shares_page(ui):
+    ui.open("attention_shares")
+    ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
+    ui.page.get_by_text("Far fact: does the answer reach back?").scroll_into_view_if_needed()
+    ui.settle()
+    code = " ".join(ui.texts('[data-testid="stCode"]'))
+    assert "⟦" in code and "‖" in code
+    assert ui.charts() >= 3                         # the toy, the shares map, the far-fact map
+    ui.assert_clean()
+    ui.shot("far_fact")
+
+
+def test_far_fact_own_story_stays_text_and_a_typo_gets_the_message(ui):
+    ui.open("indexer_pools", ff="own", ffstory=HOSTILE_STORY, fffact="the red bag")
+    ui.wait_text('[data-testid="stText"]', r"tokens before the answer")
+    assert any("⟦" in c for c in ui.texts('[data-testid="stCode"]'))
+    assert not _pwned(ui)
+    ui.type_into("pool_ff_fact", "the rde bag", submit="Enter")
+    msg = ui.wait_text('[data-testid="stAlertContentWarning"]', "The fact was not found in your story")
+    assert "rde" not in msg
+    ui.type_into("pool_ff_fact", "red", submit="Enter")
+    ui.wait_text('[data-testid="stText"]', r"right colour 'red'")
+    assert not _pwned(ui)
+    ui.assert_clean()
