@@ -82,3 +82,14 @@ def random_tiny(seed: int = 0):
     _, n = compressed_token_map(tok)
     m = random_model("tiny", seed, engram_compressed_vocab_size=n)
     return m.bind_tokenizer(tok)
+
+
+def run_page(page: str, timeout: int = 240, **params):
+    """AppTest of pages/<page>.py on random tiny weights with these URL parameters, run once."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=timeout)
+    at.query_params["weights"] = "random"
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    return at.run()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import run_page
 
 ALL_PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
              "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation", "glossary"]
@@ -14,11 +14,7 @@ INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "[3P", "[DOC", "[INF"
 
 
 def app(page: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=240)
-    at.query_params["weights"] = "random"
-    for k, v in params.items():
-        at.query_params[k] = str(v)
-    return at.run()
+    return run_page(page, **params)
 
 
 def text(at: AppTest) -> str:

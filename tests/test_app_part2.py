@@ -7,16 +7,12 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import run_page
 from ui.text import as_shown
 
 
 def app(page: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=240)
-    at.query_params["weights"] = "random"
-    for k, v in params.items():
-        at.query_params[k] = str(v)
-    return at.run()
+    return run_page(page, **params)
 
 
 def no_errors(at: AppTest) -> None:

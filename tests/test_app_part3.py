@@ -8,18 +8,14 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, run_page
 from ui.text import as_shown
 
 HOSTILE = "<script>alert('x')</script> <b>bold</b> **star** \x07\x1b[31m \u202eevil\u202c ünï 🙂 `code`"
 
 
 def app(page: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
-    at.query_params["weights"] = "random"
-    for k, v in params.items():
-        at.query_params[k] = str(v)
-    return at.run()
+    return run_page(page, timeout=300, **params)
 
 
 def no_errors(at: AppTest) -> None:
