@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from model.context import Ablation
-from model.stories import BUCKETS, COLOURS, load_heldout_stories, token_index_at_char
+from model.stories import COLOURS, load_heldout_stories, token_index_at_char
 from model.tokenizer import EOS_ID
 
 MAX_STORY_CHARS = 20000
@@ -309,7 +309,8 @@ def layer_facts(trace, query: int, colour_positions: list[int], sentence_positio
         window_shares = [sum(float(win[h, j]) for j in slots) for h in range(heads)]
         selected = _selection(trace, spec, row)
         pool = pool_size = None
-        if pool_row is not None and (spec.uses_candidates or spec.candidate_source) and ratio == cand.spec.compress_ratio:
+        searched = spec.uses_candidates or spec.candidate_source
+        if pool_row is not None and searched and ratio == cand.spec.compress_ratio:
             members = pool_row.nonzero().flatten().tolist()
             pool_size = len(members)
             pool = [e for e in fact if e < len(pool_row) and bool(pool_row[e])]
@@ -411,7 +412,8 @@ def analyse(model, story: FactStory, tokens: FactTokens) -> FarFact:
         f"Input: <|eos|> then the story's {q} tokens, cut right before the answer (as bench/quality.py scores it); "
         f"the answer is predicted from the last position, {q}.",
         f"The fact's colour is at position(s) {', '.join(map(str, tokens.colour_positions))}: "
-        f"{tokens.distance} tokens before the answer; the window of the query covers positions {max(0, q - w + 1)}-{q}.",
+        f"{tokens.distance} tokens before the answer; the window of the query covers positions "
+        f"{max(0, q - w + 1)}-{q}.",
         "A compressed entry e at ratio r packs tokens [e·r, (e+1)·r); the fact's entries are those packing a fact "
         "token: position p is in entry p // r.",
         "Attention on the fact: the recorded shares of the answer-predicting row on the fact's entries (summed over "
@@ -469,7 +471,8 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
         if pooled:
             p = pooled[0]
             out.append(f"The candidate pool (layer {num(p.layer)}'s scan keeps "
-                       f"{p.pool_size} of {p.visible} visible ratio-{p.ratio} entries) {_holds(p.pool, p.fact_entries)}.")
+                       f"{p.pool_size} of {p.visible} visible ratio-{p.ratio} entries) "
+                       f"{_holds(p.pool, p.fact_entries)}.")
         sel = [lf for lf in ff.layers if lf.selected is not None]
         hit = [lf for lf in sel if lf.selected]
         if sel:
@@ -478,8 +481,10 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
     on, off = ff.answers
     ans = ff.story.answer
     if ans is not None and on.p_right is not None:
-        out.append(f"Answer with everything on: '{on.token.strip()}' (the right colour '{ans}' gets {_pct(on.p_right)}; "
-                   f"chance among {len(COLOURS)} colours is {_pct(CHANCE)}).")
+        colour = ans.lower() in COLOURS
+        chance = f"; chance among {len(COLOURS)} colours is {_pct(CHANCE)}" if colour else ""
+        out.append(f"Answer with everything on: '{on.token.strip()}' (the right {'colour' if colour else 'answer'} "
+                   f"'{ans}' gets {_pct(on.p_right)}{chance}).")
         same = "same" if off.token_id == on.token_id else "different"
         out.append(f"Answer with the global branch switched off: '{off.token.strip()}' ({same}; '{ans}' gets "
                    f"{_pct(off.p_right)}).")

@@ -37,7 +37,8 @@ def test_far_fact_panel_on_every_page(page):
     ok(at)
     assert HEADER in [s.value for s in at.subheader]
     labels = {m.label: m.value for m in at.metric}
-    for name in ("Attention to the fact", "Fact entries in the pool", "Layers whose top-k has it", "Answer, global off"):
+    for name in ("Attention to the fact", "Fact entries in the pool", "Layers whose top-k has it",
+                 "Answer, global off"):
         assert name in labels, (page, list(labels))
     text = panel_text(at)
     assert re.search(r"\d+ tokens before the answer: \d+ past the \d+-token window", text), text
@@ -118,5 +119,6 @@ def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
     table = next(d.value for d in at.dataframe if "in top-k" in d.value.columns)
     for _, row in table.iterrows():
         assert f"layer {row['layer']} ({row['role']})" in out
+        share = row["share on fact entries (mean over heads) (%)"]
         assert out[f"layer {row['layer']} ({row['role']})"].startswith(
-            f"share on fact entries {row['share on fact entries (mean over heads) (%)']:.2f}%; in top-k {row['in top-k']}")
+            f"share on fact entries {share:.2f}%; in top-k {row['in top-k']}")

@@ -221,7 +221,8 @@ def test_summary_states_the_computed_numbers():
     assert "Answer with everything on: 'x' (50.0%); with the global branch switched off: 'y' (40.0%)" in same
     rows = ff.table_rows(_far(list(lf.values())))
     outside = ff.table_rows(_far(ff.layer_facts(_hand_trace(), 9, [3], [3])))
-    assert outside[2]["index rank"] == "unscored (outside the pool)" and outside[0]["index rank"] == "1 of 5"   # position 3 is in entry 1 at ratio 2
+    assert outside[2]["index rank"] == "unscored (outside the pool)"
+    assert outside[0]["index rank"] == "1 of 5"                           # position 3 is in entry 1 at ratio 2
     assert rows[2]["in candidate pool"] == "1/1" and rows[0]["in candidate pool"] == "no pool"
     assert rows[0]["index rank"] == "1 of 5" and rows[2]["index rank"] == "5 of 8"
 
@@ -273,3 +274,9 @@ def test_far_fact_figure_marks_the_fact_and_the_window():
     rects = [(s.x0, s.x1) for s in fig.layout.shapes]
     assert (9.5, 10.5) in rects                                           # the fact colour at position 10
     assert (100 - 32 + 1 - 0.5, 100.5) in rects                           # the window of the query at 100
+
+
+def test_summary_names_a_non_colour_answer_plainly():
+    res = _far(ff.layer_facts(_hand_trace(), 9, [2], [1, 2, 3]), answer="park")
+    text = "\n".join(ff.summary(res))
+    assert "(the right answer 'park' gets 25.0%)" in text and "chance" not in text
