@@ -9,18 +9,12 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, run_page
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PAGES = {"inspector": "insp", "attention_shares": "sh", "indexer_pools": "pool", "ablation": "abl"}
 HEADER = "Far fact: does the answer reach back?"
-
-
-def app(page: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
-    at.query_params["weights"] = "random"
-    return at.run()
 
 
 def ok(at: AppTest) -> None:
@@ -33,7 +27,7 @@ def panel_text(at: AppTest) -> str:
 
 @pytest.mark.parametrize("page", list(PAGES))
 def test_far_fact_panel_on_every_page(page):
-    at = app(page)
+    at = run_page(page)
     ok(at)
     assert HEADER in [s.value for s in at.subheader]
     labels = {m.label: m.value for m in at.metric}
@@ -51,7 +45,7 @@ def test_far_fact_panel_on_every_page(page):
 
 
 def test_own_story_with_a_mistyped_fact_gets_a_plain_message():
-    at = app("attention_shares")
+    at = run_page("attention_shares")
     ok(at)
     at.radio(key="sh_ff_src").set_value("Your own story").run()
     ok(at)
@@ -72,9 +66,7 @@ def test_own_story_with_a_mistyped_fact_gets_a_plain_message():
 
 
 def test_own_story_from_a_link_and_markdown_in_its_parameters():
-    at = AppTest.from_file(str(ROOT / "pages" / "indexer_pools.py"), default_timeout=300)
-    at.query_params.update({"weights": "random", "ff": "own", "ffstory": STORY, "fffact": "the red bag"})
-    at.run()
+    at = run_page("indexer_pools", ff="own", ffstory=STORY, fffact="the red bag")
     ok(at)
     assert at.radio(key="pool_ff_src").value == "Your own story"
     assert at.text_area(key="pool_ff_story").value == STORY and at.text_input(key="pool_ff_fact").value == "the red bag"
@@ -82,9 +74,7 @@ def test_own_story_from_a_link_and_markdown_in_its_parameters():
     assert "'red' gets" in panel_text(at)                    # the answer defaults to the fact's colour
     evil = "[x](https://example.com) <b>bold</b> :red[red] $x^2$ " + "A" * 3000
     for params in ({"ff": evil}, {"ff": "own", "ffstory": evil, "fffact": evil}, {"ff": "own", "fffact": "zzz"}):
-        at = AppTest.from_file(str(ROOT / "pages" / "attention_shares.py"), default_timeout=300)
-        at.query_params.update({"weights": "random", **params})
-        at.run()
+        at = run_page("attention_shares", **params)
         ok(at)
         shown = [x.value for k in ("warning", "error", "info", "caption", "markdown") for x in getattr(at, k)]
         for t in [t for t in shown if "example" in t or "bold" in t]:   # markup from the URL is escaped, if shown
