@@ -506,6 +506,15 @@ def main(argv: list[str] | None = None) -> int:
     if Path(tc.tokenizer).resolve() != (out / "tokenizer.json").resolve():
         shutil.copy(tc.tokenizer, out / "tokenizer.json")
     final = log[-1] if log else {}
+    # Phases: a run initialised from shipped weights carries their phase list forward and adds itself,
+    # so training.json keeps every phase's command, tokens and wall time.
+    prior = Path(tc.init_from) / "training.json" if tc.init_from else None
+    phases = json.loads(prior.read_text()).get("phases", []) if prior is not None and prior.exists() else []
+    phases = phases + [{"run": args.ckpt_dir, "steps_done": end, "schedule_steps": tc.steps,
+                        "tokens": end * tokens_per_step,
+                        "command": "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv),
+                        "wall_seconds_last_segment": round(train_seconds, 1), "resumed_at_step": start or None,
+                        "last_eval": {k: v for k, v in final.items() if k.startswith(("heldout", "recall", "copy"))}}]
     info = {
         "command": "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": tc.seed, "preset": tc.preset, "train_config": asdict(tc),
@@ -518,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         "final": {k: v for k, v in final.items() if isinstance(v, (int, float))},
         "drafter": drafter_info,
         "previous_phase": previous,
+        "phases": phases,
         "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in log],
     }
     (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
