@@ -63,6 +63,35 @@ def fresh(page: str, params: dict) -> AppTest:
     return at.run()
 
 
+def _raw_options(w) -> list:
+    """The raw values behind a radio's shown options (AppTest sets a radio by raw value): the options
+    themselves, or the keys / items a format function looks them up in (a dict's .get, a lambda's closure)."""
+    ff = w.format_func
+    pools: list = [list(w.options), [o.lower() for o in w.options]]
+    owner = getattr(ff, "__self__", None)
+    if isinstance(owner, dict):
+        pools.append(list(owner))
+    for cell in getattr(ff, "__closure__", None) or ():
+        v = cell.cell_contents
+        if isinstance(v, dict):
+            pools.append(list(v))
+        elif isinstance(v, (list, tuple)):
+            pools.append(list(v))
+    code, glob = getattr(ff, "__code__", None), getattr(ff, "__globals__", {})
+    for name in (code.co_names if code else ()):
+        v = glob.get(name)
+        if isinstance(v, (dict, list, tuple)):
+            pools.append(list(v))
+    for pool in pools:
+        try:
+            shown = [str(ff(c)) for c in pool]
+        except Exception:
+            continue
+        if all(o in shown for o in w.options):
+            return [pool[shown.index(o)] for o in w.options]
+    return []
+
+
 def change(draw, kind: str, w) -> bool:
     """Give a widget a different value; False when it has none to give."""
     if kind in ("radio", "selectbox"):
@@ -70,7 +99,12 @@ def change(draw, kind: str, w) -> bool:
             return False
         cur = w.index if w.index is not None else -1
         i = draw(hs.sampled_from([j for j in range(len(w.options)) if j != cur]))
-        w.select_index(i)
+        if kind == "selectbox":
+            w.select_index(i)
+        else:
+            raw = _raw_options(w)
+            assert raw, (w.key, w.options)
+            w.set_value(raw[i])
     elif kind == "multiselect":
         if not w.value:
             return False
@@ -114,7 +148,11 @@ def check(at: AppTest, page: str, before: dict, changed: str | None) -> None:
     if len(params.get("prompt", "")) > URL_PROMPT_CHARS:
         return
     seen, opened = view(at), view(fresh(page, params))
-    assert opened == seen, (page, changed, params, opened, seen)
+    diff = {k: (seen["widgets"].get(k), opened["widgets"].get(k))
+            for k in set(seen["widgets"]) | set(opened["widgets"]) if seen["widgets"].get(k) != opened["widgets"].get(k)}
+    assert opened == seen, (page, changed, params, "widgets (walk, fresh):", diff,
+                            "messages only in the walk:", sorted(set(seen["messages"]) - set(opened["messages"])),
+                            "only fresh:", sorted(set(opened["messages"]) - set(seen["messages"])))
 
 
 @seed(16)

@@ -23,7 +23,7 @@ import torch
 from ui.checkpoints import (MAX_MODELS, NOT_OFFERED, CheckpointRefused, ModelStore, check_budget, find_checkpoints,
                             resolve_choice, scrub)
 from ui.queue import heavy_run
-from ui.state import arrived, begin_run, qp_choice, qp_get, qp_int, qp_set, seed  # noqa: F401 (pages import these)
+from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed  # noqa: F401 (pages import these)
 from ui.text import plain
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that

@@ -13,7 +13,7 @@ import torch
 
 from ui.common import ROOT, Session, clean_prompt, qp_get, qp_set
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
-from ui.state import KEEP, prompt_to_url, qp_int_or_none, seed
+from ui.state import arrived, prompt_to_url, qp_int_or_none, seed
 from ui.figures import show_token
 from ui.text import plain
 
@@ -34,19 +34,32 @@ def default_sample(prompts: list[dict]) -> int:
     return next((i for i, p in enumerate(prompts) if p.get("kind") == "long"), 0)
 
 
+KEPT_SAMPLE, KEPT_TEXT = "live_sample_kept", "live_text_kept"   # the session's choice, shared by the pages
+
+
+def _keep(widget_key: str, kept_key: str) -> None:
+    st.session_state[kept_key] = st.session_state[widget_key]
+
+
 def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
-    """A sample prompt (or the reader's own text); returns the text, or None after a message. The choice is
-    shared by the Figure 3 pages (one session value, keys live_sample / live_text) and kept in the URL."""
+    """A sample prompt (or the reader's own text); returns the text, or None after a message.
+
+    The choice is one session value shared by the Figure 3 pages (KEPT_SAMPLE / KEPT_TEXT, plain session keys)
+    and kept in the URL. Each page draws its own widgets (Streamlit gives a widget on another page another
+    identity), seeded from the shared value on every run and copying a change back into it."""
     prompts = sample_prompts()
     n = len(prompts)
-    custom_qp = qp_get("prompt")
+    custom_qp = qp_get("prompt") if arrived() else None
     url_sample = n if custom_qp is not None else qp_int_or_none("sample", 0, n - 1, "showing the session's choice")
-    seed("live_sample", url_sample, default_sample(prompts))
-    seed("live_text", custom_qp, "")
-    choice = st.selectbox(label, list(range(n + 1)), key="live_sample", persist_state=KEEP,
+    seed(KEPT_SAMPLE, url_sample, default_sample(prompts))
+    seed(KEPT_TEXT, custom_qp, "")
+    st.session_state["live_sample"] = st.session_state[KEPT_SAMPLE]
+    choice = st.selectbox(label, list(range(n + 1)), key="live_sample", on_change=_keep,
+                          args=("live_sample", KEPT_SAMPLE),
                           format_func=lambda i: CUSTOM if i == n else prompts[i]["name"])
     if choice == n:
-        text = st.text_area("Your text", key="live_text", height=110, persist_state=KEEP)
+        st.session_state["live_text"] = st.session_state[KEPT_TEXT]
+        text = st.text_area("Your text", key="live_text", height=110, on_change=_keep, args=("live_text", KEPT_TEXT))
         qp_set(sample=None)
         prompt_to_url(text)
         ok, problem = clean_prompt(text, PROMPT_CHARS)

@@ -67,18 +67,13 @@ def qp_get(name: str, default: str | None = None) -> str | None:
     return default if v is None else str(v)
 
 
-def qp_int(name: str, default: int, lo: int, hi: int, shown: Callable[[int], Any] | None = None) -> int:
-    """An integer URL parameter in [lo, hi]; anything else falls back to `default` with a warning.
-    `shown` turns a value into the reader's terms (1-based steps) for the message."""
-    show = shown or (lambda x: x)
-    v = qp_int_or_none(name, lo, hi, f"showing {show(default)} instead", shown)
-    return default if v is None else v
-
-
 def qp_int_or_none(name: str, lo: int, hi: int, instead: str = "", shown: Callable[[int], Any] | None = None,
                    unit: str = "") -> int | None:
-    """Like qp_int, but None when the URL has no (valid) value, so `seed` keeps the session's value.
+    """An integer URL parameter in [lo, hi], read on arrival; None when there is none (or after a warning when
+    it is not one), so `seed` keeps the session's value.
     `instead` says what is shown then; `unit` names what the number counts ("layers count from 0 in links")."""
+    if not arrived():             # the URL is read on arrival only; afterwards it holds what the page wrote
+        return None
     raw = st.query_params.get(name)
     if raw is None:
         return None
@@ -103,6 +98,8 @@ def qp_bool(name: str) -> bool | None:
 
 def qp_float_or_none(name: str, lo: float, hi: float) -> float | None:
     """A decimal URL parameter in [lo, hi]; None (after a warning) when it is not one."""
+    if not arrived():             # the URL is read on arrival only; afterwards it holds what the page wrote
+        return None
     raw = st.query_params.get(name)
     if raw is None:
         return None
@@ -118,6 +115,8 @@ def qp_float_or_none(name: str, lo: float, hi: float) -> float | None:
 
 def qp_choice(name: str, choices, default=None, what: str = "a choice here") -> Any:
     """A URL parameter that must be one of `choices` (compared as text); None when absent or unknown."""
+    if not arrived():             # the URL is read on arrival only; afterwards it holds what the page wrote
+        return None
     raw = st.query_params.get(name)
     if raw is None:
         return None
@@ -163,8 +162,6 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
     (`{prefix}_prompt`), seeded by the URL's `prompt` or `sample` on arrival, kept for the session, and written
     back to the URL before the text is checked (a rejected prompt is still what the link shows).
     Returns (sample index or OWN_TEXT, text)."""
-    from ui.limits import URL_PROMPT_CHARS  # noqa: F401 (prompt_to_url quotes it)
-
     skey, tkey = f"{prefix}_sample", f"{prefix}_prompt"
     n = len(samples)
     url_prompt = qp_get("prompt") if arrived() else None
