@@ -25,7 +25,7 @@ import torch
 from .compressor import Compressor
 from .config import V41Config
 from .context import Context
-from .fusion import fusable
+from .fusion import fusable, fusing
 from .indexer import (NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, topk_mask,
                       visible_counts)
 from .norm import RMSNorm
@@ -275,7 +275,8 @@ class Attention(torch.nn.Module):
         values = mask = None
         if comp is not None and comp.get("n", 0):
             values, mask = (comp["dense"], comp["mask"]) if "dense" in comp else (comp["gathered"], comp["valid"])
-        limit = None if self.limit >= self.window else torch.tensor(self.limit, device=q.device)
+        # compiled, the limit is always a tensor: one graph serves every training window
+        limit = torch.tensor(self.limit, device=q.device) if fusing() or self.limit < self.window else None
         return attend(q, kv, prev, values, mask, self.attn_sink, self.window, limit)
 
     def _indexer_loss(self, probs: torch.Tensor, comp: dict, ctx: Context) -> None:

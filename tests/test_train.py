@@ -289,3 +289,23 @@ def test_fusion_falls_back_to_the_same_eager_function_when_compiling_fails(monke
         assert torch.equal(double(x), x * 2)       # compile failed: the eager function answered
         assert "no C compiler" in fusion.compile_error()
         assert not fusion.fusing()                  # and nothing is compiled again
+
+
+@pytest.mark.slow
+def test_a_window_change_reuses_the_compiled_kernels():
+    """A curriculum narrows the window in stages: that must not compile anything new."""
+    from torch._dynamo.utils import counters
+
+    from model.fusion import configure
+    from model.train import forward_backward, set_window
+
+    configure()
+    x, y = sample_batch(_stream(), 4, 48, torch.Generator().manual_seed(5))
+    tc, m, _ = _setup()
+    tc.fast = True
+    forward_backward(m, x, y, tc, dense=False)
+    graphs = counters["stats"]["unique_graphs"]
+    for window in (4, 6, 0):
+        set_window(m, window)
+        forward_backward(m, x, y, tc, dense=False)
+    assert counters["stats"]["unique_graphs"] == graphs
