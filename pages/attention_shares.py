@@ -61,8 +61,9 @@ if st.session_state["sh_layer"] >= n_layers:    # another model with fewer layer
     st.session_state["sh_layer"] = default_layer
 if st.session_state["sh_head"] >= heads:
     st.session_state["sh_head"] = 0
-if st.session_state["sh_pos"] > n_tok - 1:    # a shorter prompt than the last one
-    st.session_state["sh_pos"] = n_tok - 1
+# written every run: a slider whose range changes (a shorter prompt) is a new widget to Streamlit, which would
+# otherwise start it at its minimum
+st.session_state["sh_pos"] = min(int(st.session_state["sh_pos"]), n_tok - 1)
 c = st.columns([2, 1, 3])
 layer = c[0].selectbox("Layer", list(range(n_layers)), key="sh_layer", persist_state=KEEP,
                        format_func=lambda i: f"layer {sess.num(i)}: {tr.layers[i].spec.role}")

@@ -150,9 +150,10 @@ def check(at: AppTest, page: str, before: dict, changed: str | None) -> None:
     seen, opened = view(at), view(fresh(page, params))
     diff = {k: (seen["widgets"].get(k), opened["widgets"].get(k))
             for k in set(seen["widgets"]) | set(opened["widgets"]) if seen["widgets"].get(k) != opened["widgets"].get(k)}
-    assert opened == seen, (page, changed, params, "widgets (walk, fresh):", diff,
-                            "messages only in the walk:", sorted(set(seen["messages"]) - set(opened["messages"])),
-                            "only fresh:", sorted(set(opened["messages"]) - set(seen["messages"])))
+    if opened != seen:
+        pytest.fail(f"{page}: after changing {changed}, a fresh open of {params} differs. Widgets (walk, fresh): "
+                    f"{diff}; messages only in the walk: {sorted(set(seen['messages']) - set(opened['messages']))}; "
+                    f"only in the fresh open: {sorted(set(opened['messages']) - set(seen['messages']))}")
 
 
 @seed(16)
