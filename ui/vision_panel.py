@@ -21,7 +21,7 @@ from PIL import Image
 from lessons import vision as lv
 from model.images import (MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, ImageError, draw_scene, load_image, resize_to_grid,
                           sample_scenes)
-from ui.state import KEEP
+from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
 KIND_COLORS = {"text": "#d9dde3", "image_start": "#2ca02c", "image": "#1f77b4", "image_newline": "#9467bd",
@@ -155,14 +155,20 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
 
     options = (["none"] if allow_none else []) + ["sample", "upload"]
     names = {"none": "No picture", "sample": "Generated sample", "upload": "Upload PNG/JPEG"}
+    seed(f"{key}_source", qp_choice("img", options, names[options[0]], " or ".join(options)), options[0])
     choice = st.radio(label, options, format_func=names.get, horizontal=True, key=f"{key}_source",
                       persist_state=KEEP)
+    qp_set(img=choice if choice != options[0] else None)
     st.session_state[f"{key}_caption"] = None
+    if choice != "sample":
+        qp_set(imgsample=None)
     if choice == "none":
         return None
     if choice == "sample":
+        seed(f"{key}_sample", qp_int_or_none("imgsample", 0, 3, "showing sample 1"), 0)
         i = st.selectbox("Sample", range(4), format_func=lambda j: f"Sample {j + 1}: {sample_caption(j)}",
                          key=f"{key}_sample", persist_state=KEEP)
+        qp_set(imgsample=int(i) if i else None)
         png, caption = _sample_png(int(i))
         st.session_state[f"{key}_caption"] = caption
         image = load_image(png)
