@@ -186,7 +186,12 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
     where = columns[0] if columns else st
     where.selectbox(label, opts, key=skey, on_change=_pick, persist_state=KEEP, help=help,
                     format_func=lambda i: "(your own text)" if i == OWN_TEXT else samples[i].name)
-    text = st.text_area(text_label, key=tkey, height=height, persist_state=KEEP)
+    def _edited() -> None:          # a sample edited by hand is the reader's own text (as a link would say)
+        i = st.session_state[skey]
+        if i != OWN_TEXT and samples[i].text != st.session_state[tkey]:
+            st.session_state[skey] = OWN_TEXT
+
+    text = st.text_area(text_label, key=tkey, height=height, persist_state=KEEP, on_change=_edited)
     i = st.session_state[skey]
     if i != OWN_TEXT and samples[i].text == text:
         qp_set(sample=i, prompt=None)
