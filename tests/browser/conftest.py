@@ -84,13 +84,23 @@ class AppPage:
         self.dialogs: list[str] = []
         page.on("console", self._on_console)
         page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        page.on("requestfailed", lambda r: self.failed.append(f"{r.url} {r.failure}"))
+        page.on("requestfailed", self._on_failed)
         page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         page.set_default_timeout(TIMEOUT_MS)
 
     # Streamlit's frontend finds its base path by probing `<page path>/_stcore/health` and `/host-config`
     # before the server root; on a page's own URL (/inspector) the first probe answers 404 by design.
     BASE_PATH_PROBE = re.compile(r"/[^/?#]+/_stcore/(health|host-config)$")
+
+    # A rerun replaces the page's media files (the "Reproduce in Python" downloads); the browser then
+    # abandons a fetch of the old one (net::ERR_ABORTED). Nothing fails for the reader: a media file
+    # the server does not have answers 404, which is still reported.
+    SUPERSEDED_MEDIA = re.compile(r"/media/[0-9a-f]+\.\w+$")
+
+    def _on_failed(self, r) -> None:
+        if "ERR_ABORTED" in (r.failure or "") and self.SUPERSEDED_MEDIA.search(r.url.split("?")[0]):
+            return
+        self.failed.append(f"{r.url} {r.failure}")
 
     def _on_console(self, m) -> None:
         if m.type != "error":
