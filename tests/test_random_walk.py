@@ -82,6 +82,7 @@ def _raw_options(w) -> list:
         v = glob.get(name)
         if isinstance(v, (dict, list, tuple)):
             pools.append(list(v))
+    pools.append(list(range(-1, 1024)))       # integer options shown through a lambda ("layer 9")
     for pool in pools:
         try:
             shown = [str(ff(c)) for c in pool]
