@@ -210,23 +210,27 @@ class ModelStore:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     loads: int = 0
 
+    def _held_or_failed(self, key: tuple) -> object | None:
+        """Under `_lock`: the held model (now most recent), or raise its remembered failure, or None."""
+        if key in self._models:
+            self._models.move_to_end(key)
+            return self._models[key]
+        fail = self._failures.get(key)
+        if fail and self.clock() - fail.at < self.failure_ttl:
+            raise fail.error
+        return None
+
     def get(self, key: tuple, loader: Callable[[], object]) -> object:
         with self._lock:
-            if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key]
-            fail = self._failures.get(key)
-            if fail and self.clock() - fail.at < self.failure_ttl:
-                raise fail.error
+            model = self._held_or_failed(key)
+            if model is not None:
+                return model
             key_lock = self._locks.setdefault(key, threading.Lock())
         with key_lock:                      # one load per key; the others wait and then find it
             with self._lock:
-                if key in self._models:
-                    self._models.move_to_end(key)
-                    return self._models[key]
-                fail = self._failures.get(key)
-                if fail and self.clock() - fail.at < self.failure_ttl:
-                    raise fail.error
+                model = self._held_or_failed(key)
+                if model is not None:
+                    return model
             try:
                 model = loader()
             except Exception as e:
