@@ -40,7 +40,8 @@ from safetensors.torch import load_file, save_file
 
 from .config import V41Config
 from .context import Ablation
-from .fusion import configure as configure_fusion, fusable, fused
+from .fusion import configure as configure_fusion
+from .fusion import fusable, fused
 from .model import V41Model
 from .weights import save_checkpoint
 
@@ -71,13 +72,15 @@ class TrainConfig:
     tokenizer: str = "data/weights/tiny/tokenizer.json"
     drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/stories.py)
     repeat_frac: float = 0.0            # share made of repeated text spans (pure copy-from-far-back practice)
+    repeat_pieces: int = 0              # >0: repeated spans stitched from pieces of 1..N tokens (not memorisable)
     copy_frac: float = 0.0              # share made of shuffled frequent-token spans said twice (induction practice)
     copy_span: int = 5                  # those spans are 3..copy_span tokens long
     copy_gap: int = 0                   # with 0..copy_gap other shuffled tokens between the two copies
     copy_vocab: int = 300               # drawn from this many most frequent tokens of the stream
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     window_stages: str = ""             # "step:window,..." e.g. "0:8,300:16,600:0" (overrides train_window)
-    copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages (overrides copy_gap)
+    copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages
+                                        # (overrides copy_gap)
     copy_near_frac: float = 0.0         # share of copy spans said again at once (gap 0-2) whatever the far gap
     answer_weight: float = 1.0          # loss weight of look-back targets (drill answers, second copies)
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
@@ -163,14 +166,30 @@ def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torc
     return _rows(rows, marks)
 
 
+def patchwork_span(stream, length: int, piece_max: int, generator: torch.Generator) -> list[int]:
+    """`length` tokens stitched from pieces of 1..piece_max tokens taken from random places in the
+    stream: text-like up close (real bigrams inside each piece), but not a passage the model can have
+    memorised, so its second occurrence is predictable only by finding the first."""
+    out: list[int] = []
+    while len(out) < length:
+        k = int(torch.randint(1, piece_max + 1, (1,), generator=generator))
+        px, _ = stream.sample_batch(1, k, generator)
+        out += px[0].tolist()
+    return out[:length]
+
+
 def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
-                vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                vocab: int, piece_max: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows where spans of corpus text (8-24 tokens) come back after a gap of other corpus text,
     half the time inside the window (0-16 tokens), half far back (32-400 tokens): the second copy
     can only be predicted by finding the first. Real-text spans (frequent tokens with trained
     embeddings) make this the quickest way for a small model to learn to copy from far back; random
     token ids are much slower to learn from. `vocab` is kept for the signature. The answer marks sit
-    on the second copy's tokens after its first."""
+    on the second copy's tokens after its first.
+
+    A contiguous span of the training stream can be predicted the second time from memory of the
+    corpus (it is seen for several epochs), so it teaches recall of the corpus, not copying:
+    `piece_max` > 0 stitches each span from pieces of 1..piece_max tokens (`patchwork_span`)."""
     rows, marks = [], []
     for _ in range(n):
         ids: list[int] = []
@@ -180,9 +199,12 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
             near = bool(torch.rand((), generator=generator) < 0.5)
             gap = int(torch.randint(0, 17, (1,), generator=generator)) if near else \
                 int(torch.randint(32, 401, (1,), generator=generator))
-            sx, _ = stream.sample_batch(1, span_len, generator)
+            if piece_max:
+                span = patchwork_span(stream, span_len, piece_max, generator)
+            else:
+                sx, _ = stream.sample_batch(1, span_len, generator)
+                span = sx[0].tolist()
             fx, _ = stream.sample_batch(1, max(gap, 2), generator)
-            span = sx[0].tolist()
             ids += span + fx[0, :gap].tolist() + span
             mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
         rows.append(ids[:seq_len + 1])
@@ -237,7 +259,7 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
     if n_drill:
         parts.append(drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step))
     if n_rep:
-        parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size()))
+        parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size(), tc.repeat_pieces))
     if n_copy:
         parts.append(copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span,
                                copy_gap_at(tc, step), tc.copy_near_frac))
@@ -312,7 +334,8 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
     opt.step()
     for lid, idx in out.routings:
         m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
-    return {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn), "lr": lr_at(tc, step), "dense": dense}
+    return {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn),
+            "lr": lr_at(tc, step), "dense": dense}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -484,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
         if (step + 1) % tc.eval_every == 0 or step + 1 == end:
             rec.update(quick_eval(m, tok, tc.seq_len))
-            print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(("heldout", "recall", "copy"))),
+            print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items()
+                                            if k.startswith(("heldout", "recall", "copy"))),
                   file=sys.stderr)
         log.append(rec)
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == end:

@@ -73,8 +73,9 @@ def test_checkpoints_are_safetensors_not_pickle(tmp_path):
 
 
 def test_loader_rejects_a_tokenizer_that_does_not_match(tmp_path):
-    from model.weights import save_checkpoint
     from conftest import ROOT
+
+    from model.weights import save_checkpoint
     m = V41Model(V41Config.preset("micro")).init_weights(0)
     save_checkpoint(m, tmp_path)
     import shutil
@@ -309,3 +310,23 @@ def test_a_window_change_reuses_the_compiled_kernels():
         set_window(m, window)
         forward_backward(m, x, y, tc, dense=False)
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
+    """repeat_rows with piece_max: each repeated span is stitched from short pieces (on a stream of
+    consecutive ids, a stitch shows as a jump), is said again verbatim, and only its second copy is marked."""
+    from model.dataset import TokenStream
+    from model.train import repeat_rows
+
+    stream = TokenStream(np.arange(50_000, dtype=np.int64) % 40_000, {})
+    x, y, answers = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0, piece_max=3)
+    seq = torch.cat([x, y[:, -1:]], 1)
+    x0, y0, a0 = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0)
+
+    def jumps(x, y, a):  # share of marked targets (inside second copies) that do not follow on in the stream
+        return float((y - x != 1)[a].float().mean())
+    assert jumps(x, y, answers) > 0.3 and jumps(x0, y0, a0) < 0.05  # stitched vs a contiguous passage
+    for r, c in answers.nonzero().tolist():             # a marked target repeats what followed its token before
+        assert any(int(seq[r, c + 1]) == int(seq[r, c + 1 - back]) and int(seq[r, c]) == int(seq[r, c - back])
+                   for back in range(9, 425) if c - back >= 0)
+    assert 0.1 < float(answers.float().mean()) < 0.6
