@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -107,11 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     for j in range(len(reached)):
         r = reached[j]
         print(f"{j + 1:>8}  {int(r):>7}  {int(acc[j]):>8}  {acc[j] / r if r else float('nan'):.3f}  "
-              f"{conf[j] / r if r else float('nan'):>10.3f} | {surv_o[j] / surv_n[j] if surv_n[j] else float('nan'):>20.3f}"
+              f"{conf[j] / r if r else float('nan'):>10.3f} | "
+              f"{surv_o[j] / surv_n[j] if surv_n[j] else float('nan'):>20.3f}"
               f"  {surv_p[j] / surv_n[j] if surv_n[j] else float('nan'):>9.3f}")
     print()
     print(f"verify passes {steps}, tokens from them {emitted}: {tpp:.3f} tokens per target forward "
-          f"(formula (1 - a^(g+1))/(1 - a) at a = {alpha:.3f}, g = {gamma:.2f}: {expected_tokens_per_pass(alpha, gamma):.3f})")
+          f"(formula (1 - a^(g+1))/(1 - a) at a = {alpha:.3f}, g = {gamma:.2f}: "
+          f"{expected_tokens_per_pass(alpha, gamma):.3f})")
     print(f"decode wall time: plain {plain_s:.2f} s, speculative {spec_s:.2f} s -> {speedup:.2f}x "
           f"({torch.get_num_threads()} thread(s)); outputs identical: {identical}")
     print(f"dspark: tokens_per_pass={tpp:.2f} speedup={speedup:.2f} identical={int(identical)}")

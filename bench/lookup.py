@@ -8,9 +8,9 @@ then `filler` random filler ids, then the same pairs again in a random order. Th
 repeated pair is predictable only from its first occurrence, which lies more than `window` tokens
 back, so the only route to it is the compressed entries (the window-only ablation scores chance,
 1/n_values). Loss: next-token cross entropy on every position (as in model/train.py), or on the
-answers only (`--answer-loss 1`), or with the answers weighted (`--answer-weight 10`). Reports answer accuracy, the attention mass the answers put on
-compressed entries, and per-component gradient norms into the compressors and the compressed
-layers' queries.
+answers only (`--answer-loss 1`), or with the answers weighted (`--answer-weight 10`). Reports answer
+accuracy, the attention mass the answers put on compressed entries, and per-component gradient norms
+into the compressors and the compressed layers' queries.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import torch
 
 from model.config import V41Config
 from model.context import Ablation
-from model.model import V41Model
 from model.lookback import answer_weighted_ce, lookup_rows, recall_rows
+from model.model import V41Model
 from model.quant import fake_quant_disabled
+
 
 def micro_variant(ratio: str) -> V41Config:
     cfg = V41Config.preset("micro")
@@ -134,8 +135,9 @@ def run(steps: int = 300, batch: int = 16, npairs: int = 8, filler: int = 16, wi
                 mass = comp_mass(m, xe, me, abl)
                 from bench.mhc_post import post_report
                 post = [round(r["post"], 3) for r in post_report(m, xe)]
-                rec = {"step": step + 1, "train_loss": float(lm.detach()), "kl": float(il.detach()), "acc": acc, "answer_loss": ans_loss,
-                       "acc_window_only": acc_w, "comp_mass": {k: round(v, 3) for k, v in mass.items()}, "post": post,
+                rec = {"step": step + 1, "train_loss": float(lm.detach()), "kl": float(il.detach()), "acc": acc,
+                       "answer_loss": ans_loss, "acc_window_only": acc_w,
+                       "comp_mass": {k: round(v, 3) for k, v in mass.items()}, "post": post,
                        "s": round(time.time() - t0, 1)}
                 hist.append(rec)
                 if first_above is None and acc > 0.2:

@@ -24,7 +24,6 @@ def post_report(m, x: torch.Tensor) -> list[dict]:
         def hook(mod, args, out, _i=i):
             rows.append({"layer": _i, "y_rms": float(out.float().pow(2).mean().sqrt())})
         hooks.append(layer.attn.register_forward_hook(hook))
-    from model.mhc import hc_mixes
     import model.block as blk
 
     mixes: dict[int, dict] = {}
@@ -35,7 +34,8 @@ def post_report(m, x: torch.Tensor) -> list[dict]:
         n = streams.shape[-2]
         for i, layer in enumerate(m.layers):
             if fn is layer.hc_attn_fn:
-                mixes[i] = {"post": float(mix.post.mean()), "post_static": float((2 * torch.sigmoid(base[n:2 * n])).mean()),
+                mixes[i] = {"post": float(mix.post.mean()),
+                            "post_static": float((2 * torch.sigmoid(base[n:2 * n])).mean()),
                             "stream_rms": float(streams.float().pow(2).mean().sqrt())}
         return mix
     blk.hc_mixes = spy

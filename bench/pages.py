@@ -95,7 +95,8 @@ def main() -> None:
         errors = len(at.exception)
         rows.append((f, title, first, warm, errors))
         flag = "" if warm < 1.0 else "  (over 1 s)"
-        print(f"  {f:32s} first {first:6.2f} s   warm {warm:5.2f} s{flag}" + (f"   EXCEPTIONS: {errors}" if errors else ""))
+        print(f"  {f:32s} first {first:6.2f} s   warm {warm:5.2f} s{flag}"
+              + (f"   EXCEPTIONS: {errors}" if errors else ""))
 
     worst = max(rows, key=lambda r: r[3])
     n_err = sum(r[4] > 0 for r in rows)

@@ -32,7 +32,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = ("inside", "just_past", "far")
-HELDOUT_TEMPLATES = ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"  # python -m model.stories --heldout-templates
+# python -m model.stories --heldout-templates
+HELDOUT_TEMPLATES = ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"
 
 
 @dataclass

@@ -144,11 +144,13 @@ def main() -> None:
         res = {mode: run_child(mode, ckpt, args, tmp / f"{mode}.safetensors") for mode in ("resident", "streamed")}
         a, b = load_file(str(tmp / "resident.safetensors")), load_file(str(tmp / "streamed.safetensors"))
         identical = all(torch.equal(a[k], b[k]) for k in a)
-    print(f"{'mode':9} {'peak MB':>8} {'baseline MB':>11} {'load s':>7} {'prefill s':>9} {'s/token':>8} {'layer loads':>11}")
+    print(f"{'mode':9} {'peak MB':>8} {'baseline MB':>11} {'load s':>7} {'prefill s':>9} {'s/token':>8} "
+          f"{'layer loads':>11}")
     for mode, r in res.items():
         print(f"{mode:9} {r['peak_mb']:8.0f} {r['baseline_mb']:11.0f} {r['load_s']:7.2f} {r['prefill_s']:9.2f} "
               f"{r['s_per_token']:8.3f} {r['layer_loads']:11d}")
-    print(f"prompt {args.prompt_len} tokens, {args.new_tokens} decoded; identical prompt logits and tokens: {identical}")
+    print(f"prompt {args.prompt_len} tokens, {args.new_tokens} decoded; "
+          f"identical prompt logits and tokens: {identical}")
     r, s = res["resident"], res["streamed"]
     print(f"streaming: resident_mb={r['peak_mb']:.0f} streamed_mb={s['peak_mb']:.0f} "
           f"ratio={r['peak_mb'] / s['peak_mb']:.2f} identical={int(identical)} "

@@ -133,7 +133,8 @@ def position_rows(stats: SpecStats) -> list[PositionRow]:
                         c.predicted, c.observed_survival, c.predicted_survival) for c in stats.calibration]
 
 
-def summary_rows(stats: SpecStats, plain_seconds: float | None = None, plain_tokens: int | None = None) -> list[Explained]:
+def summary_rows(stats: SpecStats, plain_seconds: float | None = None,
+                 plain_tokens: int | None = None) -> list[Explained]:
     g = stats.mean_draft_length
     rows = [
         Explained("checking passes", stats.steps, "one big-model pass per draft-and-verify step"),

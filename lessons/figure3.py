@@ -17,7 +17,7 @@ from model import V41Config, layer_map
 from model.layer_map import LayerSpec
 from model.quant import LATENT_FMT
 
-from .layers import Run, engram_layers, stack_runs
+from .layers import Run, stack_runs
 from .sources import REPORT
 
 KIND_COLORS = {"vision": "#c9b3e6", "embed": "#dddddd", "states": "#eeeeee", "head": "#dddddd",
@@ -471,8 +471,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "
              "attention and MoE site, mixing coefficients decide how the streams feed the sublayer and how they "
              "are blended again. The coefficients are not fixed numbers: learned projections (plus learned offsets) "
-             "compute them for every token from the streams themselves. The single-pass form computes them once per site, serving "
-             "that site and the next, to save memory traffic.",
+             "compute them for every token from the streams themselves. The single-pass form computes them once "
+             "per site, serving that site and the next, to save memory traffic.",
              frozenset({"mhc"}), None, read_along=read_along("§2.4.1")),
         Step("pool", "Narrowing the search in two steps",
              f"At layer {cand}, the indexer scores every visible entry (this broad scan still costs work), groups "

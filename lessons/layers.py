@@ -130,7 +130,8 @@ def reference_numbers(cfg: V41Config, one_based: bool = False) -> list[dict]:
                             f"{cfg.candidate_block_size}, built at layer {cand + 1 if one_based else cand}"},
         {"item": "entries in one final selection (at most)", "value": f"{cfg.index_topk:,}",
          "from the config": "index_topk"},
-        {"item": "local window per layer (rows)", "value": f"{cfg.sliding_window:,}", "from the config": "sliding_window"},
+        {"item": "local window per layer (rows)", "value": f"{cfg.sliding_window:,}",
+         "from the config": "sliding_window"},
         {"item": "prompt rows replayed through the decoder (bounded prefill)", "value": f"{cfg.sliding_window:,}",
          "from the config": f"the last sliding_window rows go through layers {dec + (1 if one_based else 0)}"
                             f"-{cfg.num_hidden_layers - (0 if one_based else 1)}"},

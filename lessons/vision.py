@@ -85,7 +85,8 @@ def patch_grid(vc: VisionConfig, width: int, height: int) -> PatchGrid:
         Row("start + end markers", "2", 2),
         Row("sequence positions", f"{g.n_image_tokens} + {g.rows} + 2", g.n_span_tokens),
     ]
-    patch_boxes = [(c * p, rr * p, (c + 1) * p, (rr + 1) * p) for rr in range(g.patch_rows) for c in range(g.patch_cols)]
+    patch_boxes = [(c * p, rr * p, (c + 1) * p, (rr + 1) * p)
+                   for rr in range(g.patch_rows) for c in range(g.patch_cols)]
     u = g.unit
     token_boxes = [(c * u, rr * u, (c + 1) * u, (rr + 1) * u) for rr in range(g.rows) for c in range(g.cols)]
     return PatchGrid(g, rows, patch_boxes, token_boxes)

@@ -2,10 +2,10 @@
 
 from .config import ConfigError, V41Config
 from .context import Ablation
-from .layer_map import LayerSpec, layer_map
-from .model import InputError, ModelOutput, V41Model
 from .dspark import speculative_generate
 from .engine import Sampler, decode_step, prefill
+from .layer_map import LayerSpec, layer_map
+from .model import InputError, ModelOutput, V41Model
 from .shipped import random_tiny, shipped_weights
 from .weights import CheckpointError, load
 

@@ -23,7 +23,8 @@ def info(cfg: V41Config) -> str:
         if s.uses_candidates:
             notes.append("inside pool")
         out.append(f"{s.index:>5} {s.number:>9}  {s.stack:8} {s.role:8} {s.compress_ratio:>5} "
-                   f"{'' if s.kv_source is None else s.kv_source:>6} {'' if s.index_source is None else s.index_source:>7}  "
+                   f"{'' if s.kv_source is None else s.kv_source:>6} "
+                   f"{'' if s.index_source is None else s.index_source:>7}  "
                    + ", ".join(notes))
     specs = layer_map(cfg)
     enc = [s for s in specs if s.stack == "encoder"]

@@ -245,8 +245,8 @@ def cache_bytes(cfg: V41Config, prompt_tokens: int, decoded: int = 0, mode: str 
         dd.update(latents=lb, index_keys=kb, pending=pb)
         rows.append(Row(f"layer {i} latents", f"{batch} x {total}//{r} = {g} entries x ({d} x 4 bits + {d // 16} "
                         f"scales x 8 bits)", lb, "latents", i))
-        rows.append(Row(f"layer {i} index keys", f"{batch} x {g} entries x ({di} x 4 bits + {di // 32} scales x 8 bits)",
-                        kb, "index_keys", i))
+        rows.append(Row(f"layer {i} index keys",
+                        f"{batch} x {g} entries x ({di} x 4 bits + {di // 32} scales x 8 bits)", kb, "index_keys", i))
         if pb:
             rows.append(Row(f"layer {i} pending rows", f"{batch} x {m} rows x 2 (kv, gate) x {d} x 32 bits", pb,
                             "pending", i))

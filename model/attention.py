@@ -26,8 +26,7 @@ from .compressor import Compressor
 from .config import V41Config
 from .context import Context
 from .fusion import fusable, fusing
-from .indexer import (NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, topk_mask,
-                      visible_counts)
+from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
 from .quant import fake_fp8, fake_latent
 from .rope import apply_rope
@@ -193,7 +192,7 @@ class Attention(torch.nn.Module):
 
     # ---------------------------------------------------------------------------------------------
     def _compressed_branch(self, x: torch.Tensor, q_res: torch.Tensor, ctx: Context, rope: dict) -> dict:
-        shared, cache, lid = ctx.shared, ctx.cache, self.layer_id
+        shared, lid = ctx.shared, self.layer_id
         if self.is_kv_source:
             self._make_entries(x, ctx)
         table = shared.get("table")

@@ -211,7 +211,8 @@ class Cache:
                  mode: str = "exact"):
         if rollback < 0:
             raise CacheError("rollback slack must be >= 0")
-        self.cfg, self.device, self.batch, self.rollback_slack, self.mode = cfg, torch.device(device), batch, rollback, mode
+        self.cfg, self.device, self.batch = cfg, torch.device(device), batch
+        self.rollback_slack, self.mode = rollback, mode
         self.length = 0
         self.tokens = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         self.compressed = torch.zeros(batch, 0, dtype=torch.long, device=self.device)

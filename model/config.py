@@ -214,7 +214,8 @@ class V41Config:
         if c is not None and c >= 0:
             if c not in ix:
                 raise ConfigError(f"candidate_source_layer_id ({c}) must be one of index_source_layer_ids {ix}")
-            if self.candidate_topk_blocks * self.candidate_block_size - (self.candidate_block_size - 1) < self.index_topk:
+            if (self.candidate_topk_blocks * self.candidate_block_size - (self.candidate_block_size - 1)
+                    < self.index_topk):
                 raise ConfigError("candidate_topk_blocks x candidate_block_size is too small to hold index_topk "
                                   "entries (needs topk_blocks*block - (block-1) >= index_topk)")
         # Engram

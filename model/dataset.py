@@ -30,8 +30,15 @@ import numpy as np
 import torch
 
 from model.corpus import DEFAULT_CACHE, DOC_SEP, HELDOUT_NATURAL_PATH, REPO_ROOT, read_docs
-from model.stories import (HELDOUT_SEED_BASE, TRAIN_SEED_BASE, Story, generate_story, load_heldout_stories,
-                           token_index_at_char, training_story_text)
+from model.stories import (
+    HELDOUT_SEED_BASE,
+    TRAIN_SEED_BASE,
+    Story,
+    generate_story,
+    load_heldout_stories,
+    token_index_at_char,
+    training_story_text,
+)
 from model.tokenizer import DEFAULT_PATH as TOKENIZER_PATH
 from model.tokenizer import EOS_ID, PAD_ID, file_sha256, load_tokenizer
 
@@ -42,7 +49,8 @@ NATURAL_SOURCES = ("shakespeare", "bible")
 
 def _encode_many(tok: Any, texts: Sequence[str]) -> list[list[int]]:
     fast = getattr(tok, "encode_batch_fast", None)  # no offsets: faster (tokenizers >= 0.21)
-    encs = fast(list(texts), add_special_tokens=False) if fast else tok.encode_batch(list(texts), add_special_tokens=False)
+    encs = (fast(list(texts), add_special_tokens=False) if fast
+            else tok.encode_batch(list(texts), add_special_tokens=False))
     return [e.ids for e in encs]
 
 
@@ -249,7 +257,8 @@ def heldout_natural_tokens(tok: Any, path: str | Path = HELDOUT_NATURAL_PATH) ->
     return np.array([t for ids in _encode_many(tok, docs) for t in ids + [EOS_ID]], dtype=np.int64)
 
 
-def heldout_natural_batches(tokens: np.ndarray, batch: int, seq_len: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def heldout_natural_batches(tokens: np.ndarray, batch: int,
+                            seq_len: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Consecutive non-overlapping windows over the held-out tokens (deterministic)."""
     t = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
     n = (len(t) - 1) // seq_len

@@ -684,7 +684,7 @@ def block_loss(drafter: Drafter, target: V41Model, seqs: torch.Tensor, taps: tor
     hidden). Block row j (1..block-1) at position a + j is scored against the target's distribution
     for that position (from row a + j - 1); the Markov head sees the sequence's token x_{a+j-1}."""
     cfg = drafter.cfg
-    b, l = seqs.shape
+    b, length = seqs.shape
     a_n = anchors.shape[1]
     s, w = drafter.block_size, cfg.sliding_window
     dev = seqs.device

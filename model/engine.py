@@ -307,5 +307,6 @@ def compare_prefill(model: V41Model, input_ids, chunk_size: int = DEFAULT_CHUNK)
     kl = (lp.exp() * (lp - lq)).sum(-1)[0]
     agree = (ee.argmax(-1) == be.argmax(-1))[0]
     return PrefillDivergence(prompt_tokens=model.check_ids(input_ids).shape[1], rows_compared=r,
-                             kl_last=float(kl[-1]), kl_mean=float(kl.mean()), top1_agreement=float(agree.float().mean()),
-                             top1_last_agrees=bool(agree[-1]), exact_seconds=ex.seconds, bounded_seconds=bo.seconds)
+                             kl_last=float(kl[-1]), kl_mean=float(kl.mean()),
+                             top1_agreement=float(agree.float().mean()), top1_last_agrees=bool(agree[-1]),
+                             exact_seconds=ex.seconds, bounded_seconds=bo.seconds)

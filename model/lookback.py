@@ -64,7 +64,8 @@ def recall_rows(n: int, nq: int, filler: int, g: torch.Generator) -> tuple[torch
     return t[:, :-1], t[:, 1:], mk[:, 1:]
 
 
-def lookup_rows(n: int, npairs: int, filler: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lookup_rows(n: int, npairs: int, filler: int,
+                g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Key-value lookup: `npairs` (key, value) pairs (keys at even positions, so a ratio-2 group
     holds one pair), `filler` filler ids, the same pairs again in a random order. Each repeated
     value is predictable only from its first occurrence. -> (x, y, answer mask)."""

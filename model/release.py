@@ -60,7 +60,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -70,10 +70,19 @@ from safetensors.torch import save_file
 from .block import Block
 from .config import ConfigError, V41Config
 from .engram import NgramHasher
-from .quant import (FP8_MAX, dequantize_fp8_weight, dequantize_mxfp4_weight, pow2_ceil, quantize_fp8_weight,
-                    quantize_mxfp4_weight)
+from .quant import (
+    FP8_MAX,
+    dequantize_fp8_weight,
+    dequantize_mxfp4_weight,
+    pow2_ceil,
+    quantize_fp8_weight,
+    quantize_mxfp4_weight,
+)
 from .rope import Rotary
 from .weights import CheckpointError, default_device
+
+if TYPE_CHECKING:
+    from .model import V41Model
 
 INDEX = "model.safetensors.index.json"
 MXFP4_BLOCK = 32

@@ -22,7 +22,7 @@ import torch
 
 from .indexer import topk_mask
 from .layer_map import LayerSpec, layer_map
-from .mhc import Mix, collapse
+from .mhc import Mix
 
 FULL = "full"
 SUMMARY = "summary"

@@ -40,8 +40,16 @@ import torch.nn.functional as F
 
 from .images import HELDOUT_SEED_BASE, PALETTE, TRAIN_SEED_BASE, Scene, draw_scene, make_scene, plan_grid, to_pixels
 from .train import lr_at  # warm-up then cosine, read from the same field names
-from .vision import (MARKERS, attach_vision, doc_prefix, encode_image, image_span_embeds, span_ids,
-                     vision_named_parameters, vision_state_dict)
+from .vision import (
+    MARKERS,
+    attach_vision,
+    doc_prefix,
+    encode_image,
+    image_span_embeds,
+    span_ids,
+    vision_named_parameters,
+    vision_state_dict,
+)
 
 PAD_ID = 0
 
@@ -245,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m model.train_vision", description=__doc__.split("\n\n")[0])
     for f, v in asdict(VisionTrainConfig()).items():
         ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
-    ap.add_argument("--weights", default="data/weights/tiny", help="trained text weights; vision tensors are added here")
+    ap.add_argument("--weights", default="data/weights/tiny",
+                    help="trained text weights; vision tensors are added here")
     ap.add_argument("--dry-run", action="store_true", help="train and evaluate, write nothing")
     args = ap.parse_args(argv)
     tc = VisionTrainConfig(**{f: getattr(args, f) for f in asdict(VisionTrainConfig())})

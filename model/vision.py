@@ -318,7 +318,9 @@ def build_inputs(model, text: str, image: Image.Image | None, *, prefix_ids: lis
     before, after = text.split(IMAGE_PLACEHOLDER, 1) if IMAGE_PLACEHOLDER in text else ("", text)
     if IMAGE_PLACEHOLDER in after:
         raise InputError("one image per prompt: the text has more than one <image> placeholder")
-    enc = (lambda s: model.encode(s) if s else [])
+    def enc(s):
+        return model.encode(s) if s else []
+
     dev = model.embed.weight.device
     if image is None:
         ids = pre + enc(before) + enc(after)

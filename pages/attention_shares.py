@@ -3,10 +3,21 @@ for a chosen layer, head and query position, and a Reuse layer beside its source
 
 import streamlit as st
 
-from lessons.layers import map_line
-from lessons.shares import (CHECK_ANSWER, CHECK_FOLLOWUP, CHECK_QUESTION, TOY_INTRO, TOY_POINT, TOY_QUERIES,
-                            TOY_VALUES, fmt, reuse_comparison, share_view, two_value_mix)
 from lessons import reproduce as snippets
+from lessons.layers import map_line
+from lessons.shares import (
+    CHECK_ANSWER,
+    CHECK_FOLLOWUP,
+    CHECK_QUESTION,
+    TOY_INTRO,
+    TOY_POINT,
+    TOY_QUERIES,
+    TOY_VALUES,
+    fmt,
+    reuse_comparison,
+    share_view,
+    two_value_mix,
+)
 from ui.common import qp_set, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
@@ -102,8 +113,8 @@ if st.session_state["sh_reuse"] not in reuse_layers:
                f"{sess.num(reuse_layers[0])}.")
     st.session_state["sh_reuse"] = reuse_layers[0]
 ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse", persist_state=KEEP,
-                  format_func=lambda i: f"layer {sess.num(i)} (keeps layer {sess.num(tr.layers[i].spec.index_source)}'s "
-                                        f"selection)")
+                  format_func=lambda i: f"layer {sess.num(i)} "
+                                        f"(keeps layer {sess.num(tr.layers[i].spec.index_source)}'s selection)")
 qp_set(reuse=ru)
 cmp = reuse_comparison(tr, ru, pos, head, lt.tokens)
 if not cmp.entry_ids:

@@ -3,22 +3,42 @@
 import pandas as pd
 import streamlit as st
 
-from lessons.calculator import (CALC_INTRO, LEAVES_OUT, REPLAY_TEXT, CalcError, calculate, human_bytes, human_flops,
-                                replay_tradeoff, replay_verdict, windows_persist)
+from lessons import reproduce as snippets
+from lessons.calculator import (
+    CALC_INTRO,
+    LEAVES_OUT,
+    REPLAY_TEXT,
+    CalcError,
+    calculate,
+    human_bytes,
+    human_flops,
+    replay_tradeoff,
+    replay_verdict,
+    windows_persist,
+)
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
 from lessons.layers import map_line
 from lessons.workload import check_against_engine
-from lessons import reproduce as snippets
 from model import V41Config, layer_map
 from ui.common import qp_choice, qp_get, qp_set, sidebar
 from ui.figures import layer_map_figure
-from ui.state import KEEP, qp_bool, qp_int_or_none, seed
-from ui.text import plain
 from ui.figures_memory import kind_bar, layer_bar
-from ui.memory import (chart, chart_format, derivation_table, downloads, init_knobs, knob_widget, mirror_knobs,
-                       param_counts, read_knobs, run_on_click)
+from ui.memory import (
+    chart,
+    chart_format,
+    derivation_table,
+    downloads,
+    init_knobs,
+    knob_widget,
+    mirror_knobs,
+    param_counts,
+    read_knobs,
+    run_on_click,
+)
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, qp_bool, qp_int_or_none, seed
+from ui.text import plain
 
 P = "cc"
 CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens

@@ -5,10 +5,18 @@ import json
 import pandas as pd
 import streamlit as st
 
-from lessons.calculator import LIMITS, CalcError, calculate, human_bytes
-from lessons.designs import (COMPARE_DEFAULT, COMPARE_INTRO, DESIGNS, UNKNOWN_NOTE, WATERFALL_NOTE, build,
-                             v4_to_v41_waterfall, with_context)
 from lessons import reproduce as snippets
+from lessons.calculator import LIMITS, CalcError, calculate, human_bytes
+from lessons.designs import (
+    COMPARE_DEFAULT,
+    COMPARE_INTRO,
+    DESIGNS,
+    UNKNOWN_NOTE,
+    WATERFALL_NOTE,
+    build,
+    v4_to_v41_waterfall,
+    with_context,
+)
 from ui.common import qp_get, qp_set, sidebar
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format

@@ -4,9 +4,17 @@ on a real prompt, counted from its trace (lessons/layers.py)."""
 import pandas as pd
 import streamlit as st
 
-from lessons.layers import (MODES, MODES_NOTE, SEPARATE_DECISIONS, computed_by_layer, computed_rows, full_reads_subset,
-                            map_line, mode_checks)
 from lessons import reproduce as snippets
+from lessons.layers import (
+    MODES,
+    MODES_NOTE,
+    SEPARATE_DECISIONS,
+    computed_by_layer,
+    computed_rows,
+    full_reads_subset,
+    map_line,
+    mode_checks,
+)
 from ui.common import sidebar
 from ui.live import picked_trace
 from ui.reproduce import reproduce

@@ -9,18 +9,31 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from lessons.dspark import (AUTO_NOTE, DEFINITIONS, INTRO, SIM_P, SIM_Q, SIM_TEXT, block_sentence, cache_rows,
-                            position_rows, simulate, simulation_rows, step_rows, summary_rows)
-from lessons.inspect import encode_prompt, load_samples
 from lessons import reproduce as snippets
+from lessons.dspark import (
+    AUTO_NOTE,
+    DEFINITIONS,
+    INTRO,
+    SIM_P,
+    SIM_Q,
+    SIM_TEXT,
+    block_sentence,
+    cache_rows,
+    position_rows,
+    simulate,
+    simulation_rows,
+    step_rows,
+    summary_rows,
+)
+from lessons.inspect import encode_prompt, load_samples
 from ui.common import cached_with_progress, qp_set, require_model, sidebar
 from ui.figures import show_token
-from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
-from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, sample_or_text, seed
-from ui.text import plain
 from ui.figures_run import acceptance_figure, calibration_figure
+from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, sample_or_text, seed
+from ui.text import plain
 
 sess = sidebar()
 sources_footer()
@@ -32,8 +45,14 @@ st.caption(block_sentence(cfg.dspark_block_size))
 with st.expander("Words used on this page", expanded=False):
     st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
 try:
-    from model.dspark import (Drafter, SpecStats, expected_tokens_per_pass, speculative_generate, start, summarize,
-                              verify_step)
+    from model.dspark import (
+        Drafter,
+        SpecStats,
+        expected_tokens_per_pass,
+        speculative_generate,
+        start,
+        verify_step,
+    )
 except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
     st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
     st.stop()

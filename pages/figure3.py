@@ -5,9 +5,9 @@ import importlib.util
 
 import streamlit as st
 
+from lessons import reproduce as snippets
 from lessons.figure3 import box_choices, box_text, layout, live_layer, notation, picked_box, sample_image, steps
 from lessons.layers import map_line
-from lessons import reproduce as snippets
 from model import V41Config
 from ui.common import qp_choice, qp_get, qp_set, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
@@ -226,7 +226,8 @@ def walkthrough() -> None:
 
             p = torch.softmax(tr.logits[0, -1].float(), -1).topk(5)
             st.write("Next-token guesses: " + ", ".join(
-                f"{quoted(show_token(sess.model.decode([int(i)])))} {float(v):.1%}" for v, i in zip(p.values, p.indices)))
+                f"{quoted(show_token(sess.model.decode([int(i)])))} {float(v):.1%}"
+                for v, i in zip(p.values, p.indices)))
         elif box.kind == "drafter":
             has = getattr(sess.model, "mtp", None) is not None
             st.write("This model " + ("carries drafter weights." if has else "has no drafter weights loaded."))

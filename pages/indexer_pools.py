@@ -8,21 +8,29 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from lessons import reproduce as snippets
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import map_line
-from lessons.pools import (DEFINITIONS, INTRO, reindex_inputs, reselect, row_detail, scale_note, summary_rows,
-                           trace_for_pools)
-from lessons import reproduce as snippets
+from lessons.pools import (
+    DEFINITIONS,
+    INTRO,
+    reindex_inputs,
+    reselect,
+    row_detail,
+    scale_note,
+    summary_rows,
+    trace_for_pools,
+)
 from model import V41Config
 from ui.common import cached_with_progress, clean_prompt, qp_set, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
-from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
-from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, sample_or_text, seed
-from ui.text import plain
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
+from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, sample_or_text, seed
+from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 

@@ -10,21 +10,42 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from lessons.inspect import (BOUNDED_NOTE, EXACT_NOTE, INTRO, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, QUANTITIES,
-                             bounded_agreement, covered_rows, encode_prompt, layer_view, load_samples, overview,
-                             run_prompt, trace_to_json)
-from lessons.layers import bounded_note, map_line
 from lessons import reproduce as snippets
+from lessons.inspect import (
+    BOUNDED_NOTE,
+    EXACT_NOTE,
+    INTRO,
+    MAX_NEW_TOKENS,
+    MAX_PROMPT_TOKENS,
+    QUANTITIES,
+    bounded_agreement,
+    covered_rows,
+    encode_prompt,
+    layer_view,
+    load_samples,
+    overview,
+    run_prompt,
+    trace_to_json,
+)
+from lessons.layers import bounded_note, map_line
 from ui.common import cached_with_progress, clean_prompt, qp_choice, qp_set, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
+from ui.figures_run import (
+    attention_figure,
+    comb_figure,
+    lens_figure,
+    overview_figure,
+    role_strip,
+    router_figure,
+    selection_figure,
+    small_bar,
+)
 from ui.limits import LONG_PROMPT_CHARS
-from ui.state import KEEP, LINK_LAYERS, arrived, qp_bool, qp_int_or_none, sample_or_text, seed, stepper
-from ui.text import plain
-from ui.figures_run import (attention_figure, comb_figure, lens_figure, overview_figure, role_strip, router_figure,
-                            selection_figure, small_bar)
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
+from ui.state import KEEP, LINK_LAYERS, arrived, qp_bool, qp_int_or_none, sample_or_text, seed, stepper
+from ui.text import plain
 
 sess = sidebar()
 sources_footer()
@@ -70,7 +91,8 @@ prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
 if problem:
     st.warning(problem)
     st.stop()
-ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS, "the inspector, which records every layer for every token,")
+ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS,
+                             "the inspector, which records every layer for every token,")
 if problem:
     st.warning(problem)
     st.stop()
@@ -184,8 +206,8 @@ else:
                  f"{len(r.scores)} routed experts, weighted by their normalised scores.")
         st.plotly_chart(router_figure(r, "Router scores (chosen experts in green, with their weights)"),
                         width="stretch", key="insp_router")
-        st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts], "weight": [1.0] + r.weights}), hide_index=True,
-                     key="insp_router_df")
+        st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts], "weight": [1.0] + r.weights}),
+                     hide_index=True, key="insp_router_df")
     with tabs[3]:
         e = view.engram
         if e is None:

@@ -10,7 +10,7 @@ from model import V41Config, layer_map
 from ui.common import qp_choice, qp_set, sidebar
 from ui.figures import layer_map_figure
 from ui.sources import sources_footer
-from ui.state import LINK_LAYERS, KEEP, qp_int_or_none, seed
+from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, seed
 
 sess = sidebar()
 sources_footer()

@@ -5,13 +5,21 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
+from lessons import reproduce as snippets
 from lessons.calculator import CalcError, calculate, human_bytes, human_flops
 from lessons.designs import build, defaults
-from lessons import reproduce as snippets
-from model import V41Config
 from lessons.layers import bounded_note
-from lessons.workload import (CLAIM_NOTE, MEASURE_TEXT, V41_SPLIT, WORK_NOT_TIME,
-                              WORKLOAD_INTRO, WORKLOADS, agent_round, measure_round)
+from lessons.workload import (
+    CLAIM_NOTE,
+    MEASURE_TEXT,
+    V41_SPLIT,
+    WORK_NOT_TIME,
+    WORKLOAD_INTRO,
+    WORKLOADS,
+    agent_round,
+    measure_round,
+)
+from model import V41Config
 from ui.common import qp_set, sidebar
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click

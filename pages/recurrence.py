@@ -4,10 +4,17 @@ model's real tensors and on a trace (lessons/recurrence.py)."""
 import pandas as pd
 import streamlit as st
 
-from lessons.recurrence import (CONTRAST, INTRO, TOKEN_RECURRENCE_NOTE, layer_param_count, param_comparison,
-                                reuse_facts, storage_check)
-from lessons.layers import map_line
 from lessons import reproduce as snippets
+from lessons.layers import map_line
+from lessons.recurrence import (
+    CONTRAST,
+    INTRO,
+    TOKEN_RECURRENCE_NOTE,
+    layer_param_count,
+    param_comparison,
+    reuse_facts,
+    storage_check,
+)
 from model import layer_map
 from ui.common import qp_set, require_model, sidebar
 from ui.figures import layer_map_figure
@@ -32,7 +39,8 @@ if not reuse:
 seed("rec_layer", qp_int_or_none("layer", 0, len(specs) - 1, f"showing layer {sess.num(reuse[0])}",
                                 unit=LINK_LAYERS), reuse[0])
 if st.session_state["rec_layer"] not in reuse:
-    st.warning(f"Layer {sess.num(st.session_state['rec_layer'])} is not a Reuse layer; showing layer {sess.num(reuse[0])}.")
+    st.warning(f"Layer {sess.num(st.session_state['rec_layer'])} is not a Reuse layer; "
+               f"showing layer {sess.num(reuse[0])}.")
     st.session_state["rec_layer"] = reuse[0]
 layer = st.selectbox("Reuse layer", reuse, key="rec_layer", persist_state=KEEP,
                      format_func=lambda i: f"layer {sess.num(i)} (entries from layer {sess.num(specs[i].kv_source)})")

@@ -7,9 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import ROOT, run_page
+from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

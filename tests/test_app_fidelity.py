@@ -4,9 +4,8 @@ independently (configs, lesson functions), and every page carries the sources fo
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import run_page
+from streamlit.testing.v1 import AppTest
 
 ALL_PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
              "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation", "glossary"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
 from ui.text import as_shown
 
 PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]

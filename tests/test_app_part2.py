@@ -5,9 +5,9 @@ and the engine check shows formula bytes equal to measured bytes."""
 from __future__ import annotations
 
 import pytest
+from conftest import run_page
 from streamlit.testing.v1 import AppTest
 
-from conftest import run_page
 from ui.text import as_shown
 
 

@@ -6,9 +6,9 @@ values) gives a message, never a traceback."""
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT, run_page
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, run_page
 from ui.text import as_shown
 
 HOSTILE = "<script>alert('x')</script> <b>bold</b> **star** \x07\x1b[31m \u202eevil\u202c ünï 🙂 `code`"

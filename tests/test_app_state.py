@@ -10,9 +10,9 @@ tests/browser/test_state_browser.py.
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
 from ui.text import as_shown
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -16,9 +16,9 @@ import json
 
 import pytest
 import torch
+from conftest import ROOT, random_model
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, random_model
 from ui.text import as_shown
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -61,7 +61,8 @@ VALID = "The key is in the red box. The box is"
 ODD = {
     "rtl": "\u0627\u0644\u0645\u0641\u062a\u0627\u062d \u0641\u064a \u0627\u0644\u0635\u0646\u062f\u0648\u0642 "
            "\u05d4\u05de\u05e4\u05ea\u05d7 \u202eevil\u202c done",
-    "emoji": "\U0001f511 in the \U0001f4e6 \U0001f469\u200d\U0001f469\u200d\U0001f467 \U0001f1fa\U0001f1f3 \u2764\ufe0f",
+    "emoji": "\U0001f511 in the \U0001f4e6 \U0001f469\u200d\U0001f469\u200d\U0001f467 "
+             "\U0001f1fa\U0001f1f3 \u2764\ufe0f",
     "zero_width": "\u200b\u200c\u200d\u2060\ufeff",
     "control": "\x00\x01\x07\x08\x1b[31mred\x1b[0m\r\n\x7f end",
     "markup": "<script>alert(1)</script><img src=x onerror=alert(2)> **bold** [link](javascript:alert(3)) $x^2$",

@@ -8,17 +8,25 @@ import json
 import math
 
 import pytest
+from conftest import random_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lessons.calculator import (LIMITS, MAX_BYTES, SUPPORTED_BITS, CalcError, Knobs, calculate, parse_knobs,
-                                replay_tradeoff, validate_knobs)
+from lessons.calculator import (
+    LIMITS,
+    MAX_BYTES,
+    SUPPORTED_BITS,
+    CalcError,
+    Knobs,
+    calculate,
+    parse_knobs,
+    replay_tradeoff,
+    validate_knobs,
+)
 from lessons.designs import DESIGNS, build, defaults, v41_design
 from lessons.workload import agent_round, check_against_engine
 from model import V41Config
 from model.accounting import cache_bytes
-
-from conftest import random_model
 
 
 def calc(key: str, **kw):

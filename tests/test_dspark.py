@@ -6,16 +6,25 @@ import math
 
 import pytest
 import torch
+from conftest import random_model
 
 import model.dspark as dspark
 from model import V41Config, load
 from model.accounting import _drafter_shapes
-from model.dspark import (Draft, Drafter, attach_drafter, expected_tokens_per_pass, speculative_generate, start,
-                          train_drafter, verify, verify_step, write_drafter)
+from model.dspark import (
+    Draft,
+    Drafter,
+    attach_drafter,
+    expected_tokens_per_pass,
+    speculative_generate,
+    start,
+    train_drafter,
+    verify,
+    verify_step,
+    write_drafter,
+)
 from model.engine import Sampler, decode_step, generate, prefill
 from model.weights import save_checkpoint
-
-from conftest import random_model
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -193,7 +202,8 @@ def _oracle(reference: list[int], prompt_len: int, corrupt: float, seed: int):
             if float(torch.rand((), generator=g)) < corrupt:
                 t = (t + 1 + int(torch.randint(0, 200, (), generator=g))) % 256
             toks.append(t)
-        q = torch.nn.functional.one_hot(torch.tensor(toks, dtype=torch.long), 256).float() if toks else torch.zeros(0, 256)
+        q = (torch.nn.functional.one_hot(torch.tensor(toks, dtype=torch.long), 256).float() if toks
+             else torch.zeros(0, 256))
         return Draft(toks, q, [0.9] * len(toks), [0.9 ** (k + 1) for k in range(len(toks))])
 
     return fake

@@ -13,8 +13,6 @@ from model.cache import CacheError
 from model.engine import compare_prefill, decode_step, generate, prefill
 from model.prefix_cache import PrefixCache
 
-from conftest import random_model
-
 ATOL = 1e-4
 
 

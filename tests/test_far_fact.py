@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, random_tiny
+
 from lessons import far_fact as ff
 from lessons.shares import entry_span
 from model.context import Ablation

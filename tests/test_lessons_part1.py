@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import random_model
+
 from lessons.figure3 import box_choices, box_text, layout, levers, live_layer, picked_box, steps
-from lessons.layers import (computed_by_layer, count_table, engram_layers, full_reads_subset, layer_rows,
-                            mode_checks, reference_numbers, stack_runs)
+from lessons.layers import (
+    computed_by_layer,
+    count_table,
+    engram_layers,
+    full_reads_subset,
+    layer_rows,
+    mode_checks,
+    reference_numbers,
+    stack_runs,
+)
 from lessons.recurrence import param_comparison, reuse_facts, storage_check
 from lessons.shares import mix, reuse_comparison, share_view, two_value_mix
 from model import Ablation, V41Config, layer_map

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import random_model, random_tiny
+
 from lessons import ablation as abl
 from lessons import inspect as ins
 from lessons import pools
@@ -319,8 +319,8 @@ def test_ablation_table_deltas():
 
 
 def test_run_config_uses_evaluate_and_measures_cost():
-    from model.accounting import cache_bytes
     from bench.quality import Quality
+    from model.accounting import cache_bytes
 
     m = random_model("micro")
     seen = {}

@@ -12,8 +12,7 @@ from safetensors.torch import load_file, save_file
 from model import CheckpointError, ConfigError, InputError, V41Config, V41Model, count_params, layer_map, load
 from model.engram import DEAD, NgramHasher, engram_primes, is_prime
 from model.mhc import sinkhorn
-from model.quant import (FP4_VALUES, INDEX_FMT, LATENT_FMT, WINDOW_FMT, e2m1_codes, fake_fp4, fake_fp8, pack,
-                         unpack)
+from model.quant import FP4_VALUES, INDEX_FMT, LATENT_FMT, WINDOW_FMT, e2m1_codes, fake_fp4, fake_fp8, pack, unpack
 from model.trace import FULL
 
 
@@ -269,8 +268,9 @@ def test_token_ids_out_of_range(micro):
 
 
 def test_tokenizer_vocab_mismatch_rejected(micro):
-    from model.tokenizer import load_tokenizer
     from conftest import ROOT
+
+    from model.tokenizer import load_tokenizer
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     with pytest.raises(InputError, match="vocab_size"):
         V41Model(V41Config.preset("micro")).bind_tokenizer(tok)

@@ -14,11 +14,11 @@ is at most a few hundred steps, and every shrink replays it).
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as hs
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
 from ui.limits import URL_PROMPT_CHARS
 from ui.text import as_shown
 
@@ -150,7 +150,8 @@ def check(at: AppTest, page: str, before: dict, changed: str | None) -> None:
         return
     seen, opened = view(at), view(fresh(page, params))
     diff = {k: (seen["widgets"].get(k), opened["widgets"].get(k))
-            for k in set(seen["widgets"]) | set(opened["widgets"]) if seen["widgets"].get(k) != opened["widgets"].get(k)}
+            for k in set(seen["widgets"]) | set(opened["widgets"])
+            if seen["widgets"].get(k) != opened["widgets"].get(k)}
     if opened != seen:
         pytest.fail(f"{page}: after changing {changed}, a fresh open of {params} differs. Widgets (walk, fresh): "
                     f"{diff}; messages only in the walk: {sorted(set(seen['messages']) - set(opened['messages']))}; "

@@ -25,14 +25,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT, random_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
-from model.quant import (FP4_VALUES, dequantize_fp8_weight, dequantize_mxfp4_weight, quantize_fp8_weight,
-                         quantize_mxfp4_weight)
+from model.quant import (
+    FP4_VALUES,
+    dequantize_fp8_weight,
+    dequantize_mxfp4_weight,
+    quantize_fp8_weight,
+    quantize_mxfp4_weight,
+)
 from model.release import INDEX, MappedEngramTable, load_release, main, parse_bytes, read_header, write_release
-from conftest import ROOT, random_model
 
 IDS = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
 SMOOTH = dict(n_routed_experts=2, num_experts_per_tok=2, index_topk=64, candidate_topk_blocks=64)
@@ -440,7 +445,8 @@ def test_truncated_shard(ckpt):
     ("layers.3.ffn.experts.2.w1.weight", lambda t: torch.zeros(32, 64).to(torch.float8_e4m3fn),
      r"is stored as FP8, but quantization_config.expert_dtype is 'fp4'"),
     ("layers.3.attn.wq_a.weight", lambda t: torch.zeros(32, 64, dtype=torch.int32), r"has dtype I32"),
-    ("layers.3.attn.wq_a.weight", lambda t: torch.zeros(32, 64, dtype=torch.uint8), r"is stored as packed U8; only routed expert weights"),
+    ("layers.3.attn.wq_a.weight", lambda t: torch.zeros(32, 64, dtype=torch.uint8),
+     r"is stored as packed U8; only routed expert weights"),
     ("layers.3.attn.q_norm.weight", lambda t: torch.ones(48), r"has shape \[48\], the config needs \[32\]"),
     ("layers.3.attn.wkv.weight", lambda t: torch.zeros(64, 65).to(torch.float8_e4m3fn),
      r"has shape \[64, 65\], the config needs \[64, 64\]"),
@@ -491,12 +497,14 @@ def edit_config(d: Path, fn) -> None:
 
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c.update(model_type="deepseek_v3"), r"model_type is 'deepseek_v3', not a DeepSeek-V4.1 config"),
-    (lambda c: (c.pop("model_type"), c.update(architectures=["LlamaForCausalLM"])), r"LlamaForCausalLM.*not DeepSeek-V4.1"),
+    (lambda c: (c.pop("model_type"), c.update(architectures=["LlamaForCausalLM"])),
+     r"LlamaForCausalLM.*not DeepSeek-V4.1"),
     (lambda c: c["text_config"].update(num_key_value_heads=8), r"num_key_value_heads must be 1"),
     (lambda c: c["quantization_config"].update(fmt="e5m2"), r"quantization_config.fmt is 'e5m2'"),
     (lambda c: c["quantization_config"].update(weight_block_size=[128, 64]), r"quantization_config.weight_block_size"),
     (lambda c: c["quantization_config"].update(expert_dtype="int4"), r"quantization_config.expert_dtype is 'int4'"),
-    (lambda c: c["text_config"].update(hidden_size=96), r"tensor 'embed.weight' has shape \[256, 64\], the config needs"),
+    (lambda c: c["text_config"].update(hidden_size=96),
+     r"tensor 'embed.weight' has shape \[256, 64\], the config needs"),
 ])
 def test_config_problems(ckpt, edit, message):
     edit_config(ckpt, edit)
@@ -530,7 +538,8 @@ def test_not_a_checkpoint(tmp_path, release_dir):
 def test_project_never_unpickles():
     """Weights are safetensors only: no torch.load / torch.save / pickle / allow_pickle in our sources."""
     banned = [r"\btorch\.load\s*\(", r"\btorch\.save\s*\(", r"\bimport\s+(c?pickle|dill|joblib)\b",
-              r"\bfrom\s+(c?pickle|dill|joblib)\b", r"\bpickle\.", r"allow_pickle\s*=\s*True", r"weights_only\s*=\s*False"]
+              r"\bfrom\s+(c?pickle|dill|joblib)\b", r"\bpickle\.", r"allow_pickle\s*=\s*True",
+              r"weights_only\s*=\s*False"]
     me = Path(__file__).resolve()
     hits = []
     files = [p for p in ROOT.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)

@@ -11,9 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import ROOT
+from streamlit.testing.v1 import AppTest
 
 TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
 pytestmark = pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")

@@ -20,11 +20,18 @@ import threading
 import time
 
 import pytest
+from conftest import ROOT, random_model
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, random_model
-from ui.checkpoints import (MAX_MODELS, NOT_OFFERED, CheckpointRefused, ModelStore, check_budget,
-                            find_checkpoints, resolve_choice)
+from ui.checkpoints import (
+    MAX_MODELS,
+    NOT_OFFERED,
+    CheckpointRefused,
+    ModelStore,
+    check_budget,
+    find_checkpoints,
+    resolve_choice,
+)
 from ui.text import MAX_CHARS, as_shown, plain
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),

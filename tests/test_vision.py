@@ -9,16 +9,38 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ROOT, random_model, random_tiny
 from PIL import Image
 
-from conftest import ROOT, random_model, random_tiny
 from model import V41Config, load
 from model.config import VisionConfig
-from model.images import (ImageError, draw_scene, load_image, make_scene, plan_grid, resize_to_grid, sample_scenes,
-                          to_pixels)
-from model.vision import (MARKERS, Aligner, VisionModel, attach_vision, build_inputs, encode_image, has_vision,
-                          image_span_embeds, marker_ids, pixel_unshuffle, rope_2d, span_ids, trace_with_image,
-                          vision_param_count, vision_state_dict)
+from model.images import (
+    ImageError,
+    draw_scene,
+    load_image,
+    make_scene,
+    plan_grid,
+    resize_to_grid,
+    sample_scenes,
+    to_pixels,
+)
+from model.vision import (
+    MARKERS,
+    Aligner,
+    VisionModel,
+    attach_vision,
+    build_inputs,
+    encode_image,
+    has_vision,
+    image_span_embeds,
+    marker_ids,
+    pixel_unshuffle,
+    rope_2d,
+    span_ids,
+    trace_with_image,
+    vision_param_count,
+    vision_state_dict,
+)
 
 FLASH_VC = VisionConfig()  # the release's vision_config: patch 14, ratio 3, 1024 tokens, min_pixels 544^2
 
@@ -129,7 +151,9 @@ def test_rope_2d_is_relative():
     def score(a, b):
         return float((_rotate(q, cos[a], sin[a]) * _rotate(k, cos[b], sin[b])).sum())
 
-    at = lambda r, c: r * 6 + c
+    def at(r, c):
+        return r * 6 + c
+
     assert score(at(1, 2), at(3, 1)) == pytest.approx(score(at(2, 4), at(4, 3)), abs=1e-5)
     assert score(at(1, 2), at(3, 1)) != pytest.approx(score(at(1, 2), at(1, 3)), abs=1e-3)
 
@@ -520,6 +544,7 @@ def _prompt_app():
 
     sys.path.insert(0, "tests")
     from conftest import random_tiny
+
     from model.images import draw_scene, make_scene
     from model.vision import attach_vision
     from ui.vision_panel import draw_image_prompt

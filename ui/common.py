@@ -20,8 +20,16 @@ from typing import Any, Callable, Hashable, Iterator
 import streamlit as st
 import torch
 
-from ui.checkpoints import (MAX_MODELS, NOT_OFFERED, CheckpointRefused, ModelStore, check_budget, find_checkpoints,
-                            resolve_choice, scrub)
+from ui.checkpoints import (
+    MAX_MODELS,
+    NOT_OFFERED,
+    CheckpointRefused,
+    ModelStore,
+    check_budget,
+    find_checkpoints,
+    resolve_choice,
+    scrub,
+)
 from ui.queue import heavy_run
 from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed  # noqa: F401 (pages import these)
 from ui.text import plain

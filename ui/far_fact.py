@@ -11,9 +11,19 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from lessons.far_fact import (FAR_RULE, INTRO, OWN_HELP, analyse, far_sample, head_rows, marked_text, own_story,
-                              summary, table_rows)
 from lessons import reproduce as snippets
+from lessons.far_fact import (
+    FAR_RULE,
+    INTRO,
+    OWN_HELP,
+    analyse,
+    far_sample,
+    head_rows,
+    marked_text,
+    own_story,
+    summary,
+    table_rows,
+)
 from ui.common import cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS

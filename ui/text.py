@@ -7,8 +7,9 @@ Markdown does more than CommonMark: links and images (`[..](..)`, `![..](..)`, b
 (`:material/..:`, `:smile:`) and maths (`$..$`). Escaping brackets alone leaves most of that working. So
 `plain` backslash-escapes every ASCII punctuation character (CommonMark lets any of them be escaped, and the
 escaped character is then drawn as itself), breaks the autolink patterns that GFM finds in plain text
-even when escaped (`https://`, `www.`, `name@host`) with an invisible word joiner, folds line breaks and other control characters into spaces (no
-headings, lists or code blocks can start), and shortens the result to `MAX_CHARS` characters of the
+even when escaped (`https://`, `www.`, `name@host`) with an invisible word joiner, folds line breaks and
+other control characters into spaces (no headings, lists or code blocks can start), and shortens the
+result to `MAX_CHARS` characters of the
 original text, so a 6,000-character URL value costs one line.
 """
 

@@ -19,8 +19,15 @@ import torch
 from PIL import Image
 
 from lessons import vision as lv
-from model.images import (MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, ImageError, draw_scene, load_image, resize_to_grid,
-                          sample_scenes)
+from model.images import (
+    MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_PIXELS,
+    ImageError,
+    draw_scene,
+    load_image,
+    resize_to_grid,
+    sample_scenes,
+)
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
@@ -42,11 +49,13 @@ def patches_figure(picture: Image.Image, pg: lv.PatchGrid, height: int = 360) ->
     for x in range(0, g.width + 1, g.patch_size):
         thick = x % g.unit == 0
         shapes.append(dict(type="line", x0=x - .5, x1=x - .5, y0=-.5, y1=g.height - .5,
-                           line=dict(color="white" if thick else "rgba(255,255,255,0.55)", width=2.5 if thick else 0.7)))
+                           line=dict(color="white" if thick else "rgba(255,255,255,0.55)",
+                                     width=2.5 if thick else 0.7)))
     for y in range(0, g.height + 1, g.patch_size):
         thick = y % g.unit == 0
         shapes.append(dict(type="line", y0=y - .5, y1=y - .5, x0=-.5, x1=g.width - .5,
-                           line=dict(color="white" if thick else "rgba(255,255,255,0.55)", width=2.5 if thick else 0.7)))
+                           line=dict(color="white" if thick else "rgba(255,255,255,0.55)",
+                                     width=2.5 if thick else 0.7)))
     fig.update_layout(shapes=shapes, height=height, margin=dict(l=0, r=0, t=30, b=0),
                       title=f"{g.patch_rows} x {g.patch_cols} patches of {g.patch_size} px",
                       xaxis=dict(visible=False), yaxis=dict(visible=False, scaleanchor="x"))
@@ -84,8 +93,9 @@ def span_figure(positions: list[lv.Position], labels: list[str] | None = None, h
         hover = [f"position {p.position}: {KIND_NAMES[kind]}" + (f" (row {p.row}, col {p.col})" if p.col is not None
                                                                  else "")
                  + (f"<br>{labels[p.position]}" if labels else "") for p in pts]
-        fig.add_trace(go.Scatter(x=[p.position for p in pts], y=[0] * len(pts), mode="markers", name=KIND_NAMES[kind],
-                                 marker=dict(symbol="square", size=13, color=colour, line=dict(width=0.5, color="#555")),
+        fig.add_trace(go.Scatter(x=[p.position for p in pts], y=[0] * len(pts), mode="markers",
+                                 name=KIND_NAMES[kind], marker=dict(symbol="square", size=13, color=colour,
+                                                                    line=dict(width=0.5, color="#555")),
                                  hovertext=hover, hoverinfo="text"))
     fig.update_layout(height=height, margin=dict(l=10, r=10, t=10, b=30), yaxis=dict(visible=False),
                       xaxis=dict(title="position"), legend=dict(orientation="h", y=1.3))

@@ -46,7 +46,8 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
     more = nav.locator('[data-testid="stSidebarNavViewButton"]')
     if more.count():
         more.click()                              # "View N more"
-    links = [re.sub(r"^\S+\n+", "", t).strip() for t in nav.locator('[data-testid="stSidebarNavLink"]').all_inner_texts()]
+    links = [re.sub(r"^\S+\n+", "", t).strip()
+             for t in nav.locator('[data-testid="stSidebarNavLink"]').all_inner_texts()]
     assert [t for _, t in pages] == links
     # a click in the sidebar opens the page (client-side navigation, no reload)
     nav.locator('[data-testid="stSidebarNavLink"]', has_text="Layer map").click()
