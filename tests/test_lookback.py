@@ -78,3 +78,22 @@ def test_fake_quant_disabled_is_scoped():
     with fake_quant_disabled():
         assert torch.equal(fake_latent(x), x)
     assert torch.equal(fake_latent(x), q)
+
+
+def test_head_scores_find_a_previous_token_head_and_an_induction_head():
+    """bench.heads: a head whose weight sits on the slot before the query scores prev 1; a head that, at
+    the second copy, looks at the token after the first copy's match scores induction 1; others 0."""
+    from bench.heads import head_scores
+
+    b, s, h, w = 2, 40, 3, 16
+    span, distance, start = 6, 10, 25
+    win = torch.zeros(b, s, h, w)
+    win[:, :, 0, w - 2] = 1.0                               # previous-token head
+    win[:, :, 1, w - 1] = 1.0                               # attends to itself
+    win[:, start:start + span - 1, 1, w - 1] = 0.0
+    win[:, start:start + span - 1, 1, w - distance] = 1.0   # t - distance + 1: the token after the match
+    win[:, :, 2, 0] = 1.0                                   # oldest slot only
+    prev, ind, sink = head_scores(win, torch.zeros(b, s, h), start, distance, span)
+    assert prev == pytest.approx([1.0, 0.0, 0.0]) and ind == pytest.approx([0.0, 1.0, 0.0]) and sink == [0.0] * 3
+    _, ind_far, _ = head_scores(win, torch.zeros(b, s, h), start, w + 5, span)
+    assert ind_far == [0.0] * 3                             # the match is out of the window: no window share
