@@ -2,17 +2,22 @@
 
 `python -m bench.heads [weights] [--ckpt DIR]`
 
-A copy (induction) circuit needs two kinds of head: a previous-token head (each position attends to
-the one before it, so its state carries "the token before me was X") and, in a later layer, an
-induction head (at a token X, attend to the position just after an earlier X and read what came
-next). On held-out prose, a span of `span` tokens is said twice, `gap` tokens apart; from a trace of
-the running model (model/trace.py `Shares`) this reports, per layer and head:
+The textbook copy circuit has two kinds of head: a previous-token head (each position attends to the
+one before it, so its state carries "the token before me was X") and, in a later layer, an induction
+head (at a token X, attend to the position just after an earlier X and read what came next). Here
+the values carry their position (RoPE on the shared K=V latent, the output rotated back), so even a
+position-blind head tells the next layer which token came just before: on `micro` the induction head
+forms while the layer below is still at the uniform share (README, "The shipped run"). The
+induction column is the one that decides whether the model can copy.
+
+On held-out prose, a span of `span` tokens is said twice, `gap` tokens apart; from a trace of the
+running model (model/trace.py `Shares`) this reports, per layer and head:
 - `prev`: the mean window share on the position just before the query (uniform over a 32-row window
   is 0.03; a previous-token head in a trained model puts most of its weight there);
 - `induction`: at the second copy, the mean window share on the token after the first copy's match;
 - `sink`: the mean share on the sink.
 Window-only layers read their keys with the `main` RoPE (sharp positions), the others with the
-`compress` RoPE (slow rotations), which matters for where a previous-token head can live.
+`compress` RoPE (theta 160,000 instead of 10,000).
 Last line: `heads: max_prev_window_only=... max_prev=... max_induction=... uniform=...`.
 """
 
