@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
     from model.dataset import heldout_natural_tokens
+    from model.train import model_state
     from model.weights import load
 
     ap = argparse.ArgumentParser(prog="python -m bench.heads", description=__doc__.split("\n\n")[0])
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     m = load(args.weights, device="cpu")
     if args.ckpt:
         t = load_file(f"{args.ckpt}/ckpt.safetensors")
-        m.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")}, strict=False)
+        m.load_state_dict(model_state(t), strict=False)  # the drafter and vision tower are not trained there
     m.eval()
     tokens = torch.as_tensor(heldout_natural_tokens(m.tokenizer)[:20000], dtype=torch.long)
     rows = scores(m, tokens)

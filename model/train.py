@@ -360,10 +360,15 @@ def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, t
     (path / "ckpt.json").write_text(json.dumps({"step": step, "train": asdict(tc), "log": log}))
 
 
+def model_state(t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's tensors of a training checkpoint (save_state stores them under `model.`)."""
+    return {k[len("model."):]: v for k, v in t.items() if k.startswith("model.")}
+
+
 def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int, list]:
     t = load_file(str(path / "ckpt.safetensors"))
     meta = json.loads((path / "ckpt.json").read_text())
-    m.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")}, strict=True)
+    m.load_state_dict(model_state(t), strict=True)
     params = dict(m.named_parameters())
     for key, v in t.items():
         if not key.startswith("opt."):
@@ -376,6 +381,9 @@ def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int
 # ------------------------------------------------------------------------------------------------
 # Evaluation used during training (bench/quality.py has the full evaluation)
 # ------------------------------------------------------------------------------------------------
+
+EVAL_KEYS = ("heldout", "recall", "copy")   # the prefixes of quick_eval's keys
+
 
 @torch.no_grad()
 def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> dict[str, float]:
@@ -475,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         src = Path(tc.init_from)
         if (src / "ckpt.safetensors").exists():
             t = load_file(str(src / "ckpt.safetensors"))
-            m.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")}, strict=True)
+            m.load_state_dict(model_state(t), strict=True)
             meta = json.loads((src / "ckpt.json").read_text())
             previous = {"from": str(src), "step": meta["step"], "train_config": meta["train"],
                         "log_every_step": meta.get("log", [])}
@@ -507,8 +515,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
         if (step + 1) % tc.eval_every == 0 or step + 1 == end:
             rec.update(quick_eval(m, tok, tc.seq_len))
-            print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items()
-                                            if k.startswith(("heldout", "recall", "copy"))),
+            print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(EVAL_KEYS)),
                   file=sys.stderr)
         log.append(rec)
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == end:
@@ -532,15 +539,16 @@ def main(argv: list[str] | None = None) -> int:
     final = log[-1] if log else {}
     # Phases: a run initialised from shipped weights carries their phase list forward and adds itself,
     # so training.json keeps every phase's command, tokens and wall time.
+    command = "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv)
     prior = Path(tc.init_from) / "training.json" if tc.init_from else None
     phases = json.loads(prior.read_text()).get("phases", []) if prior is not None and prior.exists() else []
     phases = phases + [{"run": args.ckpt_dir, "steps_done": end, "schedule_steps": tc.steps,
                         "tokens": end * tokens_per_step,
-                        "command": "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv),
+                        "command": command,
                         "wall_seconds_last_segment": round(train_seconds, 1), "resumed_at_step": start or None,
-                        "last_eval": {k: v for k, v in final.items() if k.startswith(("heldout", "recall", "copy"))}}]
+                        "last_eval": {k: v for k, v in final.items() if k.startswith(EVAL_KEYS)}}]
     info = {
-        "command": "python -m model.train " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command,
         "seed": tc.seed, "preset": tc.preset, "train_config": asdict(tc),
         "data": {"stream": tc.stream, "manifest": stream.manifest, "tokenizer": tc.tokenizer},
         "steps": end, "tokens": end * tokens_per_step, "parameters": n_params,
