@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # as the app does on CPU (ui.common): one intra-op thread per session
 
-    from lessons import inspect as ins
-    from lessons import pools
+    from lessons import inspect as ins, pools
 
     model, kind = _model(a.weights)
     text, ids = long_prompt(model, a.tokens)

@@ -39,8 +39,7 @@ from model.stories import (
     token_index_at_char,
     training_story_text,
 )
-from model.tokenizer import DEFAULT_PATH as TOKENIZER_PATH
-from model.tokenizer import EOS_ID, PAD_ID, file_sha256, load_tokenizer
+from model.tokenizer import DEFAULT_PATH as TOKENIZER_PATH, EOS_ID, PAD_ID, file_sha256, load_tokenizer
 
 DEFAULT_STREAM = DEFAULT_CACHE / "tokens_train.npy"
 SHUFFLE_SEED = 1234

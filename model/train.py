@@ -40,8 +40,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import V41Config
 from .context import Ablation
-from .fusion import configure as configure_fusion
-from .fusion import fusable, fused
+from .fusion import configure as configure_fusion, fusable, fused
 from .model import V41Model
 from .weights import save_checkpoint
 

@@ -9,8 +9,7 @@ import math
 
 import pytest
 from conftest import random_model
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lessons.calculator import (
     LIMITS,

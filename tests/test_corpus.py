@@ -14,11 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from model import corpus, dataset, stories
-from model import tokenizer as tk
+from model import corpus, dataset, stories, tokenizer as tk
 from model.stories import BUCKETS, COLOURS, CONTAINERS, OBJECTS, generate_story, measure_distance
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,7 @@ import pytest
 import torch
 from conftest import random_model, random_tiny
 
-from lessons import ablation as abl
-from lessons import inspect as ins
-from lessons import pools
+from lessons import ablation as abl, inspect as ins, pools
 from model.context import Ablation
 from model.layer_map import layer_map
 from model.mhc import Mix

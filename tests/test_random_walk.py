@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-from hypothesis import HealthCheck, Phase, given, seed, settings
-from hypothesis import strategies as hs
+from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as hs
 from streamlit.testing.v1 import AppTest
 
 from ui.limits import URL_PROMPT_CHARS
