@@ -7,7 +7,7 @@ one before it, so its state carries "the token before me was X") and, in a later
 head (at a token X, attend to the position just after an earlier X and read what came next). Here
 the values carry their position (RoPE on the shared K=V latent, the output rotated back), so even a
 position-blind head tells the next layer which token came just before: on `micro` the induction head
-forms while the layer below is still at the uniform share (README, "The shipped run"). The
+forms while the layer below is still at the uniform share (`python -m bench.micro_copy`). The
 induction column is the one that decides whether the model can copy.
 
 On held-out prose, a span of `span` tokens is said twice, `gap` tokens apart; from a trace of the
