@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _load(weights: Path):
     from model import load
-    from model.dspark import Drafter, attach_drafter
+    from model.inference.speculative import Drafter, attach_drafter
 
     note = ""
     if (weights / "model.safetensors").exists():
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: decode is overhead-bound)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from model.dspark import expected_tokens_per_pass, speculative_generate
-    from model.engine import Sampler, generate
+    from model.inference.engine import Sampler, generate
+    from model.inference.speculative import expected_tokens_per_pass, speculative_generate
 
     m, note = _load(Path(args.weights))
     if note:

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from model.mhc import collapse, expand  # noqa: F401
+from model.arch.mhc import collapse, expand  # noqa: F401
 
 
 def post_report(m, x: torch.Tensor) -> list[dict]:
@@ -24,7 +24,7 @@ def post_report(m, x: torch.Tensor) -> list[dict]:
         def hook(mod, args, out, _i=i):
             rows.append({"layer": _i, "y_rms": float(out.float().pow(2).mean().sqrt())})
         hooks.append(layer.attn.register_forward_hook(hook))
-    import model.block as blk
+    import model.arch.block as blk
 
     mixes: dict[int, dict] = {}
     orig = blk.hc_mixes
@@ -63,8 +63,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.dataset import heldout_natural_batches, heldout_natural_tokens
-    from model.weights import load
+    from model.checkpoint.native import load
+    from model.corpus.dataset import heldout_natural_batches, heldout_natural_tokens
 
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)

@@ -20,11 +20,11 @@ import time
 import torch
 
 from bench.heads import head_scores
+from model.arch.context import Ablation
 from model.config import V41Config
-from model.context import Ablation
-from model.lookback import answer_weighted_ce
 from model.model import V41Model
-from model.train import copy_rows
+from model.training.lm import copy_rows
+from model.training.lookback import answer_weighted_ce
 
 SPAN, GAP, LEAD = 5, 1, 40
 

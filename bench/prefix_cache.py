@@ -20,7 +20,7 @@ from bench._common import line, random_ids, tiny_model
 
 
 def ttft(model, ids, pc) -> tuple[float, int]:
-    from model.engine import Sampler, prefill
+    from model.inference.engine import Sampler, prefill
 
     t0 = time.perf_counter()
     pf = prefill(model, ids, "bounded", prefix_cache=pc)
@@ -29,7 +29,7 @@ def ttft(model, ids, pc) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.prefix_cache import PrefixCache
+    from model.inference.prefix_cache import PrefixCache
 
     ap = argparse.ArgumentParser(prog="python -m bench.prefix_cache")
     ap.add_argument("--tokens", type=int, default=4096)

@@ -80,7 +80,7 @@ def unigram_logprobs(vocab: int, heldout: np.ndarray) -> tuple[torch.Tensor, str
 @torch.no_grad()
 def natural_loss(model, max_tokens: int | None = None, seq_len: int = 512, batch: int = 8, ablation=None,
                  progress: Callable[[float, str], None] | None = None) -> tuple[float, int, np.ndarray]:
-    from model.dataset import heldout_natural_batches, heldout_natural_tokens
+    from model.corpus.dataset import heldout_natural_batches, heldout_natural_tokens
 
     toks = heldout_natural_tokens(model.tokenizer)
     if max_tokens:
@@ -101,9 +101,9 @@ def natural_loss(model, max_tokens: int | None = None, seq_len: int = 512, batch
 def story_recall(model, max_stories: int | None = None, ablation=None, mode: str = "exact",
                  progress: Callable[[float, str], None] | None = None,
                  path: Path | None = None) -> tuple[dict[str, float], dict[str, int]]:
-    from model.dataset import story_eval_batches
-    from model.engine import prefill
-    from model.stories import load_heldout_stories
+    from model.corpus.dataset import story_eval_batches
+    from model.corpus.stories import load_heldout_stories
+    from model.inference.engine import prefill
 
     rows = load_heldout_stories(path)
     if max_stories:  # keep the buckets balanced when subsampling
@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22} {r['loss']:7.3f} {r['recall_inside']:7.1%} {r['recall_just_past']:7.1%} "
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
-    from model.dataset import heldout_natural_tokens
-    from model.train import copy_accuracy
+    from model.corpus.dataset import heldout_natural_tokens
+    from model.training.lm import copy_accuracy
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))

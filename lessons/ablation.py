@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from model.context import Ablation
-from model.engine import decode_step, prefill
+from model.arch.context import Ablation
+from model.inference.engine import decode_step, prefill
 
 INTRO = (
     "Does each part of the design earn its place? One way to ask: switch one part off in the trained model, "

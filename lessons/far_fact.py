@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from model.context import Ablation
-from model.stories import COLOURS, load_heldout_stories, token_index_at_char
-from model.tokenizer import EOS_ID
+from model.arch.context import Ablation
+from model.corpus.stories import COLOURS, load_heldout_stories, token_index_at_char
+from model.corpus.tokenizer import EOS_ID
 
 MAX_STORY_CHARS = 20000
 MAX_STORY_TOKENS = 2048      # the panel traces every layer at every row of the story

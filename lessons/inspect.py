@@ -21,9 +21,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model.engine import Sampler, decode_step, prefill
+from model.inference.engine import Sampler, decode_step, prefill
+from model.inference.trace import LayerRecord, Trace, Tracer
 from model.layer_map import describe
-from model.trace import LayerRecord, Trace, Tracer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "data" / "prompts.json"

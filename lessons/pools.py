@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from model.indexer import NEG_INF, candidate_pool, mask_visible, topk_mask
-from model.mhc import collapse
+from model.arch.indexer import NEG_INF, candidate_pool, mask_visible, topk_mask
+from model.arch.mhc import collapse
+from model.arch.rope import apply_rope
+from model.inference.trace import FULL, Trace
 from model.quant import fake_latent
-from model.rope import apply_rope
-from model.trace import FULL, Trace
 
 INTRO = (
     "A long prompt leaves many compressed entries to choose from. V4.1 narrows the search in two steps: the "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from model.config import VisionConfig
-from model.images import ImageGrid, plan_grid
+from model.inference.images import ImageGrid, plan_grid
 
 INTRO = (
     "A picture cannot go through the tokenizer. It takes a side entrance instead: a separate network, the "

@@ -123,7 +123,7 @@ class Measured:
 def measure_round(model, read: int, written: int, mode: str = "bounded",
                   progress: Callable[[float, str], None] | None = None) -> Measured:
     """Time one round on the running model: prefill `read` prompt tokens, then decode `written` tokens greedily."""
-    from model.engine import decode_step, prefill
+    from model.inference.engine import decode_step, prefill
 
     limit = model.cfg.max_position_embeddings
     if read < 1 or written < 1 or read + written > limit:
@@ -175,7 +175,7 @@ class EngineCheck:
 def check_against_engine(model, tokens: int, mode: str = "bounded", rollback: int = 1,
                          progress: Callable[[float, str], None] | None = None) -> EngineCheck:
     """Prefill `tokens` prompt tokens on the running model and compare `cache.nbytes()` with the calculator."""
-    from model.engine import prefill
+    from model.inference.engine import prefill
 
     from .calculator import Knobs, calculate
     from .designs import v41_design

@@ -1,13 +1,13 @@
 """DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (ARCHITECTURE.md §4)."""
 
+from .arch.context import Ablation
+from .checkpoint.native import CheckpointError, load
+from .checkpoint.shipped import random_tiny, shipped_weights
 from .config import ConfigError, V41Config
-from .context import Ablation
-from .dspark import speculative_generate
-from .engine import Sampler, decode_step, prefill
+from .inference.engine import Sampler, decode_step, prefill
+from .inference.speculative import speculative_generate
 from .layer_map import LayerSpec, layer_map
 from .model import InputError, ModelOutput, V41Model
-from .shipped import random_tiny, shipped_weights
-from .weights import CheckpointError, load
 
 __all__ = ["V41Config", "ConfigError", "V41Model", "ModelOutput", "InputError", "CheckpointError", "Ablation",
            "layer_map", "LayerSpec", "load", "count_params", "shipped_weights", "random_tiny", "prefill",

@@ -96,7 +96,7 @@ def count_params(cfg: V41Config) -> ParamCount:
         m = V41Model(cfg)
         drafter_from = vision_from = "config shapes"
         try:
-            from .dspark import Drafter
+            from .inference.speculative import Drafter
 
             if cfg.num_nextn_predict_layers:
                 m.mtp = Drafter(cfg)
@@ -104,7 +104,7 @@ def count_params(cfg: V41Config) -> ParamCount:
         except ImportError:
             pass
         try:
-            from .vision import attach_vision
+            from .arch.vision import attach_vision
 
             if cfg.vision_config is not None:
                 attach_vision(m)  # vision.*, aligner.*, image_start/end/newline

@@ -9,14 +9,13 @@ configs with a message that names the offending field.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config value is missing, out of range or inconsistent; the message names the field."""
+from .errors import ConfigError
 
 
 @dataclass
@@ -228,8 +227,6 @@ class V41Config:
                 raise ConfigError("engram_max_ngram_size must be >= 2 and engram_n_heads, engram_head_dim > 0")
             if not (0 <= self.engram_pad_id < self.vocab_size):
                 raise ConfigError("engram_pad_id must be a token id in [0, vocab_size)")
-            from .engram import engram_primes  # local import: primes are the engram module's business
-
             for li, (lid, rows) in enumerate(zip(self.engram_layer_ids, self.engram_num_embeddings)):
                 want = sum(sum(p) for p in engram_primes(self)[li])
                 if rows != want:
@@ -454,10 +451,62 @@ def _small() -> V41Config:
     )
 
 
+# ------------------------------------------------------------------------------------------------
+# Engram primes: the bucket sizes follow from the config alone, so the config owns them
+# ------------------------------------------------------------------------------------------------
+
+def is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for n < 3.3e24 (far beyond any bucket size)."""
+    if n < 2:
+        return False
+    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+    for p in small:
+        if n % p == 0:
+            return n == p
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d //= 2
+        s += 1
+    for a in small:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _primes(n_layers: int, orders: int, heads: int, start: int) -> tuple:
+    seen: set[int] = set()
+    layers = []
+    for _ in range(n_layers):
+        per_order = []
+        for _ in range(orders):
+            sizes, cur = [], start - 1
+            for _ in range(heads):
+                cur += 1
+                while not is_prime(cur) or cur in seen:
+                    cur += 1
+                seen.add(cur)
+                sizes.append(cur)
+            per_order.append(tuple(sizes))
+        layers.append(tuple(per_order))
+    return tuple(layers)
+
+
+def engram_primes(cfg: V41Config) -> tuple:
+    """[layer][order-2][head] prime bucket sizes."""
+    return _primes(len(cfg.engram_layer_ids), cfg.engram_max_ngram_size - 1, cfg.engram_n_heads,
+                   cfg.engram_vocab_size)
+
+
 def _fill_engram_rows(cfg: V41Config) -> V41Config:
     """Presets state the bucket start; the row counts follow from the prime layout."""
-    from .engram import engram_primes
-
     if cfg.engram_layer_ids and any(r == 0 for r in cfg.engram_num_embeddings):
         cfg.engram_num_embeddings = [sum(sum(p) for p in layer) for layer in engram_primes(cfg)]
     return cfg

@@ -59,7 +59,7 @@ def _field(cfg: V41Config, name: str) -> str:
 
 
 def _bytes(module: torch.nn.Module, skip_mapped: bool) -> int:
-    from .engram import EngramEmbedding
+    from .arch.engram import EngramEmbedding
 
     total = 0
     for m in module.modules():

@@ -15,17 +15,14 @@ from typing import Any
 
 import torch
 
-from .block import Block
+from .arch.block import Block
+from .arch.context import Ablation, Context
+from .arch.engram import NgramHasher, compressed_token_map
+from .arch.mhc import collapse, one_hot_pre
+from .arch.norm import RMSNorm
+from .arch.rope import Rotary
 from .config import V41Config
-from .context import Ablation, Context
-from .engram import NgramHasher, compressed_token_map
-from .mhc import collapse, one_hot_pre
-from .norm import RMSNorm
-from .rope import Rotary
-
-
-class InputError(ValueError):
-    """Bad input to the model (empty, out-of-range ids, too long); the message says what is wrong."""
+from .errors import InputError
 
 
 @dataclass
@@ -195,17 +192,17 @@ class V41Model(torch.nn.Module):
     # ---------------------------------------------------------------------------------------------
     # Engine, trace and weights entry points (implemented in their own modules)
     def trace(self, input_ids, **kw: Any):
-        from .trace import run_trace
+        from .inference.trace import run_trace
 
         return run_trace(self, input_ids, **kw)
 
     def generate(self, input_ids, max_new_tokens: int = 32, **kw: Any):
-        from .engine import generate
+        from .inference.engine import generate
 
         return generate(self, input_ids, max_new_tokens=max_new_tokens, **kw)
 
     def new_cache(self, **kw: Any):
-        from .cache import Cache
+        from .inference.cache import Cache
 
         return Cache(self.cfg, device=self.device, **kw)
 

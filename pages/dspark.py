@@ -45,7 +45,7 @@ st.caption(block_sentence(cfg.dspark_block_size))
 with st.expander("Words used on this page", expanded=False):
     st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
 try:
-    from model.dspark import (
+    from model.inference.speculative import (
         Drafter,
         SpecStats,
         expected_tokens_per_pass,
@@ -56,7 +56,7 @@ try:
 except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
     st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
     st.stop()
-from model.engine import Sampler, generate  # noqa: E402
+from model.inference.engine import Sampler, generate  # noqa: E402
 
 
 @st.cache_resource(show_spinner="Preparing a random drafter ...")

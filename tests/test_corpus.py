@@ -16,8 +16,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from model import corpus, dataset, stories, tokenizer as tk
-from model.stories import BUCKETS, COLOURS, CONTAINERS, OBJECTS, generate_story, measure_distance
+from model.corpus import dataset, sources as corpus, stories, tokenizer as tk
+from model.corpus.stories import BUCKETS, COLOURS, CONTAINERS, OBJECTS, generate_story, measure_distance
 
 ROOT = Path(__file__).resolve().parent.parent
 TOK_PATH = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
@@ -306,7 +306,7 @@ def test_cached_token_stream(tok):
 
 
 def test_heldout_cast_shares_no_name_object_or_template_with_training():
-    from model.stories import HELDOUT_CAST, TRAIN_CAST, load_heldout_stories, training_story_text
+    from model.corpus.stories import HELDOUT_CAST, TRAIN_CAST, load_heldout_stories, training_story_text
 
     assert not set(HELDOUT_CAST.names) & set(TRAIN_CAST.names)
     assert not set(HELDOUT_CAST.objects) & set(TRAIN_CAST.objects)

@@ -8,10 +8,12 @@ import pytest
 import torch
 from conftest import random_model
 
-import model.dspark as dspark
+import model.inference.speculative as dspark
 from model import V41Config, load
 from model.accounting import _drafter_shapes
-from model.dspark import (
+from model.checkpoint.native import save_checkpoint
+from model.inference.engine import Sampler, decode_step, generate, prefill
+from model.inference.speculative import (
     Draft,
     Drafter,
     attach_drafter,
@@ -23,8 +25,6 @@ from model.dspark import (
     verify_step,
     write_drafter,
 )
-from model.engine import Sampler, decode_step, generate, prefill
-from model.weights import save_checkpoint
 
 
 @pytest.fixture(scope="module", autouse=True)

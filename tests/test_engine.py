@@ -9,9 +9,9 @@ import torch
 
 from model import Ablation, InputError
 from model.accounting import cache_bytes
-from model.cache import CacheError
-from model.engine import compare_prefill, decode_step, generate, prefill
-from model.prefix_cache import PrefixCache
+from model.inference.cache import CacheError
+from model.inference.engine import compare_prefill, decode_step, generate, prefill
+from model.inference.prefix_cache import PrefixCache
 
 ATOL = 1e-4
 
@@ -162,7 +162,7 @@ def test_prefix_cache_detects_damage_and_recomputes(fx, tmp_path, damage):
         f.write_bytes(g.read_bytes())
         import json
         idx = json.loads((tmp_path / "index.json").read_text())
-        from model.prefix_cache import _sha256_file
+        from model.inference.prefix_cache import _sha256_file
         for e in idx["entries"].values():
             e["sha256"] = _sha256_file(f)
         (tmp_path / "index.json").write_text(json.dumps(idx))

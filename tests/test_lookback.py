@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from model.arch.context import Ablation
 from model.config import V41Config
-from model.context import Ablation
-from model.lookback import answer_weighted_ce, induction_mask, recall_rows
 from model.model import V41Model
+from model.training.lookback import answer_weighted_ce, induction_mask, recall_rows
 
 
 def test_induction_mask_marks_lookback_targets():

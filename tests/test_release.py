@@ -30,6 +30,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
+from model.checkpoint.release import (
+    INDEX,
+    MappedEngramTable,
+    load_release,
+    main,
+    parse_bytes,
+    read_header,
+    write_release,
+)
 from model.quant import (
     FP4_VALUES,
     dequantize_fp8_weight,
@@ -37,7 +46,6 @@ from model.quant import (
     quantize_fp8_weight,
     quantize_mxfp4_weight,
 )
-from model.release import INDEX, MappedEngramTable, load_release, main, parse_bytes, read_header, write_release
 
 IDS = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
 SMOOTH = dict(n_routed_experts=2, num_experts_per_tok=2, index_topk=64, candidate_topk_blocks=64)
@@ -331,8 +339,9 @@ def test_mtp_and_vision_tensors_without_modules_are_skipped_with_a_note(tmp_path
     index = json.loads((d / INDEX).read_text())
     index["weight_map"].update({k: "model-extra.safetensors" for k in extra})
     (d / INDEX).write_text(json.dumps(index))
-    monkeypatch.setitem(__import__("sys").modules, "model.dspark", None)  # as if the modules did not exist
-    monkeypatch.setitem(__import__("sys").modules, "model.vision", None)
+    # as if the modules did not exist
+    monkeypatch.setitem(__import__("sys").modules, "model.inference.speculative", None)
+    monkeypatch.setitem(__import__("sys").modules, "model.arch.vision", None)
     m = load_release(d, device="cpu")
     notes = " ".join(m.release.notes)
     assert "mtp.*" in notes and "vision.*/aligner.*" in notes
@@ -340,8 +349,8 @@ def test_mtp_and_vision_tensors_without_modules_are_skipped_with_a_note(tmp_path
 
 
 def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
-    dspark = pytest.importorskip("model.dspark")
-    vision = pytest.importorskip("model.vision")
+    dspark = pytest.importorskip("model.inference.speculative")
+    vision = pytest.importorskip("model.arch.vision")
     base = random_model("micro")
     vision.attach_vision(base, seed=0)
     base.mtp = dspark.Drafter(base.cfg)
@@ -369,7 +378,7 @@ def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
 
 
 def test_export_cli(tmp_path, micro_model, capsys):
-    from model.weights import save_checkpoint
+    from model.checkpoint.native import save_checkpoint
 
     src = save_checkpoint(micro_model, tmp_path / "plain")
     assert main(["export", "--weights", str(src), "--out", str(tmp_path / "rel"), "--max-shard-mb", "0.5"]) == 0

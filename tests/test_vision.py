@@ -13,18 +13,7 @@ from conftest import ROOT, random_model, random_tiny
 from PIL import Image
 
 from model import V41Config, load
-from model.config import VisionConfig
-from model.images import (
-    ImageError,
-    draw_scene,
-    load_image,
-    make_scene,
-    plan_grid,
-    resize_to_grid,
-    sample_scenes,
-    to_pixels,
-)
-from model.vision import (
+from model.arch.vision import (
     MARKERS,
     Aligner,
     VisionModel,
@@ -40,6 +29,17 @@ from model.vision import (
     trace_with_image,
     vision_param_count,
     vision_state_dict,
+)
+from model.config import VisionConfig
+from model.inference.images import (
+    ImageError,
+    draw_scene,
+    load_image,
+    make_scene,
+    plan_grid,
+    resize_to_grid,
+    sample_scenes,
+    to_pixels,
 )
 
 FLASH_VC = VisionConfig()  # the release's vision_config: patch 14, ratio 3, 1024 tokens, min_pixels 544^2
@@ -142,7 +142,7 @@ def test_pixel_unshuffle_order():
 
 def test_rope_2d_is_relative():
     """Scores depend on the offset between two patches, not on where the pair sits."""
-    from model.vision import _rotate
+    from model.arch.vision import _rotate
 
     cos, sin = rope_2d(6, 6, 16, 100.0)
     g = torch.Generator().manual_seed(0)
@@ -350,7 +350,7 @@ def test_scenes_are_deterministic_and_consistent():
     # each box is drawn in its colour just inside its outline
     sc = make_scene(5)
     im = draw_scene(sc, 256)
-    from model.images import PALETTE
+    from model.inference.images import PALETTE
 
     for bx in sc.boxes:
         x0, y0, x1, y1 = (v * 256 for v in bx.xyxy)
@@ -362,8 +362,8 @@ def test_scenes_are_deterministic_and_consistent():
 # ------------------------------------------------------------------------------------------------
 
 def test_write_tensors_round_trip(tmp_path, micro_v):
-    from model.train_vision import write_json_entry, write_tensors
-    from model.weights import save_checkpoint
+    from model.checkpoint.native import save_checkpoint
+    from model.training.vision import write_json_entry, write_tensors
 
     text_only = random_model("micro", seed=3)
     save_checkpoint(text_only, tmp_path)
@@ -411,7 +411,7 @@ def test_lesson_image_positions(tiny_v):
 
 
 def _fake_trace(window, entries, entry_ids, positions, ratio, experts, n_experts):
-    from model.trace import Shares
+    from model.inference.trace import Shares
 
     sh = Shares(window=torch.tensor(window), entries=torch.tensor(entries), entry_ids=torch.tensor(entry_ids),
                 sink=torch.zeros(1, len(positions), 1), ratio=ratio)
@@ -469,7 +469,7 @@ def _panel_app():
     import torch
 
     from model import V41Config, V41Model
-    from model.vision import attach_vision
+    from model.arch.vision import attach_vision
     from ui.vision_panel import draw_vision_steps, image_input
 
     torch.manual_seed(0)
@@ -522,11 +522,11 @@ def test_trained_vision_answers_above_chance():
     tiny = ROOT / "data" / "weights" / "tiny"
     if not (tiny / "model.safetensors").exists():
         pytest.skip("no trained tiny weights")
-    from model.weights import shard_map
+    from model.checkpoint.native import shard_map
 
     if not any(k.startswith("vision.") for k in shard_map(tiny)):
         pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m model.train_vision)")
-    from model.train_vision import evaluate
+    from model.training.vision import evaluate
 
     torch.set_num_threads(2)
     m = load(tiny, device="cpu")
@@ -545,8 +545,8 @@ def _prompt_app():
     sys.path.insert(0, "tests")
     from conftest import random_tiny
 
-    from model.images import draw_scene, make_scene
-    from model.vision import attach_vision
+    from model.arch.vision import attach_vision
+    from model.inference.images import draw_scene, make_scene
     from ui.vision_panel import draw_image_prompt
 
     m = random_tiny()

@@ -84,7 +84,7 @@ def _load(weights: str, directory: Path | None):
     from streamlit.logger import get_logger
 
     from model import V41Config, V41Model, load
-    from model.tokenizer import load_tokenizer
+    from model.corpus.tokenizer import load_tokenizer
 
     dev = device_name()
     if weights == "checkpoint":
@@ -95,7 +95,7 @@ def _load(weights: str, directory: Path | None):
     if weights == "trained":
         return load(TINY_DIR, device=dev)
     if weights == "random":
-        from model.engram import compressed_token_map
+        from model.arch.engram import compressed_token_map
 
         tok = load_tokenizer(TINY_DIR / "tokenizer.json")
         _, n = compressed_token_map(tok)

@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 
 from lessons import vision as lv
-from model.images import (
+from model.inference.images import (
     MAX_UPLOAD_BYTES,
     MAX_UPLOAD_PIXELS,
     ImageError,
@@ -205,8 +205,8 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
 # ------------------------------------------------------------------------------------------------
 
 def _token_sizes(model, image: Image.Image, pg: lv.PatchGrid) -> list[list[float]] | None:
-    from model.images import to_pixels
-    from model.vision import encode_image, has_vision
+    from model.arch.vision import encode_image, has_vision
+    from model.inference.images import to_pixels
 
     if not has_vision(model):
         return None
@@ -217,7 +217,7 @@ def _token_sizes(model, image: Image.Image, pg: lv.PatchGrid) -> list[list[float
 
 def draw_vision_steps(model, image: Image.Image, key: str = "vision_steps") -> lv.PatchGrid | None:
     """Picture -> patches -> image tokens -> positions in the sequence, for this model's vision config."""
-    from model.vision import has_vision
+    from model.arch.vision import has_vision
 
     vc = getattr(model.cfg, "vision_config", None)
     if vc is None:
@@ -253,7 +253,7 @@ def draw_image_prompt(model, text: str, image: Image.Image | None, num: Callable
                       key: str = "vision_prompt") -> None:
     """Positions, routing and attention for a prompt with a picture (for the prompt inspector)."""
     from model import InputError
-    from model.vision import build_inputs, generate_with_image, has_vision, marker_ids, trace_with_image
+    from model.arch.vision import build_inputs, generate_with_image, has_vision, marker_ids, trace_with_image
 
     if image is None:
         st.info("No picture chosen.")

@@ -29,7 +29,7 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<|pad|>", "<|bos|>", "<|eos|>", "<|noise|>",
                                    "<|image_start|>", "<|image_end|>", "<|image_newline|>")
 PAD_ID, BOS_ID, EOS_ID, NOISE_ID, IMAGE_ID, IMAGE_START_ID, IMAGE_END_ID, IMAGE_NEWLINE_ID = range(8)
 VOCAB_SIZE = 4096
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "weights" / "tiny" / "tokenizer.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "weights" / "tiny" / "tokenizer.json"
 
 
 class TokenizerFileError(ValueError):
@@ -110,8 +110,8 @@ def _sample_paragraphs(docs: list[str], budget: int, seed: int) -> list[str]:
 
 def training_sample(corpus_dir: Path, total_bytes: int = 4_000_000, seed: int = 0) -> Iterator[str]:
     """Balanced sample: equal byte shares of each cleaned corpus file present and of stories."""
-    from model.corpus import read_docs
-    from model.stories import training_story_text
+    from .sources import read_docs
+    from .stories import training_story_text
 
     files = [corpus_dir / n for n in ("shakespeare.txt", "bible.txt") if (corpus_dir / n).is_file()]
     if not files:
@@ -128,7 +128,7 @@ def training_sample(corpus_dir: Path, total_bytes: int = 4_000_000, seed: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.corpus import DEFAULT_CACHE
+    from .sources import DEFAULT_CACHE
 
     p = argparse.ArgumentParser(prog="python -m model.tokenizer")
     sub = p.add_subparsers(dest="cmd", required=True)

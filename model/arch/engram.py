@@ -16,12 +16,10 @@ stream-key dot product with weights q_weight * k_weight).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
-from .config import V41Config
+from ..config import V41Config, engram_primes
 
 DEAD = -1  # a history slot that blocks the look-back (image-span token, or nothing written yet)
 
@@ -29,56 +27,6 @@ DEAD = -1  # a history slot that blocks the look-back (image-span token, or noth
 # ------------------------------------------------------------------------------------------------
 # Primes and multipliers
 # ------------------------------------------------------------------------------------------------
-
-def is_prime(n: int) -> bool:
-    """Deterministic Miller-Rabin for n < 3.3e24 (far beyond any bucket size)."""
-    if n < 2:
-        return False
-    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
-    for p in small:
-        if n % p == 0:
-            return n == p
-    d, s = n - 1, 0
-    while d % 2 == 0:
-        d //= 2
-        s += 1
-    for a in small:
-        x = pow(a, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(s - 1):
-            x = x * x % n
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
-
-
-@functools.lru_cache(maxsize=64)
-def _primes(n_layers: int, orders: int, heads: int, start: int) -> tuple:
-    seen: set[int] = set()
-    layers = []
-    for _ in range(n_layers):
-        per_order = []
-        for _ in range(orders):
-            sizes, cur = [], start - 1
-            for _ in range(heads):
-                cur += 1
-                while not is_prime(cur) or cur in seen:
-                    cur += 1
-                seen.add(cur)
-                sizes.append(cur)
-            per_order.append(tuple(sizes))
-        layers.append(tuple(per_order))
-    return tuple(layers)
-
-
-def engram_primes(cfg: V41Config) -> tuple:
-    """[layer][order-2][head] prime bucket sizes."""
-    return _primes(len(cfg.engram_layer_ids), cfg.engram_max_ngram_size - 1, cfg.engram_n_heads,
-                   cfg.engram_vocab_size)
-
 
 def engram_offsets(cfg: V41Config) -> list[list[int]]:
     out = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def shipped_weights() -> Path:
@@ -22,10 +22,10 @@ def shipped_weights() -> Path:
 
 def random_tiny(seed: int = 0, device: str | torch.device | None = None):
     """The tiny preset with random weights (`init_weights(seed)`) and the shipped tokenizer bound."""
-    from .config import V41Config
-    from .engram import compressed_token_map
-    from .model import V41Model
-    from .tokenizer import load_tokenizer
+    from ..arch.engram import compressed_token_map
+    from ..config import V41Config
+    from ..corpus.tokenizer import load_tokenizer
+    from ..model import V41Model
 
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tok = load_tokenizer(shipped_weights() / "tokenizer.json")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import V41Config
+from ..config import V41Config
 from .norm import RMSNorm
 
 

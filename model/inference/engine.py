@@ -19,9 +19,9 @@ from typing import Callable
 
 import torch
 
+from ..arch.context import Ablation, Context
+from ..model import InputError, V41Model
 from .cache import Cache
-from .context import Ablation, Context
-from .model import InputError, V41Model
 
 DEFAULT_CHUNK = 256
 MAX_NEW_TOKENS = 4096
@@ -249,7 +249,7 @@ def generate(model: V41Model, input_ids, max_new_tokens: int = 32, *, prefill_mo
         raise InputError("prompt + max_new_tokens exceed max_position_embeddings")
     sampler = Sampler(temperature, top_p, seed)
     if draft is not None:
-        from .dspark import speculative_generate
+        from .speculative import speculative_generate
 
         return speculative_generate(model, draft, ids, max_new_tokens, sampler=sampler, prefill_mode=mode,
                                     draft_length=draft_length, confidence_threshold=confidence_threshold,

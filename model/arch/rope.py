@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from .config import V41Config
-from .fusion import fusable
+from ..config import V41Config
+from ..fusion import fusable
 
 
 def main_inv_freq(cfg: V41Config) -> torch.Tensor:

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import V41Config
+from ..fusion import fusable, fusing
+from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
-from .config import V41Config
 from .context import Context
-from .fusion import fusable, fusing
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
-from .quant import fake_fp8, fake_latent
 from .rope import apply_rope
 
 

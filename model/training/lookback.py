@@ -104,7 +104,7 @@ def induction_mask(x: torch.Tensor, y: torch.Tensor, match: int = 2, min_back: i
 def answer_weighted_ce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, answer_weight: float) -> torch.Tensor:
     """Cross entropy with masked targets weighted `answer_weight` (1 = plain mean; inf = answers only):
     model.train.lm_loss with weights built from the mask."""
-    from .train import lm_loss
+    from .lm import lm_loss
 
     m = mask.to(torch.float32)
     w = m if answer_weight == float("inf") else 1.0 + (answer_weight - 1.0) * m

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .config import V41Config
-from .fusion import fusable
+from ..config import V41Config
+from ..fusion import fusable
 
 
 class Expert(torch.nn.Module):

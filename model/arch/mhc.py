@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .fusion import fusable
+from ..fusion import fusable
 from .norm import rms_unweighted
 
 

@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from .config import V41Config, VisionConfig
-from .images import ImageError, ImageGrid, plan_grid, to_pixels
+from ..config import V41Config, VisionConfig
+from ..inference.images import ImageError, ImageGrid, plan_grid, to_pixels
 from .norm import RMSNorm
 
 VISION_EPS = 1e-6
@@ -312,7 +312,7 @@ def build_inputs(model, text: str, image: Image.Image | None, *, prefix_ids: lis
     """Token ids, image mask and image embeddings for `text` with `image` placed at "<image>" (or first).
 
     Without an image this is the plain text prompt (mask all False, no embeddings)."""
-    from .model import InputError
+    from ..model import InputError
 
     pre = doc_prefix(model) if prefix_ids is None else list(prefix_ids)
     before, after = text.split(IMAGE_PLACEHOLDER, 1) if IMAGE_PLACEHOLDER in text else ("", text)
@@ -369,7 +369,7 @@ def generate_with_image(model, inputs: VisionInputs, max_new_tokens: int = 12, s
 @torch.no_grad()
 def trace_with_image(model, inputs: VisionInputs, lens_topk: int = 5):
     """A summary trace (model/trace.py) of one exact forward over a prompt with an image."""
-    from .trace import Tracer
+    from ..inference.trace import Tracer
 
     tracer = Tracer(lens_topk=lens_topk)
     ids, mask, emb = inputs

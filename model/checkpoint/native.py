@@ -15,11 +15,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .config import ConfigError, V41Config
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be loaded; the message names the file and the tensor."""
+from ..config import ConfigError, V41Config
+from ..errors import CheckpointError
 
 
 def shard_map(path: Path) -> dict[str, Path]:
@@ -126,7 +123,7 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path, cfg: V41Config | N
 def load(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
          strict: bool = True):
     """Load a V41Model (with its tokenizer and drafter when present) from a checkpoint directory."""
-    from .model import V41Model
+    from ..model import V41Model
 
     path = Path(path)
     if not path.is_dir():
@@ -146,11 +143,11 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
     has_mtp = any(k.startswith("mtp.") for k in shards)
     has_vision = any(k.startswith(("vision.", "aligner.")) for k in shards)
     if has_mtp and cfg.num_nextn_predict_layers:
-        from .dspark import Drafter
+        from ..inference.speculative import Drafter
 
         model.mtp = Drafter(cfg)
     if has_vision and cfg.vision_config is not None:
-        from .vision import attach_vision  # tower, aligner and the image_start/end/newline vectors
+        from ..arch.vision import attach_vision  # tower, aligner and the image_start/end/newline vectors
 
         attach_vision(model)
     load_state_dict(model, path, strict=strict)

@@ -22,14 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import V41Config
-from .quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format, pack, unpack
+from ..config import V41Config
+from ..errors import CacheError
+from ..quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format, pack, unpack
 
 KINDS = ("window", "latents", "index_keys", "pending")
-
-
-class CacheError(RuntimeError):
-    """An operation the cache cannot honour (e.g. a rollback beyond its slack)."""
 
 
 class PackedRows:

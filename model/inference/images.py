@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from PIL import Image, ImageDraw
 
-from .config import VisionConfig
+from ..config import VisionConfig
+from ..errors import ImageError
 
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024       # what the app accepts in one file
 MAX_UPLOAD_PIXELS = 24_000_000           # checked from the header, before any decoding
@@ -39,10 +40,6 @@ ACCEPTED_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "CMYK", "YCb
 TRAIN_SEED_BASE = 0
 HELDOUT_SEED_BASE = 1_000_000_000
 SAMPLE_SEED_BASE = 2_000_000_000
-
-
-class ImageError(ValueError):
-    """An image cannot be used; the message says why and what would work."""
 
 
 # ------------------------------------------------------------------------------------------------

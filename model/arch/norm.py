@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .fusion import fusable
+from ..fusion import fusable
 
 
 class RMSNorm(torch.nn.Module):

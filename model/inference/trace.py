@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from .indexer import topk_mask
-from .layer_map import LayerSpec, layer_map
-from .mhc import Mix
+from ..arch.indexer import topk_mask
+from ..arch.mhc import Mix
+from ..layer_map import LayerSpec, layer_map
 
 FULL = "full"
 SUMMARY = "summary"
@@ -261,8 +261,8 @@ def run_trace(model, input_ids, *, detail: str = SUMMARY, mode: str = "exact", a
 
 def _add_entries(model, input_ids, tr: Trace, ablation) -> None:
     """FULL detail: the entries and index keys each KV source made (re-derived from its latent)."""
-    from .quant import fake_latent
-    from .rope import apply_rope
+    from ..arch.rope import apply_rope
+    from ..quant import fake_latent
 
     for rec in tr.layers:
         if rec.latent is None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .cache import Cache
-    from .trace import Tracer
+    from ..inference.cache import Cache
+    from ..inference.trace import Tracer
 
 
 @dataclass

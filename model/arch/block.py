@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import V41Config
 from .attention import Attention
-from .config import V41Config
 from .context import Context
 from .engram import Engram
 from .mhc import collapse, expand, hc_mixes

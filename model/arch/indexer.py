@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .config import V41Config
+from ..config import V41Config
+from ..quant import fake_index
 from .norm import RMSNorm
-from .quant import fake_index
 from .rope import apply_rope
 
 NEG_INF = float("-inf")

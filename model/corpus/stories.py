@@ -425,7 +425,7 @@ def heldout_template_stories(n: int = 100, tokenizer: Any = None, bucket: str = 
 
 def load_heldout_stories(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Read ``data/heldout/stories.jsonl`` (one JSON object per line)."""
-    path = Path(path) if path else Path(__file__).resolve().parent.parent / "data" / "heldout" / "stories.jsonl"
+    path = Path(path) if path else Path(__file__).resolve().parents[2] / "data" / "heldout" / "stories.jsonl"
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tok = None
     if args.tokenizer:
-        from model.tokenizer import load_tokenizer
+        from .tokenizer import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
     if args.write_prompts:
