@@ -99,7 +99,7 @@ def count_params(cfg: V41Config) -> ParamCount:
             from .inference.speculative import Drafter
 
             if cfg.num_nextn_predict_layers:
-                m.mtp = Drafter(cfg)
+                m.set_part("mtp", Drafter(cfg))
                 drafter_from = "modules"
         except ImportError:
             pass

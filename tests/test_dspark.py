@@ -369,7 +369,7 @@ def test_save_load_round_trip_and_write_into_a_checkpoint(pair, tmp_path):
     bare = random_model("micro", seed=3)
     save_checkpoint(bare, tmp_path / "b")
     assert load(tmp_path / "b", device="cpu").mtp is None
-    bare.mtp = d
+    bare.set_part("mtp", d)
     write_drafter(bare, tmp_path / "b")
     again = load(tmp_path / "b", device="cpu")
     assert isinstance(again.mtp, Drafter)

@@ -353,7 +353,7 @@ def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
     vision = pytest.importorskip("model.arch.vision")
     base = random_model("micro")
     vision.attach_vision(base, seed=0)
-    base.mtp = dspark.Drafter(base.cfg)
+    base.set_part("mtp", dspark.Drafter(base.cfg))
     with torch.no_grad():  # the Drafter's router starts as torch.empty: give every tensor defined values
         g = torch.Generator().manual_seed(3)
         for p in base.mtp.parameters():

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..config import V41Config, VisionConfig
+from ..errors import InputError
 from ..inference.images import ImageError, ImageGrid, plan_grid, to_pixels
 from .norm import RMSNorm
 
@@ -199,7 +200,7 @@ def attach_vision(model, seed: int | None = None):
         raise ValueError("the model's config has no vision_config")
     dev = model.embed.weight.device
     dtype = model.embed.weight.dtype
-    model.vision = VisionModel(cfg).to(device=dev, dtype=dtype)
+    model.set_part("vision", VisionModel(cfg).to(device=dev, dtype=dtype))
     model.aligner = Aligner(cfg).to(device=dev, dtype=dtype)
     for name in MARKERS:
         setattr(model, name, torch.nn.Parameter(torch.zeros(cfg.hidden_size, device=dev, dtype=dtype)))
@@ -312,7 +313,7 @@ def build_inputs(model, text: str, image: Image.Image | None, *, prefix_ids: lis
     """Token ids, image mask and image embeddings for `text` with `image` placed at "<image>" (or first).
 
     Without an image this is the plain text prompt (mask all False, no embeddings)."""
-    from ..model import InputError
+
 
     pre = doc_prefix(model) if prefix_ids is None else list(prefix_ids)
     before, after = text.split(IMAGE_PLACEHOLDER, 1) if IMAGE_PLACEHOLDER in text else ("", text)

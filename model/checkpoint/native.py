@@ -145,7 +145,7 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
     if has_mtp and cfg.num_nextn_predict_layers:
         from ..inference.speculative import Drafter
 
-        model.mtp = Drafter(cfg)
+        model.set_part("mtp", Drafter(cfg))
     if has_vision and cfg.vision_config is not None:
         from ..arch.vision import attach_vision  # tower, aligner and the image_start/end/newline vectors
 

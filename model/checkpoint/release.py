@@ -655,7 +655,7 @@ def _attach_part(model, part: str, cfg: V41Config) -> None:
         from ..inference.speculative import Drafter
 
         with torch.device(model.embed.weight.device):
-            model.mtp = Drafter(cfg)
+            model.set_part("mtp", Drafter(cfg))
     else:
         from ..arch.vision import attach_vision
 
@@ -664,9 +664,9 @@ def _attach_part(model, part: str, cfg: V41Config) -> None:
 
 def _detach_part(model, part: str, names: set[str]) -> None:
     if part == "mtp":
-        model.mtp = None
+        model.set_part("mtp", None)
         return
-    model.vision = None
+    model.set_part("vision", None)
     if hasattr(model, "aligner"):
         model.aligner = None
     for n in names:
@@ -795,8 +795,9 @@ def load_release(path: str | Path, device: str | torch.device | None = None, dty
     keep = {k: p for k, p in keep.items() if k not in dropped}
     fill(model, keep, ck, device, spec.block)
     if streamed:
-        model.streamer = LayerStreamer(cfg, ck, {k: p for k, p in plans.items() if k in layer_names}, device, dtype,
-                                       spec.block, capacity, on_layer=progress)
+        layer_plans = {k: p for k, p in plans.items() if k in layer_names}
+        model.set_layer_source(LayerStreamer(cfg, ck, layer_plans, device, dtype, spec.block, capacity,
+                                             on_layer=progress))
     filled = set(keep)
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if t.device.type == "meta" and not (streamed and name.startswith("layers.")):

@@ -19,8 +19,9 @@ from typing import Callable
 
 import torch
 
+from ..arch.backbone import Backbone
 from ..arch.context import Ablation, Context
-from ..model import InputError, V41Model
+from ..errors import InputError
 from .cache import Cache
 
 DEFAULT_CHUNK = 256
@@ -49,7 +50,7 @@ def _chunks(n: int, size: int, start: int = 0, extra_cuts: tuple = (), tail: int
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def prefill(model: V41Model, input_ids, mode: str = "bounded", *, chunk_size: int = DEFAULT_CHUNK,
+def prefill(model: Backbone, input_ids, mode: str = "bounded", *, chunk_size: int = DEFAULT_CHUNK,
             progress: Callable[[float, str], None] | None = None, rollback: int = 1,
             prefix_cache=None, ablation: Ablation | None = None, replay_logits: bool = False,
             max_prompt_tokens: int | None = None, trace=None, tap_layers=()) -> Prefill:
@@ -132,7 +133,7 @@ def _append_carry(carry, streams, pre, w):
     return torch.cat([carry[0], streams], 1)[:, -w:].clone(), torch.cat([carry[1], pre], 1)[:, -w:].clone()
 
 
-def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trace=None, taps: dict | None = None):
+def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trace=None, taps: dict | None = None):
     """Run the decoder over the replay segment (the last W rows), windows floored at its start.
     `taps` (layer -> None) is filled with those layers' taps over the segment."""
     cfg = model.cfg
@@ -161,7 +162,7 @@ def _replay(model: V41Model, cache: Cache, carry, ablation, keep_all: bool, trac
     return logits[:, -1], (logits if keep_all else None)
 
 
-def decode_step(model: V41Model, cache: Cache, token_ids, ablation: Ablation | None = None, trace=None,
+def decode_step(model: Backbone, cache: Cache, token_ids, ablation: Ablation | None = None, trace=None,
                 tap_layers=()) -> torch.Tensor:
     """Feed one (or a few) new tokens through both halves; returns logits [B, S_new, V]."""
     with torch.no_grad():
@@ -228,12 +229,12 @@ class GenerateResult:
         return len(self.tokens) / max(1, self.target_passes)
 
 
-def _eos_ids(model: V41Model) -> set[int]:
+def _eos_ids(model: Backbone) -> set[int]:
     e = model.cfg.eos_token_id
     return set(e) if isinstance(e, list) else ({e} if e is not None else set())
 
 
-def generate(model: V41Model, input_ids, max_new_tokens: int = 32, *, prefill_mode: str | None = None,
+def generate(model: Backbone, input_ids, max_new_tokens: int = 32, *, prefill_mode: str | None = None,
              prefill: str = "bounded", temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
              stop_at_eos: bool = True, stream: Callable[[int], None] | None = None, draft=None,
              draft_length: int | str | None = None, confidence_threshold: float = 0.3,
@@ -296,7 +297,7 @@ class PrefillDivergence:
     bounded_seconds: float
 
 
-def compare_prefill(model: V41Model, input_ids, chunk_size: int = DEFAULT_CHUNK) -> PrefillDivergence:
+def compare_prefill(model: Backbone, input_ids, chunk_size: int = DEFAULT_CHUNK) -> PrefillDivergence:
     """How far bounded prefill's logits are from exact ones, over the replay segment."""
     ex = prefill(model, input_ids, "exact", chunk_size=chunk_size, replay_logits=True)
     bo = prefill(model, input_ids, "bounded", chunk_size=chunk_size, replay_logits=True)

@@ -43,12 +43,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ..arch.backbone import Backbone
 from ..arch.block import Block
 from ..arch.mhc import collapse, expand, hc_mixes, one_hot_pre
 from ..arch.norm import RMSNorm
 from ..arch.rope import Rotary, apply_rope
 from ..config import V41Config
-from ..model import InputError, V41Model
+from ..errors import InputError
 from .engine import GenerateResult, Sampler, _eos_ids, prefill
 
 NEG_INF = float("-inf")
@@ -176,7 +177,7 @@ class Drafter(torch.nn.Module):
     def target_layers(self) -> list[int]:
         return list(self.cfg.dspark_target_layer_ids)
 
-    def init_weights(self, target: V41Model | None = None, seed: int = 0) -> "Drafter":
+    def init_weights(self, target: Backbone | None = None, seed: int = 0) -> "Drafter":
         """Fresh weights: small normal matrices, unit norms (the exit norm copies the target's),
         zero biases; the Markov head's output and the confidence head start at zero (b = 0, c = 0.5)."""
         g = torch.Generator().manual_seed(seed)
@@ -203,7 +204,7 @@ class Drafter(torch.nn.Module):
         b0 = self.first
         return b0.main_norm(b0.main_proj(taps.to(b0.main_proj.weight.dtype)))
 
-    def hidden(self, target: V41Model, anchor: torch.Tensor, anchor_pos: torch.Tensor, ctx_h: torch.Tensor,
+    def hidden(self, target: Backbone, anchor: torch.Tensor, anchor_pos: torch.Tensor, ctx_h: torch.Tensor,
                ctx_pos: torch.Tensor, ctx_mask: torch.Tensor, routings: list | None = None) -> torch.Tensor:
         """One parallel pass over N blocks -> pre-norm hidden [N, block_size, D].
 
@@ -222,15 +223,15 @@ class Drafter(torch.nn.Module):
             streams, pre = blk(streams, pre, ctx_h, ctx_mask, ctx_rope, rope, routings)
         return collapse(streams, pre)
 
-    def logits(self, target: V41Model, h: torch.Tensor) -> torch.Tensor:
+    def logits(self, target: Backbone, h: torch.Tensor) -> torch.Tensor:
         """Parallel logits U_j = head(norm(h_j)) through the target's (frozen) head."""
         return target.head(self.last.norm(h)).float()
 
 
-def attach_drafter(target: V41Model, seed: int = 0) -> Drafter:
+def attach_drafter(target: Backbone, seed: int = 0) -> Drafter:
     """Give `target` a freshly initialised drafter (model.mtp) and return it."""
     d = Drafter(target.cfg).init_weights(target, seed).to(target.device)
-    target.mtp = d
+    target.set_part("mtp", d)
     return d
 
 
@@ -278,7 +279,7 @@ class Draft:
     dist: torch.Tensor | None = None  # [g, V] softmax of the drafter's logits (what a page shows)
 
 
-def draft_block(drafter: Drafter, target: V41Model, dctx: DraftContext, anchor: int, sampler: Sampler,
+def draft_block(drafter: Drafter, target: Backbone, dctx: DraftContext, anchor: int, sampler: Sampler,
                 draft_length: int | str = "max", threshold: float = 0.3, limit: int | None = None) -> Draft:
     """Draft up to `limit` tokens after `anchor`: one parallel pass, then the Markov head left to right.
 
@@ -506,7 +507,7 @@ def summarize(stats: SpecStats) -> SpecStats:
 class SpecState:
     """A speculative decoding session between steps (what `verify_step` advances)."""
 
-    model: V41Model
+    model: Backbone
     drafter: Drafter
     sampler: Sampler
     cache: object
@@ -531,7 +532,7 @@ def _top(p: torch.Tensor, k: int = 5) -> list[tuple[int, float]]:
     return [(int(a), float(b)) for a, b in zip(i.tolist(), v.tolist())]
 
 
-def start(model: V41Model, drafter: Drafter | None, ids, max_new_tokens: int, *, sampler: Sampler | None = None,
+def start(model: Backbone, drafter: Drafter | None, ids, max_new_tokens: int, *, sampler: Sampler | None = None,
           prefill_mode: str = "bounded", draft_length: int | str | None = None, confidence_threshold: float = 0.3,
           stop_at_eos: bool = True, prefix_cache=None, chunk_size: int = 256,
           progress: Callable[[float, str], None] | None = None) -> SpecState:
@@ -618,7 +619,7 @@ def verify_step(st: SpecState) -> StepLog | None:
     return log
 
 
-def speculative_generate(model: V41Model, drafter: Drafter | None, ids, max_new_tokens: int, *,
+def speculative_generate(model: Backbone, drafter: Drafter | None, ids, max_new_tokens: int, *,
                          sampler: Sampler | None = None, prefill_mode: str = "bounded",
                          draft_length: int | str | None = None, confidence_threshold: float = 0.3,
                          stop_at_eos: bool = True, stream: Callable[[int], None] | None = None, prefix_cache=None,
@@ -676,7 +677,7 @@ class DraftTrainConfig:
     seed: int = 0
 
 
-def block_loss(drafter: Drafter, target: V41Model, seqs: torch.Tensor, taps: torch.Tensor, hidden: torch.Tensor,
+def block_loss(drafter: Drafter, target: Backbone, seqs: torch.Tensor, taps: torch.Tensor, hidden: torch.Tensor,
                anchors: torch.Tensor, tc: DraftTrainConfig, routings: list | None = None) -> dict[str, torch.Tensor]:
     """The DSpark loss on blocks anchored at `anchors` [B, A] of sequences `seqs` [B, L].
 
@@ -722,7 +723,7 @@ def block_loss(drafter: Drafter, target: V41Model, seqs: torch.Tensor, taps: tor
             "conf": torch.sigmoid(conf_logit).mean(0).detach()}
 
 
-def generate_batch(target: V41Model, prompts: torch.Tensor, n_new: int, sampler: Sampler) -> torch.Tensor:
+def generate_batch(target: Backbone, prompts: torch.Tensor, n_new: int, sampler: Sampler) -> torch.Tensor:
     """Batched plain decoding (exact prefill) -> [B, P + n_new] token ids."""
     from .engine import decode_step
 
@@ -748,7 +749,7 @@ class Pool:
     seconds: float
 
 
-def build_pool(target: V41Model, stream, tc: DraftTrainConfig, log=sys.stderr) -> Pool:
+def build_pool(target: Backbone, stream, tc: DraftTrainConfig, log=sys.stderr) -> Pool:
     """Self-distillation data: corpus prompts continued BY THE TARGET (greedy and sampled), plus
     some plain corpus windows, then one frozen target forward for taps and final hidden states.
 
@@ -787,7 +788,7 @@ def build_pool(target: V41Model, stream, tc: DraftTrainConfig, log=sys.stderr) -
     return Pool(seqs_t, torch.cat(taps, 0), torch.cat(hid, 0), kinds, time.perf_counter() - t0)
 
 
-def train_drafter(m: V41Model, stream, steps: int = 600, seed: int = 0, log=sys.stderr,
+def train_drafter(m: Backbone, stream, steps: int = 600, seed: int = 0, log=sys.stderr,
                   tc: DraftTrainConfig | None = None, pool: Pool | None = None) -> dict:
     """Train `m.mtp` (created if absent) against the frozen target `m`; returns the training record."""
     tc = tc or DraftTrainConfig()
@@ -870,7 +871,7 @@ def train_drafter(m: V41Model, stream, steps: int = 600, seed: int = 0, log=sys.
     }
 
 
-def evaluate_drafter(m: V41Model, prompts: list, max_new_tokens: int = 48, draft_length: int | str = "max",
+def evaluate_drafter(m: Backbone, prompts: list, max_new_tokens: int = 48, draft_length: int | str = "max",
                      temperature: float = 0.0, seed: int = 0) -> dict:
     """Speculative decoding over prompts (texts or id lists); pooled acceptance statistics."""
     steps = emitted = 0
@@ -896,7 +897,7 @@ def evaluate_drafter(m: V41Model, prompts: list, max_new_tokens: int = 48, draft
 # Writing the drafter into a shipped checkpoint
 # ================================================================================================
 
-def write_drafter(model: V41Model, path: str | Path) -> Path:
+def write_drafter(model: Backbone, path: str | Path) -> Path:
     """Rewrite `path/model.safetensors` with the drafter's mtp.* tensors (replacing any old ones),
     keeping every other tensor and the metadata; written to a temp file, then renamed."""
     from safetensors import safe_open
@@ -936,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
 
     path = Path(args.weights)
     m = load(path, device="cpu")
-    m.mtp = None  # always train from a fresh init
+    m.set_part("mtp", None)  # always train from a fresh init
     stream = TokenStream.load(args.stream)
     tc = DraftTrainConfig(**{f: getattr(args, f) for f in asdict(DraftTrainConfig())})
     print(f"training the drafter of {path} ({args.steps} steps, {torch.get_num_threads()} threads)", file=sys.stderr)
