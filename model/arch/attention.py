@@ -27,9 +27,10 @@ from ..fusion import fusable, fusing
 from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
 from .context import Context
+from .csa_state import CompressedRead, EntryTable, KLInputs
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
-from .rope import apply_rope
+from .rope import RopeTables, apply_rope
 
 
 @dataclass
@@ -161,13 +162,13 @@ class Attention(torch.nn.Module):
         self.indexer = Indexer(cfg, layer_id, owns_keys=self.is_kv_source) if self.is_index_source else None
 
     # ---------------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, ctx: Context, rope: dict) -> torch.Tensor | None:
+    def forward(self, x: torch.Tensor, ctx: Context, rope: RopeTables) -> torch.Tensor | None:
         if ctx.publish_only:  # bounded prefill: only publish this source's entries and keys
             if self.is_kv_source:
-                self._make_entries(x, ctx)
+                self._make_entries(x, ctx, rope)
             return None
         b, s, _ = x.shape
-        cos, sin = rope[self.kind]
+        cos, sin = rope.of(self.kind)
         q_res = self.q_norm(self.wq_a(x))
         q = apply_rope(self.wq_b(q_res).view(b, s, self.n_heads, self.head_dim), cos, sin)
         kv = fake_fp8(apply_rope(self.kv_norm(self.wkv(x)), cos, sin))
@@ -180,10 +181,10 @@ class Attention(torch.nn.Module):
             prev = store.last(self.window - 1)
             store.append(kv)
         out, probs = self._attend(q, kv, prev, comp)
-        if ctx.indexer_loss and comp is not None and comp.get("kl") is not None:
+        if ctx.indexer_loss and comp is not None and comp.kl is not None:
             self._indexer_loss(probs, comp, ctx)
         if ctx.trace is not None:
-            ctx.trace.attention(self.layer_id, ctx, probs, prev, comp, self.window)
+            ctx.trace.attention(self.layer_id, ctx.positions, probs, prev, comp, self.window)
         out = apply_rope(out, cos, sin, inverse=True)
         grouped = out.reshape(b, s, self.o_groups, -1)
         w = self.wo_a.weight.view(self.o_groups, -1, grouped.shape[-1])
@@ -191,54 +192,66 @@ class Attention(torch.nn.Module):
         return self.wo_b(z.flatten(2))
 
     # ---------------------------------------------------------------------------------------------
-    def _compressed_branch(self, x: torch.Tensor, q_res: torch.Tensor, ctx: Context, rope: dict) -> dict:
-        shared, lid = ctx.shared, self.layer_id
+    def _compressed_branch(self, x: torch.Tensor, q_res: torch.Tensor, ctx: Context,
+                           rope: RopeTables) -> CompressedRead | None:
+        """Publish (KV source), select (index source) or reuse; None when there is nothing to read."""
+        shared = ctx.shared
         if self.is_kv_source:
-            self._make_entries(x, ctx)
-        table = shared.get("table")
+            self._make_entries(x, ctx, rope)
+        table = shared.table
         if table is None or len(table) == 0 or ctx.ablation.window_only:
-            shared.pop("topk", None)
-            return {"n": 0}
+            shared.topk = None
+            return None
         # ---- selection: Full and Reindex choose; Reuse keeps the last choice --------------------
         indexer = self.indexer
         if self.is_index_source:
-            shared["indexer"] = indexer
+            shared.indexer = indexer
         elif ctx.ablation.reselect_all:
-            indexer = shared.get("indexer")
+            indexer = shared.indexer
         if indexer is not None:
-            xi, qi = x.detach(), q_res.detach()
-            cos, sin = rope["compress"]
-            with torch.no_grad():  # selection is not differentiable; the KL below trains the indexer
-                raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
-            scores = mask_visible(raw, ctx.positions, self.ratio)
-            if self.is_candidate_source:
-                pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,
-                                                    self.cfg.candidate_block_size)
-                shared["candidates"] = pool
-                if ctx.trace is not None:
-                    ctx.trace.record(lid, "candidates", pool)
-                    ctx.trace.record(lid, "block_scores", block_scores)
-            elif self.uses_candidates and "candidates" in shared and not ctx.ablation.no_candidates:
-                scores = scores.masked_fill(~shared["candidates"], NEG_INF)
-            k = ctx.ablation.index_topk or self.cfg.index_topk
-            idx, _ = select_topk(scores, k)
-            shared["topk"] = idx
-            if ctx.trace is not None:
-                ctx.trace.record(lid, "index_scores", scores)
-                ctx.trace.record(lid, "topk", idx)
-            if ctx.indexer_loss:
-                shared["kl_inputs"] = (indexer, xi, qi, cos, sin)
-        idx = shared["topk"]
+            self._select(indexer, x, q_res, ctx, rope, table)
+        idx = shared.topk
         n = len(table)
-        vis = torch.arange(n, device=x.device).view(1, 1, -1) < visible_counts(ctx.positions, self.ratio).view(1, -1, 1)
-        kl = shared.pop("kl_inputs", None) if indexer is not None else None
+        kl = None
+        if indexer is not None:  # the selecting layer takes its own KL inputs
+            kl, shared.kl = shared.kl, None
         if ctx.ablation.dense_compressed:
-            return {"n": n, "dense": table.all_entries(), "mask": vis.expand(x.shape[0], -1, -1), "idx": idx,
-                    "visible": vis, "kl": kl, "table": table}
-        return {"n": n, "gathered": table.gather(idx), "valid": idx >= 0, "idx": idx, "kl": kl, "table": table}
+            seen = visible_counts(ctx.positions, self.ratio).view(1, -1, 1)
+            vis = torch.arange(n, device=x.device).view(1, 1, -1) < seen
+            return CompressedRead(n=n, idx=idx, values=table.all_entries(), mask=vis.expand(x.shape[0], -1, -1),
+                                  dense=True, table=table, kl=kl)
+        return CompressedRead(n=n, idx=idx, values=table.gather(idx), mask=idx >= 0, dense=False, table=table, kl=kl)
 
-    def _make_entries(self, x: torch.Tensor, ctx: Context) -> None:
-        shared, cache, lid = ctx.shared, ctx.cache, self.layer_id
+    def _select(self, indexer: Indexer, x: torch.Tensor, q_res: torch.Tensor, ctx: Context, rope: RopeTables,
+                table: EntryTable) -> None:
+        """Score the visible entries (inside the candidate pool where one applies) and publish the top k."""
+        shared, lid = ctx.shared, self.layer_id
+        xi, qi = x.detach(), q_res.detach()
+        cos, sin = rope.compress
+        with torch.no_grad():  # selection is not differentiable; the KL below trains the indexer
+            raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
+        scores = mask_visible(raw, ctx.positions, self.ratio)
+        if self.is_candidate_source:
+            pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,
+                                                self.cfg.candidate_block_size)
+            shared.candidates = pool
+            if ctx.trace is not None:
+                ctx.trace.record(lid, "candidates", pool)
+                ctx.trace.record(lid, "block_scores", block_scores)
+        elif self.uses_candidates and shared.candidates is not None and not ctx.ablation.no_candidates:
+            scores = scores.masked_fill(~shared.candidates, NEG_INF)
+        k = ctx.ablation.index_topk or self.cfg.index_topk
+        idx, _ = select_topk(scores, k)
+        shared.topk = idx
+        if ctx.trace is not None:
+            ctx.trace.record(lid, "index_scores", scores)
+            ctx.trace.record(lid, "topk", idx)
+        if ctx.indexer_loss:
+            shared.kl = KLInputs(indexer, xi, qi, cos, sin)
+
+    def _make_entries(self, x: torch.Tensor, ctx: Context, rope: RopeTables) -> None:
+        cache, lid = ctx.cache, self.layer_id
+        table: EntryTable
         if cache is not None:
             src = cache.source(lid)
             if lid not in ctx.skip_compress:
@@ -246,50 +259,52 @@ class Attention(torch.nn.Module):
                 chunk_kv, chunk_gate, g0 = src.take_groups(kvp, gate)
                 if chunk_kv.shape[1]:
                     latent = self.compressor.pool(chunk_kv, chunk_gate, x.dtype)
-                    entries, keys = self._entries_and_keys(latent, g0, ctx)
+                    entries, keys = self._entries_and_keys(latent, g0, rope)
                     src.append(entries, keys)
                     if ctx.trace is not None:
                         ctx.trace.record(lid, "latent", latent, g0=g0)
-            shared["table"] = src
+            table = src
         else:
             latent = self.compressor.forward_full(x)
-            entries, keys = self._entries_and_keys(latent, 0, ctx)
-            shared["table"] = DenseTable(entries, keys)
+            entries, keys = self._entries_and_keys(latent, 0, rope)
+            table = DenseTable(entries, keys)
             if ctx.trace is not None:
                 ctx.trace.record(lid, "latent", latent, g0=0)
+        ctx.shared.table = table
         if ctx.trace is not None:
-            ctx.trace.record(lid, "source_len", len(shared["table"]))
+            ctx.trace.record(lid, "source_len", len(table))
 
-    def _entries_and_keys(self, latent: torch.Tensor, g0: int, ctx: Context) -> tuple[torch.Tensor, torch.Tensor]:
+    def _entries_and_keys(self, latent: torch.Tensor, g0: int, rope: RopeTables) -> tuple[torch.Tensor, torch.Tensor]:
         pos = g0 + self.ratio * torch.arange(latent.shape[1], device=latent.device)
-        cos, sin = ctx.shared["rotary"].cos_sin(pos, "compress")
+        cos, sin = rope.rotary.cos_sin(pos, "compress")
         keys = self.indexer.keys(latent.detach(), cos, sin)
         entries = fake_latent(apply_rope(latent, cos, sin))
         return entries, keys
 
     # ---------------------------------------------------------------------------------------------
     def _attend(self, q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None,
-                comp: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+                comp: CompressedRead | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (output [B, S, H, d], probs [B, S, H, W + n_comp + 1] incl. the sink column)."""
         values = mask = None
-        if comp is not None and comp.get("n", 0):
-            values, mask = (comp["dense"], comp["mask"]) if "dense" in comp else (comp["gathered"], comp["valid"])
+        if comp is not None:
+            values, mask = comp.values, comp.mask
         # compiled, the limit is always a tensor: one graph serves every training window
         limit = torch.tensor(self.limit, device=q.device) if fusing() or self.limit < self.window else None
         return attend(q, kv, prev, values, mask, self.attn_sink, self.window, limit)
 
-    def _indexer_loss(self, probs: torch.Tensor, comp: dict, ctx: Context) -> None:
+    def _indexer_loss(self, probs: torch.Tensor, comp: CompressedRead, ctx: Context) -> None:
         """KL from the main attention's distribution over compressed entries to the index scores (§3.3):
         over every visible entry in the dense warm-up, over the selected entries in sparse training."""
-        indexer, xi, qi, cos, sin = comp["kl"]
+        kl = comp.kl
+        indexer, xi, qi, cos, sin = kl.indexer, kl.x, kl.q_res, kl.cos, kl.sin
         w = self.window
         attn = probs[..., w:-1].detach().sum(dim=2)  # [B, S, T or k] summed over heads
-        keys = comp["table"].all_keys()
-        if "dense" in comp:
+        keys = comp.table.all_keys()
+        if comp.dense:
             scores = mask_visible(indexer.scores(xi, qi, cos, sin, keys), ctx.positions, self.ratio)
-            support = comp["mask"]
+            support = comp.mask
         else:
-            idx = comp["idx"]
+            idx = comp.idx
             b, s, k = idx.shape
             ksel = keys.gather(1, idx.clamp_min(0).reshape(b, s * k, 1).expand(-1, -1, keys.shape[-1]))
             q = indexer.queries(qi, cos, sin).float()

@@ -22,7 +22,8 @@ from .context import Ablation, Context
 from .engram import NgramHasher
 from .mhc import collapse, one_hot_pre
 from .norm import RMSNorm
-from .rope import Rotary
+from .protocols import LayerCache, LayerSource, Recorder
+from .rope import RopeTables, Rotary
 
 
 @dataclass
@@ -58,7 +59,7 @@ class Backbone(torch.nn.Module):
         # optional parts, set only through set_part / set_layer_source (their owners call these)
         self.mtp: torch.nn.Module | None = None     # DSpark drafter, native names mtp.{i}.*
         self.vision: torch.nn.Module | None = None  # vision tower + aligner, native names vision.*, aligner.*
-        self.streamer = None  # a layer source (layer-streamed checkpoints): `.layer(i)` returns layer i
+        self.streamer: LayerSource | None = None  # layer-streamed checkpoints: `.layer(i)` returns layer i
 
     # ---------------------------------------------------------------------------------------------
     def set_part(self, name: str, module: torch.nn.Module | None) -> None:
@@ -67,7 +68,7 @@ class Backbone(torch.nn.Module):
             raise ValueError(f"unknown optional part {name!r}: 'mtp' or 'vision'")
         setattr(self, name, module)
 
-    def set_layer_source(self, source) -> None:
+    def set_layer_source(self, source: LayerSource | None) -> None:
         """Run layers from `source.layer(i)` instead of self.layers (None: back to the resident layers)."""
         self.streamer = source
 
@@ -110,11 +111,11 @@ class Backbone(torch.nn.Module):
             raise InputError(f"token id {bad} is out of range [0, {self.cfg.vocab_size})")
         return input_ids.long().to(self.device)
 
-    def prepare(self, input_ids: torch.Tensor, cache=None, *, trace=None, ablation: Ablation | None = None,
-                image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
-                tap_layers=(), indexer_loss: bool = False, collect_routing: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor, Context, dict,
-                                                                     torch.Tensor | None]:
+    def prepare(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
+                ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
+                image_mask: torch.Tensor | None = None, tap_layers=(), indexer_loss: bool = False,
+                collect_routing: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, Context, RopeTables, torch.Tensor | None]:
         """Embed, hash and set up the context for one forward call over new rows."""
         ids = self.check_ids(input_ids)
         b, s = ids.shape
@@ -129,8 +130,7 @@ class Backbone(torch.nn.Module):
         ctx = Context(positions=positions, cache=cache, trace=trace, ablation=ablation or Ablation(),
                       image_mask=image_mask, tap_layers=frozenset(tap_layers), indexer_loss=indexer_loss,
                       collect_routing=collect_routing)
-        ctx.shared["rotary"] = self.rotary
-        rope = {k: self.rotary.cos_sin(positions, k) for k in ("main", "compress")}
+        rope = RopeTables.at(self.rotary, positions)
         hash_ids = None
         if cache is not None:
             cache.pending_ids = ids
@@ -145,15 +145,15 @@ class Backbone(torch.nn.Module):
             if cache is not None:
                 cache.pending_compressed = comp
         if trace is not None:
-            trace.begin(self, ids, positions, hash_ids)
+            trace.begin(self.cfg, ids, positions, hash_ids)
         return streams, one_hot_pre(streams), ctx, rope, hash_ids
 
     def run_layers(self, streams: torch.Tensor, pre_mix: torch.Tensor, lo: int, hi: int, ctx: Context,
-                   rope: dict, hash_ids: torch.Tensor | None, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+                   rope: RopeTables, hash_ids: torch.Tensor | None, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
         for i in range(lo, hi):
             streams, pre_mix = self.layer(i)(streams, pre_mix, ctx, rope, hash_ids)
             if ctx.trace is not None and not ctx.publish_only:
-                ctx.trace.after_layer(i, streams, pre_mix, self)
+                ctx.trace.after_layer(i, streams, pre_mix, self.finish)
             if progress is not None:
                 progress(i)
         return streams, pre_mix
@@ -171,10 +171,10 @@ class Backbone(torch.nn.Module):
         hidden = self.norm(collapse(streams, pre_mix))
         return hidden, self.head(hidden).float()
 
-    def forward(self, input_ids: torch.Tensor, cache=None, *, trace=None, ablation: Ablation | None = None,
-                image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
-                last_only: bool = False, tap_layers=(), indexer_loss: bool = False,
-                collect_routing: bool = False) -> ModelOutput:
+    def forward(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
+                ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
+                image_mask: torch.Tensor | None = None, last_only: bool = False, tap_layers=(),
+                indexer_loss: bool = False, collect_routing: bool = False) -> ModelOutput:
         streams, pre_mix, ctx, rope, hash_ids = self.prepare(
             input_ids, cache, trace=trace, ablation=ablation, image_embeds=image_embeds, image_mask=image_mask,
             tap_layers=tap_layers, indexer_loss=indexer_loss, collect_routing=collect_routing)

@@ -16,6 +16,7 @@ from .engram import Engram
 from .mhc import collapse, expand, hc_mixes
 from .moe import MoE
 from .norm import RMSNorm
+from .rope import RopeTables
 
 
 class Block(torch.nn.Module):
@@ -44,7 +45,7 @@ class Block(torch.nn.Module):
                         getattr(self, f"hc_{site}_scale"), cfg.hc_sinkhorn_iters, cfg.hc_eps, cfg.rms_norm_eps,
                         identity=ctx.ablation.mhc_identity)
 
-    def forward(self, streams: torch.Tensor, pre_mix: torch.Tensor, ctx: Context, rope: dict,
+    def forward(self, streams: torch.Tensor, pre_mix: torch.Tensor, ctx: Context, rope: RopeTables,
                 hash_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         tr, lid = ctx.trace, self.layer_id
         if self.engram is not None and hash_ids is not None and not ctx.ablation.no_engram:

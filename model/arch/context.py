@@ -1,21 +1,20 @@
-"""Per-forward context: positions, cache, per-forward shared state, trace recorder, ablations.
+"""Per-forward context: positions, cache, per-forward CSA2 state, trace recorder, ablations.
 
-The CSA2 "shared" state (reference-brief.md §5.2) lives here for the length of one forward call:
-the current KV group's entries and index keys, the last published top-k selection, and the
-candidate pool. Persistent state (window rows, compressed entries, pending rows) lives in the
-cache (model/cache.py); the context only points at it.
+The CSA2 state (reference-brief.md §5.2, model/arch/csa_state.py) lives here for the length of one
+forward call: the current KV group's entries and index keys, the last published top-k selection,
+and the candidate pool. Persistent state (window rows, compressed entries, pending rows) lives in
+the cache (model/inference/cache.py); the context only points at it, through the protocols of
+model/arch/protocols.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import torch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..inference.cache import Cache
-    from ..inference.trace import Tracer
+from .csa_state import CsaState
+from .protocols import LayerCache, Recorder
 
 
 @dataclass
@@ -48,8 +47,8 @@ class Ablation:
 @dataclass
 class Context:
     positions: torch.Tensor                 # [S] absolute positions of the rows in this call
-    cache: "Cache | None" = None
-    trace: "Tracer | None" = None
+    cache: LayerCache | None = None
+    trace: Recorder | None = None
     ablation: Ablation = field(default_factory=Ablation)
     image_mask: torch.Tensor | None = None  # [B, S] True on image-span tokens
     skip_compress: frozenset[int] = frozenset()  # sources whose entries for these rows already exist
@@ -60,7 +59,7 @@ class Context:
     routings: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> attention input (mean of streams)
     tap_layers: frozenset[int] = frozenset()
-    shared: dict[str, Any] = field(default_factory=dict)
+    shared: CsaState = field(default_factory=CsaState)
 
     @property
     def start(self) -> int:

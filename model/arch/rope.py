@@ -12,6 +12,7 @@ by the inverse rotation so each value's contribution depends only on the relativ
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -78,3 +79,23 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: b
     even, odd = rope[..., 0::2].float(), rope[..., 1::2].float()
     rot = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
     return torch.cat([nope, rot.to(x.dtype)], dim=-1)
+
+
+
+@dataclass
+class RopeTables:
+    """cos/sin of one forward call's rows for both kinds, plus the Rotary for other positions (entry groups).
+
+    Built once per forward and handed to every layer: a layer reads `of(kind)`, a KV source asks
+    `rotary.cos_sin` for its entries' first positions."""
+
+    rotary: Rotary
+    main: tuple[torch.Tensor, torch.Tensor]      # cos, sin [S, rd/2]
+    compress: tuple[torch.Tensor, torch.Tensor]  # cos, sin [S, rd/2]
+
+    @classmethod
+    def at(cls, rotary: Rotary, positions: torch.Tensor) -> "RopeTables":
+        return cls(rotary, rotary.cos_sin(positions, "main"), rotary.cos_sin(positions, "compress"))
+
+    def of(self, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.main if kind == "main" else self.compress

@@ -21,6 +21,7 @@ import torch
 
 from ..arch.backbone import Backbone
 from ..arch.context import Ablation, Context
+from ..arch.rope import RopeTables
 from ..errors import InputError
 from .cache import Cache
 
@@ -145,8 +146,7 @@ def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trac
     positions = torch.arange(start, cache.length, device=model.device)
     ctx = Context(positions=positions, cache=cache, ablation=ablation or Ablation(), skip_compress=frozenset({dec}),
                   trace=trace, tap_layers=frozenset(taps or ()))
-    ctx.shared["rotary"] = model.rotary
-    rope = {k: model.rotary.cos_sin(positions, k) for k in ("main", "compress")}
+    rope = RopeTables.at(model.rotary, positions)
     hash_ids = None
     if model.hasher is not None:
         n = cfg.engram_max_ngram_size - 1

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from ..arch.csa_state import CompressedRead
 from ..arch.indexer import topk_mask
 from ..arch.mhc import Mix
+from ..arch.rope import apply_rope
+from ..config import V41Config
 from ..layer_map import LayerSpec, layer_map
+from ..quant import fake_latent
+from .engine import prefill
 
 FULL = "full"
 SUMMARY = "summary"
@@ -120,9 +125,9 @@ class Tracer:
         return self.detail == FULL
 
     # ---- hooks called by the model ---------------------------------------------------------------
-    def begin(self, model, ids: torch.Tensor, positions: torch.Tensor, hash_ids) -> None:
+    def begin(self, cfg: V41Config, ids: torch.Tensor, positions: torch.Tensor, hash_ids) -> None:
         if not self.specs:
-            self.specs = layer_map(model.cfg)
+            self.specs = layer_map(cfg)
         self.ids.append(ids.detach().cpu())
         self.pos.append(positions.detach().cpu())
 
@@ -139,22 +144,22 @@ class Tracer:
             return
         self.data[layer][key].append(value.detach().cpu())
 
-    def attention(self, layer: int, ctx, probs: torch.Tensor, prev, comp: dict | None, window: int) -> None:
+    def attention(self, layer: int, positions: torch.Tensor, probs: torch.Tensor, prev: torch.Tensor | None,
+                  comp: CompressedRead | None, window: int) -> None:
         d = self.data[layer]
-        d["positions"].append(ctx.positions.detach().cpu())
+        d["positions"].append(positions.detach().cpu())
         p = probs.detach().float().cpu()
         wshare, sink = p[..., :window], p[..., -1]
-        if comp is not None and comp.get("n", 0):
-            idx = comp["idx"].detach().cpu()
-            if "dense" in comp:
+        if comp is not None:
+            if comp.dense:  # every visible entry is read: record them all, in entry order
                 full_c = p[..., window:-1]                        # [B, S, H, T]
-                if "visible" in comp and ctx.ablation.dense_compressed:
-                    t = full_c.shape[-1]
-                    idx = torch.arange(t).view(1, 1, -1).expand(full_c.shape[0], full_c.shape[1], -1)
-                    idx = torch.where(comp["visible"].cpu().expand_as(idx), idx, torch.full_like(idx, -1))
+                t = full_c.shape[-1]
+                idx = torch.arange(t).view(1, 1, -1).expand(full_c.shape[0], full_c.shape[1], -1)
+                idx = torch.where(comp.mask.cpu().expand_as(idx), idx, torch.full_like(idx, -1))
                 g = idx.clamp_min(0).unsqueeze(2).expand(-1, -1, full_c.shape[2], -1)
                 eshare = full_c.gather(-1, g) * (idx >= 0).unsqueeze(2)
             else:
+                idx = comp.idx.detach().cpu()
                 eshare = p[..., window:-1]
         else:
             idx = torch.full(p.shape[:2] + (0,), -1, dtype=torch.long)
@@ -179,7 +184,9 @@ class Tracer:
             d["attn_out"].append(y.detach().float().cpu())
             d["ffn_out"].append(out.detach().float().cpu())
 
-    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor, model) -> None:
+    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor,
+                    finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Norms (and the logit lens: `finish` is the model's collapse, norm and head) after layer `layer`."""
         d = self.data[layer]
         d["pre_mix"].append(pre_mix.detach().cpu())
         d["stream_norms"].append(streams.detach().float().pow(2).mean(-1).sqrt().cpu())
@@ -187,7 +194,7 @@ class Tracer:
             d["streams"].append(streams.detach().float().cpu())
         if self.lens:
             with torch.no_grad():
-                _, logits = model.finish(streams, pre_mix)
+                _, logits = finish(streams, pre_mix)
                 probs = torch.softmax(logits.float(), -1)
                 top = probs.topk(min(self.lens_topk, probs.shape[-1]), dim=-1)
             d["lens_ids"].append(top.indices.cpu())
@@ -250,8 +257,6 @@ def run_trace(model, input_ids, *, detail: str = SUMMARY, mode: str = "exact", a
             if detail == FULL:
                 _add_entries(model, input_ids, tr, ablation)
             return tr
-        from .engine import prefill
-
         pf = prefill(model, input_ids, mode, chunk_size=chunk_size or 256, progress=progress, ablation=ablation,
                      trace=tracer)
     tr = tracer.result(mode)
@@ -261,9 +266,6 @@ def run_trace(model, input_ids, *, detail: str = SUMMARY, mode: str = "exact", a
 
 def _add_entries(model, input_ids, tr: Trace, ablation) -> None:
     """FULL detail: the entries and index keys each KV source made (re-derived from its latent)."""
-    from ..arch.rope import apply_rope
-    from ..quant import fake_latent
-
     for rec in tr.layers:
         if rec.latent is None:
             continue
