@@ -3,7 +3,7 @@
 Follows reference-brief.md §5.10 (vision tower, aligner, image_start/end/newline), §5.6 (image-span
 tokens choose experts with `bias_vl`) and §4.3 (attention shares over window rows and selected
 entries). Pure computations over plain values, a `VisionConfig`, or a trace from
-`model.vision.trace_with_image`; every result carries the rows of its derivation so a page can
+`model.inference.vision_inputs.trace_with_image`; every result carries the rows of its derivation so a page can
 show how each number came about. No Streamlit here.
 """
 

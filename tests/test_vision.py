@@ -1,5 +1,6 @@
-"""Vision tower, aligner, image tokens in the sequence, upload checks, lessons and the panel (model/vision.py,
-model/images.py, lessons/vision.py, ui/vision_panel.py)."""
+"""Vision tower, aligner, image tokens in the sequence, upload checks, scenes, lessons and the panel
+(model/arch/vision.py, model/inference/images.py, model/inference/vision_inputs.py, model/corpus/scenes.py,
+lessons/vision.py, ui/vision_panel.py)."""
 
 from __future__ import annotations
 
@@ -18,29 +19,18 @@ from model.arch.vision import (
     Aligner,
     VisionModel,
     attach_vision,
-    build_inputs,
     encode_image,
     has_vision,
     image_span_embeds,
-    marker_ids,
     pixel_unshuffle,
     rope_2d,
-    span_ids,
-    trace_with_image,
     vision_param_count,
     vision_state_dict,
 )
 from model.config import VisionConfig
-from model.inference.images import (
-    ImageError,
-    draw_scene,
-    load_image,
-    make_scene,
-    plan_grid,
-    resize_to_grid,
-    sample_scenes,
-    to_pixels,
-)
+from model.corpus.scenes import draw_scene, make_scene, sample_scenes
+from model.inference.images import ImageError, load_image, plan_grid, resize_to_grid, to_pixels
+from model.inference.vision_inputs import build_inputs, marker_ids, span_ids, trace_with_image
 
 FLASH_VC = VisionConfig()  # the release's vision_config: patch 14, ratio 3, 1024 tokens, min_pixels 544^2
 
@@ -350,7 +340,7 @@ def test_scenes_are_deterministic_and_consistent():
     # each box is drawn in its colour just inside its outline
     sc = make_scene(5)
     im = draw_scene(sc, 256)
-    from model.inference.images import PALETTE
+    from model.corpus.scenes import PALETTE
 
     for bx in sc.boxes:
         x0, y0, x1, y1 = (v * 256 for v in bx.xyxy)
@@ -546,7 +536,7 @@ def _prompt_app():
     from conftest import random_tiny
 
     from model.arch.vision import attach_vision
-    from model.inference.images import draw_scene, make_scene
+    from model.corpus.scenes import draw_scene, make_scene
     from ui.vision_panel import draw_image_prompt
 
     m = random_tiny()

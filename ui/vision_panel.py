@@ -19,15 +19,8 @@ import torch
 from PIL import Image
 
 from lessons import vision as lv
-from model.inference.images import (
-    MAX_UPLOAD_BYTES,
-    MAX_UPLOAD_PIXELS,
-    ImageError,
-    draw_scene,
-    load_image,
-    resize_to_grid,
-    sample_scenes,
-)
+from model.corpus.scenes import draw_scene, sample_scenes
+from model.inference.images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, ImageError, load_image, resize_to_grid
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
@@ -253,7 +246,8 @@ def draw_image_prompt(model, text: str, image: Image.Image | None, num: Callable
                       key: str = "vision_prompt") -> None:
     """Positions, routing and attention for a prompt with a picture (for the prompt inspector)."""
     from model import InputError
-    from model.arch.vision import build_inputs, generate_with_image, has_vision, marker_ids, trace_with_image
+    from model.arch.vision import has_vision
+    from model.inference.vision_inputs import build_inputs, generate_with_image, marker_ids, trace_with_image
 
     if image is None:
         st.info("No picture chosen.")

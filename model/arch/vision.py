@@ -7,8 +7,8 @@ look-backs stop at image tokens), and ARCHITECTURE.md §3.6.
 
 Pipeline for one picture (sizes for v4.1-flash / tiny):
 
-1. `model/images.py` plans the input size (a multiple of patch x ratio = 42 / 16 pixels) and makes
-   a [3, H, W] tensor in [-1, 1].
+1. `model/inference/images.py` plans the input size (a multiple of patch x ratio = 42 / 16 pixels)
+   and makes a [3, H, W] tensor in [-1, 1]; this module takes the pixels from there.
 2. Patch embedding: a stride-`patch_size` convolution, one `hidden_size` vector per patch.
 3. `num_hidden_layers` pre-norm blocks: RMSNorm -> bidirectional multi-head attention with biases
    -> residual; RMSNorm -> SwiGLU MLP -> residual. Positions: **2D RoPE** with `rope_theta` (half
@@ -24,31 +24,28 @@ Pipeline for one picture (sizes for v4.1-flash / tiny):
    in `input_ids` the span holds the tokenizer's `<|image_start|>`, `<|image|>` (= the config's
    `image_token_id`), `<|image_newline|>` and `<|image_end|>` ids, and `image_mask` is True over
    the whole span. The model's forward scatters the embeddings into those positions, routes them
-   with `bias_vl`, and the Engram hasher treats them as dead (no n-gram spans an image).
+   with `bias_vl`, and the Engram hasher treats them as dead (no n-gram spans an image). The ids of
+   the span and the prompt around it are built in model/inference/vision_inputs.py.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from PIL import Image
 
 from ..config import V41Config, VisionConfig
-from ..errors import InputError
-from ..inference.images import ImageError, ImageGrid, plan_grid, to_pixels
+from ..errors import ImageError
 from .norm import RMSNorm
 
 VISION_EPS = 1e-6
 VISION_PREFIXES = ("vision.", "aligner.", "image_start", "image_end", "image_newline")
 MARKERS = ("image_start", "image_end", "image_newline")
 
-__all__ = ["VisionModel", "Aligner", "attach_vision", "has_vision", "build_inputs", "VisionInputs", "ImageError",
-           "encode_image", "image_span_embeds", "span_ids", "marker_ids", "vision_state_dict", "vision_param_count",
-           "generate_with_image", "trace_with_image"]
+__all__ = ["VisionModel", "Aligner", "attach_vision", "has_vision", "encode_image", "image_span_embeds",
+           "vision_state_dict", "vision_param_count"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -251,27 +248,8 @@ def vision_param_count(cfg: V41Config) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Image tokens in the sequence
+# Image-token embeddings
 # ------------------------------------------------------------------------------------------------
-
-def marker_ids(model) -> dict[str, int]:
-    """Token ids written into the span: the config's image_token_id plus the tokenizer's marker ids
-    (the image id again when a tokenizer lacks them: the embeddings come from the markers anyway)."""
-    img = model.cfg.image_token_id
-    out = {"image": img}
-    tok = getattr(model, "tokenizer", None)
-    for name in MARKERS:
-        tid = tok.token_to_id(f"<|{name}|>") if tok is not None else None
-        out[name] = img if tid is None else int(tid)
-    return out
-
-
-def span_ids(model, grid: ImageGrid) -> list[int]:
-    """[start] + rows x ([image] * cols + [newline]) + [end]."""
-    m = marker_ids(model)
-    row = [m["image"]] * grid.cols + [m["image_newline"]]
-    return [m["image_start"]] + row * grid.rows + [m["image_end"]]
-
 
 def encode_image(model, pixels: torch.Tensor) -> torch.Tensor:
     """[B, 3, H, W] -> [B, rows, cols, D] image-token embeddings (tower, then aligner)."""
@@ -289,92 +267,3 @@ def image_span_embeds(model, tokens: torch.Tensor) -> torch.Tensor:
     start = model.image_start.to(tokens.dtype).view(1, 1, d).expand(b, 1, d)
     end = model.image_end.to(tokens.dtype).view(1, 1, d).expand(b, 1, d)
     return torch.cat([start, body, end], dim=1)
-
-
-class VisionInputs(NamedTuple):
-    input_ids: torch.Tensor     # [1, S]
-    image_mask: torch.Tensor    # [1, S] True over the image span (markers included)
-    image_embeds: torch.Tensor  # [1, n_span, D]: what the forward scatters into the masked positions
-
-
-IMAGE_PLACEHOLDER = "<image>"
-
-
-def doc_prefix(model) -> list[int]:
-    """Documents in our training stream start after <|eos|> (model/dataset.py); the release uses bos."""
-    eos = model.cfg.eos_token_id
-    eos = eos[0] if isinstance(eos, list) else eos
-    return [] if eos is None else [int(eos)]
-
-
-@torch.no_grad()
-def build_inputs(model, text: str, image: Image.Image | None, *, prefix_ids: list[int] | None = None
-                 ) -> VisionInputs:
-    """Token ids, image mask and image embeddings for `text` with `image` placed at "<image>" (or first).
-
-    Without an image this is the plain text prompt (mask all False, no embeddings)."""
-
-
-    pre = doc_prefix(model) if prefix_ids is None else list(prefix_ids)
-    before, after = text.split(IMAGE_PLACEHOLDER, 1) if IMAGE_PLACEHOLDER in text else ("", text)
-    if IMAGE_PLACEHOLDER in after:
-        raise InputError("one image per prompt: the text has more than one <image> placeholder")
-    def enc(s):
-        return model.encode(s) if s else []
-
-    dev = model.embed.weight.device
-    if image is None:
-        ids = pre + enc(before) + enc(after)
-        if not ids:
-            raise InputError("the prompt is empty")
-        t = torch.tensor([ids], dtype=torch.long, device=dev)
-        return VisionInputs(t, torch.zeros_like(t, dtype=torch.bool),
-                            torch.zeros(1, 0, model.cfg.hidden_size, device=dev))
-    vc = model.cfg.vision_config
-    if vc is None:
-        raise ImageError("this model's config has no vision_config")
-    grid = plan_grid(vc, *image.size)
-    embeds = image_span_embeds(model, encode_image(model, to_pixels(image, grid)[None]))
-    head, span, tail = pre + enc(before), span_ids(model, grid), enc(after)
-    ids = torch.tensor([head + span + tail], dtype=torch.long, device=dev)
-    mask = torch.zeros_like(ids, dtype=torch.bool)
-    mask[0, len(head):len(head) + len(span)] = True
-    return VisionInputs(ids, mask, embeds.to(model.embed.weight.dtype))
-
-
-def image_grid(model, image: Image.Image) -> ImageGrid:
-    if model.cfg.vision_config is None:
-        raise ImageError("this model's config has no vision_config")
-    return plan_grid(model.cfg.vision_config, *image.size)
-
-
-@torch.no_grad()
-def generate_with_image(model, inputs: VisionInputs, max_new_tokens: int = 12, stop_at: tuple[str, ...] = (".",)
-                        ) -> list[int]:
-    """Greedy continuation of a prompt with an image (a full forward per token: prompts here are short,
-    and the engine's chunked prefill does not carry image embeddings)."""
-    ids, mask, emb = inputs
-    out: list[int] = []
-    eos = model.cfg.eos_token_id
-    for _ in range(max_new_tokens):
-        logits = model(ids, image_embeds=emb, image_mask=mask, last_only=True).logits[0, -1]
-        nxt = int(logits.argmax())
-        out.append(nxt)
-        if nxt == eos or (model.tokenizer is not None and model.decode([nxt]).strip() in stop_at):
-            break
-        ids = torch.cat([ids, ids.new_tensor([[nxt]])], dim=1)
-        mask = torch.cat([mask, mask.new_zeros(1, 1)], dim=1)
-    return out
-
-
-@torch.no_grad()
-def trace_with_image(model, inputs: VisionInputs, lens_topk: int = 5):
-    """A summary trace (model/trace.py) of one exact forward over a prompt with an image."""
-    from ..inference.trace import Tracer
-
-    tracer = Tracer(lens_topk=lens_topk)
-    ids, mask, emb = inputs
-    model(ids, trace=tracer, image_embeds=emb if mask.any() else None, image_mask=mask if mask.any() else None)
-    tr = tracer.result("exact")
-    tr.meta["image_mask"] = mask.cpu()
-    return tr

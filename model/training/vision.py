@@ -2,7 +2,7 @@
 
 Follows reference-brief.md §5.10 / ARCHITECTURE.md §3.6 (vision tower and aligner producing
 image-token embeddings; image-span tokens route with `bias_vl`), on the seeds' running example:
-pictures of coloured boxes holding a key, a coin or a letter (model/images.py), followed by
+pictures of coloured boxes holding a key, a coin or a letter (model/corpus/scenes.py), followed by
 questions and answers, "Where is the key? The key is in the blue box."
 
 What is trained, and why only that:
@@ -41,23 +41,14 @@ import torch.nn.functional as F
 from ..arch.vision import (
     MARKERS,
     attach_vision,
-    doc_prefix,
     encode_image,
     image_span_embeds,
-    span_ids,
     vision_named_parameters,
     vision_state_dict,
 )
-from ..inference.images import (
-    HELDOUT_SEED_BASE,
-    PALETTE,
-    TRAIN_SEED_BASE,
-    Scene,
-    draw_scene,
-    make_scene,
-    plan_grid,
-    to_pixels,
-)
+from ..corpus.scenes import HELDOUT_SEED_BASE, PALETTE, TRAIN_SEED_BASE, Scene, draw_scene, make_scene
+from ..inference.images import plan_grid, to_pixels
+from ..inference.vision_inputs import doc_prefix, span_ids
 from .lm import lr_at  # warm-up then cosine, read from the same field names
 
 PAD_ID = 0
@@ -323,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "train_config": asdict(tc), "trained": ["vision.*", "aligner.*"] + list(MARKERS) + ["layers.*.ffn.gate.bias_vl "
                                                                                           "(balancing rule)"],
         "frozen": "every text-model tensor except bias_vl", "parameters": n_params,
-        "data": "model/images.py make_scene: train seeds from %d, held-out from %d" % (TRAIN_SEED_BASE,
+        "data": "model/corpus/scenes.py make_scene: train seeds from %d, held-out from %d" % (TRAIN_SEED_BASE,
                                                                                       HELDOUT_SEED_BASE),
         "wall_seconds": round(seconds, 1),
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
