@@ -195,26 +195,26 @@ class Attention(torch.nn.Module):
     def _compressed_branch(self, x: torch.Tensor, q_res: torch.Tensor, ctx: Context,
                            rope: RopeTables) -> CompressedRead | None:
         """Publish (KV source), select (index source) or reuse; None when there is nothing to read."""
-        shared = ctx.shared
+        csa = ctx.csa
         if self.is_kv_source:
             self._make_entries(x, ctx, rope)
-        table = shared.table
+        table = csa.table
         if table is None or len(table) == 0 or ctx.ablation.window_only:
-            shared.topk = None
+            csa.topk = None
             return None
         # ---- selection: Full and Reindex choose; Reuse keeps the last choice --------------------
         indexer = self.indexer
         if self.is_index_source:
-            shared.indexer = indexer
+            csa.indexer = indexer
         elif ctx.ablation.reselect_all:
-            indexer = shared.indexer
+            indexer = csa.indexer
         if indexer is not None:
             self._select(indexer, x, q_res, ctx, rope, table)
-        idx = shared.topk
+        idx = csa.topk
         n = len(table)
         kl = None
         if indexer is not None:  # the selecting layer takes its own KL inputs
-            kl, shared.kl = shared.kl, None
+            kl, csa.kl = csa.kl, None
         if ctx.ablation.dense_compressed:
             seen = visible_counts(ctx.positions, self.ratio).view(1, -1, 1)
             vis = torch.arange(n, device=x.device).view(1, 1, -1) < seen
@@ -225,7 +225,7 @@ class Attention(torch.nn.Module):
     def _select(self, indexer: Indexer, x: torch.Tensor, q_res: torch.Tensor, ctx: Context, rope: RopeTables,
                 table: EntryTable) -> None:
         """Score the visible entries (inside the candidate pool where one applies) and publish the top k."""
-        shared, lid = ctx.shared, self.layer_id
+        csa, lid = ctx.csa, self.layer_id
         xi, qi = x.detach(), q_res.detach()
         cos, sin = rope.compress
         with torch.no_grad():  # selection is not differentiable; the KL below trains the indexer
@@ -234,20 +234,20 @@ class Attention(torch.nn.Module):
         if self.is_candidate_source:
             pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,
                                                 self.cfg.candidate_block_size)
-            shared.candidates = pool
+            csa.candidates = pool
             if ctx.trace is not None:
                 ctx.trace.record(lid, "candidates", pool)
                 ctx.trace.record(lid, "block_scores", block_scores)
-        elif self.uses_candidates and shared.candidates is not None and not ctx.ablation.no_candidates:
-            scores = scores.masked_fill(~shared.candidates, NEG_INF)
+        elif self.uses_candidates and csa.candidates is not None and not ctx.ablation.no_candidates:
+            scores = scores.masked_fill(~csa.candidates, NEG_INF)
         k = ctx.ablation.index_topk or self.cfg.index_topk
         idx, _ = select_topk(scores, k)
-        shared.topk = idx
+        csa.topk = idx
         if ctx.trace is not None:
             ctx.trace.record(lid, "index_scores", scores)
             ctx.trace.record(lid, "topk", idx)
         if ctx.indexer_loss:
-            shared.kl = KLInputs(indexer, xi, qi, cos, sin)
+            csa.kl = KLInputs(indexer, xi, qi, cos, sin)
 
     def _make_entries(self, x: torch.Tensor, ctx: Context, rope: RopeTables) -> None:
         cache, lid = ctx.cache, self.layer_id
@@ -270,7 +270,7 @@ class Attention(torch.nn.Module):
             table = DenseTable(entries, keys)
             if ctx.trace is not None:
                 ctx.trace.record(lid, "latent", latent, g0=0)
-        ctx.shared.table = table
+        ctx.csa.table = table
         if ctx.trace is not None:
             ctx.trace.record(lid, "source_len", len(table))
 

@@ -59,7 +59,7 @@ class Context:
     routings: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> attention input (mean of streams)
     tap_layers: frozenset[int] = frozenset()
-    shared: CsaState = field(default_factory=CsaState)
+    csa: CsaState = field(default_factory=CsaState)  # CSA2 state handed from layer to layer
 
     @property
     def start(self) -> int:
