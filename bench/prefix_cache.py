@@ -20,7 +20,8 @@ from bench._common import line, random_ids, tiny_model
 
 
 def ttft(model, ids, pc) -> tuple[float, int]:
-    from model.inference.engine import Sampler, prefill
+    from model.inference.engine import prefill
+    from model.inference.sampling import Sampler
 
     t0 = time.perf_counter()
     pf = prefill(model, ids, "bounded", prefix_cache=pc)

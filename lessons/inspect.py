@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model.inference.engine import Sampler, decode_step, prefill
+from model.inference.engine import decode_step, prefill
+from model.inference.sampling import Sampler
 from model.inference.trace import LayerRecord, Trace, Tracer
 from model.layer_map import describe
 

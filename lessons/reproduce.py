@@ -181,7 +181,7 @@ def dspark(weights: str, text: str, max_new: int, mode: str, draft_length, thres
     return _join(model_lines(weights), text_lines(text),
                  ["from model import Sampler, speculative_generate"],
                  ["ids = model.encode(text)",
-                  f"plain = model.generate([ids], {max_new}, prefill={mode!r}, stop_at_eos=True, temperature=0.0)",
+                  f"plain = model.generate([ids], {max_new}, prefill_mode={mode!r}, stop_at_eos=True, temperature=0.0)",
                   f"spec = speculative_generate(model, model.mtp, [ids], {max_new}, sampler=Sampler(0.0, 1.0, 0), "
                   f"prefill_mode={mode!r}, draft_length={draft_length!r}, confidence_threshold={threshold!r})",
                   "print(f\"Target passes (plain): {plain.target_passes}\")",

@@ -4,8 +4,9 @@ from .arch.context import Ablation
 from .checkpoint.native import CheckpointError, load
 from .checkpoint.shipped import random_tiny, shipped_weights
 from .config import ConfigError, V41Config
-from .inference.engine import Sampler, decode_step, prefill
-from .inference.speculative import speculative_generate
+from .inference.engine import decode_step, prefill
+from .inference.generate import speculative_generate
+from .inference.sampling import Sampler
 from .layer_map import LayerSpec, layer_map
 from .model import InputError, ModelOutput, V41Model
 

@@ -96,7 +96,7 @@ def count_params(cfg: V41Config) -> ParamCount:
         m = V41Model(cfg)
         drafter_from = vision_from = "config shapes"
         try:
-            from .inference.speculative import Drafter
+            from .arch.drafter import Drafter
 
             if cfg.num_nextn_predict_layers:
                 m.set_part("mtp", Drafter(cfg))

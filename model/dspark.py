@@ -1,8 +1,8 @@
-"""`python -m model.dspark`: DSpark drafter: train, evaluate (the command line is model/cli/)."""
+"""`python -m model.dspark`: DSpark drafter: train, evaluate (the command line is model/cli/dspark.py)."""
 
 import sys
 
-from .inference.speculative import main
+from .cli.dspark import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,8 @@ from .arch.engram import NgramHasher, compressed_token_map
 from .config import V41Config
 from .errors import InputError
 from .inference.cache import Cache
-from .inference.engine import generate
+from .inference.generate import GenerateResult, SpecOptions, generate
+from .inference.sampling import Sampler
 from .inference.trace import run_trace
 
 __all__ = ["V41Model", "ModelOutput", "InputError"]
@@ -51,8 +52,14 @@ class V41Model(Backbone):
     def trace(self, input_ids, **kw: Any):
         return run_trace(self, input_ids, **kw)
 
-    def generate(self, input_ids, max_new_tokens: int = 32, **kw: Any):
-        return generate(self, input_ids, max_new_tokens=max_new_tokens, **kw)
+    def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_p: float = 1.0,
+                 seed: int | None = None, draft=None, draft_length: int | str | None = None,
+                 confidence_threshold: float = 0.3, **kw: Any) -> GenerateResult:
+        """model/inference/generate.py's `generate` with its knobs flat: the sampling ones make a Sampler,
+        `draft` (a drafter, e.g. self.drafter) with its draft_length / confidence_threshold a SpecOptions;
+        the rest (prefill_mode, stop_at_eos, stream, prefix_cache, ...) pass through."""
+        spec = SpecOptions(draft, draft_length, confidence_threshold) if draft is not None else None
+        return generate(self, input_ids, max_new_tokens, sampler=Sampler(temperature, top_p, seed), spec=spec, **kw)
 
     def new_cache(self, **kw: Any):
         return Cache(self.cfg, device=self.device, **kw)

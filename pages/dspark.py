@@ -1,7 +1,8 @@
 """DSpark draft & verify: step through drafting and verification for a prompt, then the statistics of a whole
 run (acceptance per position, accepted length vs the formula, confidence calibration, speed-up against plain
-decoding with identical output). Built on model/dspark.py (`start`, `verify_step`, `summarize`,
-`speculative_generate`); user text is shown only through widgets, st.text/st.code and dataframes.
+decoding with identical output). Built on model/inference/speculative.py (`start`, `verify_step`, `summarize`)
+and model/inference/generate.py (`speculative_generate`); user text is shown only through widgets, st.text/st.code
+and dataframes.
 """
 
 from __future__ import annotations
@@ -45,18 +46,13 @@ st.caption(block_sentence(cfg.dspark_block_size))
 with st.expander("Words used on this page", expanded=False):
     st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
 try:
-    from model.inference.speculative import (
-        Drafter,
-        SpecStats,
-        expected_tokens_per_pass,
-        speculative_generate,
-        start,
-        verify_step,
-    )
+    from model.arch.drafter import Drafter
+    from model.inference.generate import generate, speculative_generate
+    from model.inference.speculative import SpecStats, expected_tokens_per_pass, start, verify_step
 except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
     st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
     st.stop()
-from model.inference.engine import Sampler, generate  # noqa: E402
+from model.inference.sampling import Sampler  # noqa: E402
 
 
 @st.cache_resource(show_spinner="Preparing a random drafter ...")
@@ -210,9 +206,9 @@ st.caption("The same prompt and settings, run to the end, and the same request d
 
 
 def _whole(progress):
-    sampler_kw = dict(temperature=temp, top_p=1.0, seed=int(draw_seed))
     progress(0.05, "plain decoding ...")
-    plain = generate(model, [ids], int(max_new), prefill=mode, stop_at_eos=True, **sampler_kw)
+    plain = generate(model, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)), prefill_mode=mode,
+                     stop_at_eos=True)
     progress(0.5, "speculative decoding ...")
     spec = speculative_generate(model, drafter, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)),
                                 prefill_mode=mode, draft_length=draft_length, confidence_threshold=float(threshold))

@@ -11,20 +11,13 @@ from conftest import random_model
 import model.inference.speculative as dspark
 from model import V41Config, load
 from model.accounting import _drafter_shapes
+from model.arch.drafter import Drafter, attach_drafter
 from model.checkpoint.native import save_checkpoint
-from model.inference.engine import Sampler, decode_step, generate, prefill
-from model.inference.speculative import (
-    Draft,
-    Drafter,
-    attach_drafter,
-    expected_tokens_per_pass,
-    speculative_generate,
-    start,
-    train_drafter,
-    verify,
-    verify_step,
-    write_drafter,
-)
+from model.inference.engine import decode_step, prefill
+from model.inference.generate import SpecOptions, generate, speculative_generate
+from model.inference.sampling import Sampler
+from model.inference.speculative import Draft, expected_tokens_per_pass, start, verify, verify_step
+from model.training.dspark import DraftTrainConfig, train_drafter, write_drafter
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -221,7 +214,7 @@ def test_greedy_speculative_equals_plain_greedy_with_the_real_drafter(pair, mode
         ids = _prompt(seed)
         ref, _ = _plain(m, ids, 10, mode, d.block_size)
         for dl in lengths:
-            r = generate(m, ids, 10, prefill=mode, stop_at_eos=False, draft=d, draft_length=dl)
+            r = generate(m, ids, 10, prefill_mode=mode, stop_at_eos=False, spec=SpecOptions(d, dl))
             assert r.tokens == ref, (seed, dl)
 
 
@@ -324,7 +317,7 @@ def test_auto_draft_length_stops_when_the_running_confidence_falls_under_the_thr
     m, d = pair  # a fresh confidence head outputs exactly 0.5: survival 0.5, 0.25, 0.125
     ids = _prompt(5)
     for thr, want in ((0.3, 1), (0.2, 2), (0.1, 3), (0.6, 0)):
-        r = generate(m, ids, 8, stop_at_eos=False, draft=d, draft_length="auto", confidence_threshold=thr)
+        r = generate(m, ids, 8, stop_at_eos=False, spec=SpecOptions(d, "auto", thr))
         assert all(len(x.drafted) == min(want, 8 - 2 - sum(len(y.emitted) for y in r.stats.log[:i]))
                    for i, x in enumerate(r.stats.log))
         assert r.tokens == generate(m, ids, 8, stop_at_eos=False).tokens
@@ -362,8 +355,8 @@ def test_save_load_round_trip_and_write_into_a_checkpoint(pair, tmp_path):
     for k, v in m.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
     ids = _prompt(2)
-    a = generate(m, ids, 10, draft=d, draft_length=3, stop_at_eos=False)
-    b = generate(loaded, ids, 10, draft=loaded.mtp, draft_length=3, stop_at_eos=False)
+    a = generate(m, ids, 10, spec=SpecOptions(d, 3), stop_at_eos=False)
+    b = loaded.generate(ids, 10, draft=loaded.mtp, draft_length=3, stop_at_eos=False)
     assert a.tokens == b.tokens and [s.drafted for s in a.stats.log] == [s.drafted for s in b.stats.log]
     # write_drafter: a target-only checkpoint gains mtp.* (and keeps everything else)
     bare = random_model("micro", seed=3)
@@ -422,7 +415,7 @@ def test_train_drafter_lowers_the_loss_and_leaves_the_target_frozen():
     m = random_model("micro", seed=1)
     before = {k: v.clone() for k, v in m.state_dict().items()}
     flags = {n: p.requires_grad for n, p in m.named_parameters()}
-    tc = dspark.DraftTrainConfig(batch=4, anchors=8, pool_greedy=4, pool_sampled=4, pool_corpus=4, prompt_len=8,
+    tc = DraftTrainConfig(batch=4, anchors=8, pool_greedy=4, pool_sampled=4, pool_corpus=4, prompt_len=8,
                                  gen_len=16, lr=5e-3, warmup=2)
     import io
 

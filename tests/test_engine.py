@@ -10,8 +10,10 @@ import torch
 from model import Ablation, InputError
 from model.accounting import cache_bytes
 from model.inference.cache import CacheError
-from model.inference.engine import compare_prefill, decode_step, generate, prefill
+from model.inference.engine import compare_prefill, decode_step, prefill
+from model.inference.generate import generate
 from model.inference.prefix_cache import PrefixCache
+from model.inference.sampling import Sampler
 
 ATOL = 1e-4
 
@@ -206,7 +208,7 @@ def test_trace_through_bounded_prefill_covers_replay_rows_only_in_decoder(micro)
 
 def test_generate_greedy_matches_manual_decode(micro):
     ids = _ids(12)
-    res = generate(micro, ids, max_new_tokens=6, prefill="exact", stop_at_eos=False)
+    res = generate(micro, ids, max_new_tokens=6, prefill_mode="exact", stop_at_eos=False)
     seq = ids.clone()
     for _ in range(6):
         with torch.no_grad():
@@ -217,9 +219,9 @@ def test_generate_greedy_matches_manual_decode(micro):
 
 def test_generate_sampling_is_seeded(micro):
     ids = _ids(10)
-    a = generate(micro, ids, 8, temperature=0.9, top_p=0.9, seed=1, stop_at_eos=False)
-    b = generate(micro, ids, 8, temperature=0.9, top_p=0.9, seed=1, stop_at_eos=False)
-    c = generate(micro, ids, 8, temperature=0.9, top_p=0.9, seed=2, stop_at_eos=False)
+    a = generate(micro, ids, 8, sampler=Sampler(0.9, 0.9, seed=1), stop_at_eos=False)
+    b = micro.generate(ids, 8, temperature=0.9, top_p=0.9, seed=1, stop_at_eos=False)  # the flat knobs
+    c = generate(micro, ids, 8, sampler=Sampler(0.9, 0.9, seed=2), stop_at_eos=False)
     assert a.tokens == b.tokens and len(c.tokens) == 8
 
 

@@ -159,8 +159,8 @@ def test_run_prompt_bounded_records_and_generation(tiny):
     e = ins.layer_view(run, tiny.cfg.engram_layer_ids[0], 5, tiny.cfg, model=tiny).engram
     assert e is not None and e.ngrams[0]["tokens"] == run.tokens[4:6]   # the bigram ending at token 5
     # greedy generation agrees with the engine's own greedy decode
-    from model.inference.engine import generate
-    assert run.generated == generate(tiny, [ids], 3, prefill="bounded").tokens
+    from model.inference.generate import generate
+    assert run.generated == generate(tiny, [ids], 3, prefill_mode="bounded").tokens
     exact = ins.run_prompt(tiny, ids, "exact")
     assert ins.covered_rows(exact).all()
 

@@ -306,8 +306,8 @@ def test_stream_decision_from_budget_env(release_dir, monkeypatch):
 def test_streamed_generate_and_trace(release_dir, resident):
     s = load_release(release_dir, device="cpu", budget_bytes=small_budget(resident))
     prompt = IDS[:1, :20]
-    g1 = resident.generate(prompt, max_new_tokens=4, stop_at_eos=False, prefill="bounded", chunk_size=8)
-    g2 = s.generate(prompt, max_new_tokens=4, stop_at_eos=False, prefill="bounded", chunk_size=8)
+    g1 = resident.generate(prompt, max_new_tokens=4, stop_at_eos=False, prefill_mode="bounded", chunk_size=8)
+    g2 = s.generate(prompt, max_new_tokens=4, stop_at_eos=False, prefill_mode="bounded", chunk_size=8)
     assert g1.tokens == g2.tokens and s.streamer.loads > s.cfg.num_hidden_layers
     t1 = resident.trace(prompt, detail="full")
     t2 = s.trace(prompt, detail="full")
@@ -340,7 +340,7 @@ def test_mtp_and_vision_tensors_without_modules_are_skipped_with_a_note(tmp_path
     index["weight_map"].update({k: "model-extra.safetensors" for k in extra})
     (d / INDEX).write_text(json.dumps(index))
     # as if the modules did not exist
-    monkeypatch.setitem(__import__("sys").modules, "model.inference.speculative", None)
+    monkeypatch.setitem(__import__("sys").modules, "model.arch.drafter", None)
     monkeypatch.setitem(__import__("sys").modules, "model.arch.vision", None)
     m = load_release(d, device="cpu")
     notes = " ".join(m.release.notes)
@@ -349,7 +349,7 @@ def test_mtp_and_vision_tensors_without_modules_are_skipped_with_a_note(tmp_path
 
 
 def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
-    dspark = pytest.importorskip("model.inference.speculative")
+    dspark = pytest.importorskip("model.arch.drafter")
     vision = pytest.importorskip("model.arch.vision")
     base = random_model("micro")
     vision.attach_vision(base, seed=0)

@@ -143,7 +143,7 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
     has_mtp = any(k.startswith("mtp.") for k in shards)
     has_vision = any(k.startswith(("vision.", "aligner.")) for k in shards)
     if has_mtp and cfg.num_nextn_predict_layers:
-        from ..inference.speculative import Drafter
+        from ..arch.drafter import Drafter
 
         model.set_part("mtp", Drafter(cfg))
     if has_vision and cfg.vision_config is not None:

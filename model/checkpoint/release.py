@@ -652,7 +652,7 @@ def _attach_part(model, part: str, cfg: V41Config) -> None:
     """Attach the drafter (`mtp`) or the vision tower + aligner + image markers (`vision`) to `model`,
     on the device and dtype of its embedding (the meta device for a skeleton)."""
     if part == "mtp":
-        from ..inference.speculative import Drafter
+        from ..arch.drafter import Drafter
 
         with torch.device(model.embed.weight.device):
             model.set_part("mtp", Drafter(cfg))

@@ -1,4 +1,4 @@
-"""Inference engine: exact and bounded prefill, decode, sampling, generate.
+"""Inference engine: exact and bounded prefill, decode steps, and how far bounded is from exact.
 
 Follows ARCHITECTURE.md §3.1 and reference-brief.md §5.9.
 - `exact` prefill runs every layer over every prompt row (in chunks through the cache).
@@ -8,7 +8,8 @@ Follows ARCHITECTURE.md §3.1 and reference-brief.md §5.9.
   start at the segment. It equals `exact` when the prompt fits in the window; `compare_prefill`
   measures how far apart they are beyond that.
 - Decode runs each new token through both halves.
-A persistent prefix cache (model/prefix_cache.py) can supply the state of a known prompt prefix.
+A persistent prefix cache (model/inference/prefix_cache.py) can supply the state of a known prompt prefix.
+Sampling is model/inference/sampling.py; whole generations (plain and speculative) model/inference/generate.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from ..errors import InputError
 from .cache import Cache
 
 DEFAULT_CHUNK = 256
-MAX_NEW_TOKENS = 4096
 
 
 @dataclass
@@ -58,7 +58,7 @@ def prefill(model: Backbone, input_ids, mode: str = "bounded", *, chunk_size: in
     """Read a prompt into a fresh cache; returns the cache and the next-token logits.
 
     `tap_layers`: also return those layers' attention inputs (mean over mHC streams) for the last
-    rows of the prompt (the DSpark drafter's context, model/dspark.py)."""
+    rows of the prompt (the DSpark drafter's context, model/inference/speculative.py)."""
     if mode not in ("bounded", "exact"):
         raise InputError(f"prefill mode must be 'bounded' or 'exact', got {mode!r}")
     ids = model.check_ids(input_ids)
@@ -168,117 +168,6 @@ def decode_step(model: Backbone, cache: Cache, token_ids, ablation: Ablation | N
     with torch.no_grad():
         out = model(token_ids, cache, ablation=ablation, trace=trace, tap_layers=tap_layers)
     return out.logits
-
-
-# ------------------------------------------------------------------------------------------------
-# Sampling
-# ------------------------------------------------------------------------------------------------
-
-@dataclass
-class Sampler:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    generator: torch.Generator | None = field(default=None, repr=False)
-
-    def __post_init__(self):
-        if self.temperature < 0 or not (0 < self.top_p <= 1):
-            raise InputError("temperature must be >= 0 and top_p in (0, 1]")
-        self.generator = torch.Generator()
-        self.generator.manual_seed(0 if self.seed is None else int(self.seed))
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """[..., V] logits -> the distribution this sampler draws from (top-p applied)."""
-        if self.greedy:
-            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-        p = torch.softmax(logits.float() / self.temperature, dim=-1)
-        if self.top_p < 1:
-            sp, si = p.sort(dim=-1, descending=True)
-            keep = sp.cumsum(-1) - sp < self.top_p
-            sp = sp * keep
-            p = torch.zeros_like(p).scatter_(-1, si, sp)
-            p = p / p.sum(-1, keepdim=True)
-        return p
-
-    def sample(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.greedy:
-            return logits.argmax(-1)
-        p = self.probs(logits).cpu()
-        return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=self.generator).reshape(p.shape[:-1]).to(
-            logits.device)
-
-
-@dataclass
-class GenerateResult:
-    tokens: list[int]                       # generated ids (batch row 0)
-    prompt_tokens: int
-    prefill_seconds: float
-    decode_seconds: float
-    target_passes: int                      # forward passes of the target model during decode
-    cache: Cache | None = None
-    stopped: str = "length"                 # "length" | "eos"
-    reused_prompt_tokens: int = 0
-    stats: object | None = None             # speculative decoding statistics (model/dspark.py)
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return len(self.tokens) / max(1, self.target_passes)
-
-
-def _eos_ids(model: Backbone) -> set[int]:
-    e = model.cfg.eos_token_id
-    return set(e) if isinstance(e, list) else ({e} if e is not None else set())
-
-
-def generate(model: Backbone, input_ids, max_new_tokens: int = 32, *, prefill_mode: str | None = None,
-             prefill: str = "bounded", temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-             stop_at_eos: bool = True, stream: Callable[[int], None] | None = None, draft=None,
-             draft_length: int | str | None = None, confidence_threshold: float = 0.3,
-             prefix_cache=None, progress=None, ablation: Ablation | None = None,
-             chunk_size: int = DEFAULT_CHUNK, keep_cache: bool = False) -> GenerateResult:
-    """Prefill then decode token by token (or draft-and-verify with a DSpark drafter)."""
-    mode = prefill_mode or prefill
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or not (
-            0 <= max_new_tokens <= MAX_NEW_TOKENS):
-        raise InputError(f"max_new_tokens must be an integer in [0, {MAX_NEW_TOKENS}], got {max_new_tokens!r}")
-    ids = model.check_ids(input_ids)
-    if ids.shape[1] + max_new_tokens > model.cfg.max_position_embeddings:
-        raise InputError("prompt + max_new_tokens exceed max_position_embeddings")
-    sampler = Sampler(temperature, top_p, seed)
-    if draft is not None:
-        from .speculative import speculative_generate
-
-        return speculative_generate(model, draft, ids, max_new_tokens, sampler=sampler, prefill_mode=mode,
-                                    draft_length=draft_length, confidence_threshold=confidence_threshold,
-                                    stop_at_eos=stop_at_eos, stream=stream, prefix_cache=prefix_cache,
-                                    chunk_size=chunk_size, keep_cache=keep_cache)
-    pf = globals()["prefill"](model, ids, mode, chunk_size=chunk_size, progress=progress, prefix_cache=prefix_cache,
-                              ablation=ablation)
-    cache, logits = pf.cache, pf.logits
-    eos = _eos_ids(model)
-    out: list[int] = []
-    t0 = time.perf_counter()
-    passes, stopped = 0, "length"
-    for _ in range(max_new_tokens):
-        nxt = sampler.sample(logits)
-        tok = int(nxt[0])
-        out.append(tok)
-        if stream is not None:
-            stream(tok)
-        if stop_at_eos and tok in eos:
-            stopped = "eos"
-            break
-        if len(out) == max_new_tokens:
-            break
-        logits = decode_step(model, cache, nxt.view(-1, 1), ablation=ablation)[:, -1]
-        passes += 1
-    return GenerateResult(tokens=out, prompt_tokens=ids.shape[1], prefill_seconds=pf.seconds,
-                          decode_seconds=time.perf_counter() - t0, target_passes=max(1, passes + 1),
-                          cache=cache if keep_cache else None, stopped=stopped, reused_prompt_tokens=pf.reused)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ Follows reference-brief.md §3.3 (indexer training) and §8.1 (load balancing):
   selected set);
 - aux-loss-free balancing: after each step, each MoE's selection bias moves by gamma towards
   equal load (outside gradient descent).
-Then the DSpark drafter is trained against the frozen target (model/dspark.py), when available.
+Then the DSpark drafter is trained against the frozen target (model/training/dspark.py), when available.
 
 Look-back practice (issue 15; the diagnosis is in model/lookback.py): batches mix natural text with
 recall drills, repeated text spans and shuffled-token copies; the targets only a look-back can
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     m.eval()
     if tc.drafter_steps and m.cfg.num_nextn_predict_layers:
         try:
-            from ..inference.speculative import train_drafter
+            from .dspark import train_drafter
         except ImportError:
             train_drafter = None
         if train_drafter is not None:

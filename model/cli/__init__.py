@@ -1,0 +1,1 @@
+"""Command lines: one thin `main(argv)` per `python -m model.<command>`."""
