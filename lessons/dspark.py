@@ -2,7 +2,7 @@
 
 Follows reference-brief.md §8.3 (the rules and the expected-tokens formula) and §8.4 (DSpark's
 block drafter, Markov head, confidence head). Pure computations: each takes plain values or the
-`SpecStats` / `StepLog` of `model.dspark` and returns rows a page can draw or tabulate, with the
+`SpecStats` / `StepLog` of `model.inference.speculative` and returns rows a page can draw or tabulate, with the
 formula that produced each number.
 """
 
@@ -158,7 +158,7 @@ def summary_rows(stats: SpecStats, plain_seconds: float | None = None,
 
 def keep_chance(p: float, q: float, guess: int, target_top: int, greedy: bool) -> float:
     """The chance the active rule keeps a guess: greedy 1 or 0 (is it the target's top token?); stochastic
-    min(1, p/q) (1 when q is 0, as `model.dspark.verify` does)."""
+    min(1, p/q) (1 when q is 0, as `model.inference.speculative.verify` does)."""
     if greedy:
         return 1.0 if guess == target_top else 0.0
     return 1.0 if q <= 0 else min(1.0, p / q)

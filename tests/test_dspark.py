@@ -416,7 +416,7 @@ def test_train_drafter_lowers_the_loss_and_leaves_the_target_frozen():
     before = {k: v.clone() for k, v in m.state_dict().items()}
     flags = {n: p.requires_grad for n, p in m.named_parameters()}
     tc = DraftTrainConfig(batch=4, anchors=8, pool_greedy=4, pool_sampled=4, pool_corpus=4, prompt_len=8,
-                                 gen_len=16, lr=5e-3, warmup=2)
+                          gen_len=16, lr=5e-3, warmup=2)
     import io
 
     info = train_drafter(m, _Stream(), steps=40, seed=0, log=io.StringIO(), tc=tc)

@@ -14,8 +14,10 @@ import math
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -162,6 +164,76 @@ def build_pool(target: Backbone, stream, tc: DraftTrainConfig, log=sys.stderr) -
     return Pool(seqs_t, torch.cat(taps, 0), torch.cat(hid, 0), kinds, time.perf_counter() - t0)
 
 
+def lr_at(tc: DraftTrainConfig, step: int, steps: int) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to `min_lr_frac` of `lr`."""
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * (step - tc.warmup)
+                                                                              / max(1, steps - tc.warmup))))
+
+
+@contextmanager
+def frozen_target(m: Backbone) -> Iterator[None]:
+    """The target (every parameter outside mtp.*) frozen and in eval mode; both restored after."""
+    frozen = {n: p.requires_grad for n, p in m.named_parameters() if not n.startswith("mtp.")}
+    was_training = m.training
+    m.eval()
+    for n, p in m.named_parameters():
+        if not n.startswith("mtp."):
+            p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for n, p in m.named_parameters():
+            if n in frozen:
+                p.requires_grad_(frozen[n])
+        m.train(was_training)
+
+
+def train_step(drafter: Drafter, m: Backbone, pool: Pool, opt: torch.optim.Optimizer, tc: DraftTrainConfig,
+               rows: torch.Tensor, anchors: torch.Tensor) -> dict:
+    """One optimiser step on blocks at `anchors` [batch, anchors] of pool sequences `rows`, then the
+    aux-loss-free bias update of the drafter's experts; returns the step's numbers."""
+    dev = pool.seqs.device
+    routings: list = []
+    drafter.train()
+    r = block_loss(drafter, m, pool.seqs[rows], pool.taps[rows], pool.hidden[rows], anchors.to(dev), tc, routings)
+    opt.zero_grad(set_to_none=True)
+    r["loss"].backward()
+    torch.nn.utils.clip_grad_norm_([p for grp in opt.param_groups for p in grp["params"]], tc.clip)
+    opt.step()
+    with torch.no_grad():
+        for blk, idx in zip(drafter.blocks, routings):
+            blk.ffn.update_bias(idx, tc.bias_gamma)
+    return {"loss": float(r["loss"].detach()), "ce": float(r["ce"].detach()), "tv": float(r["tv"].detach()),
+            "bce": float(r["bce"].detach()), "greedy_match": [round(float(x), 4) for x in r["greedy_match"]],
+            "beta": [round(float(x), 4) for x in r["beta"]]}
+
+
+def _tail_mean(history: list[dict], key: str, n: int = 50):
+    """Mean of `key` over the last n records (element-wise for lists)."""
+    v = [r[key] for r in history[-n:]]
+    if not v:
+        return None
+    return [round(sum(x[i] for x in v) / len(v), 4) for i in range(len(v[0]))] if isinstance(v[0], list) \
+        else round(sum(v) / len(v), 5)
+
+
+def training_record(tc: DraftTrainConfig, pool: Pool, drafter: Drafter, history: list[dict], wall: float) -> dict:
+    return {
+        "steps": tc.steps, "seed": tc.seed, "config": asdict(tc),
+        "data": {"sequences": int(pool.seqs.shape[0]), "length": int(pool.seqs.shape[1]),
+                 "kinds": {k: pool.kinds.count(k) for k in sorted(set(pool.kinds))},
+                 "source": "corpus prompts continued by the frozen target (greedy and sampled) + corpus windows",
+                 "seconds": round(pool.seconds, 1)},
+        "parameters": sum(p.numel() for p in drafter.parameters()),
+        "final_avg_last_50": {k: _tail_mean(history, k) for k in ("loss", "ce", "tv", "bce", "greedy_match", "beta")},
+        "wall_seconds": round(wall, 1),
+        "log_every_10": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
+                         for r in history[::10]],
+    }
+
+
 def train_drafter(m: Backbone, stream, steps: int = 600, seed: int = 0, log=sys.stderr,
                   tc: DraftTrainConfig | None = None, pool: Pool | None = None) -> dict:
     """Train `m.mtp` (created if absent) against the frozen target `m`; returns the training record."""
@@ -169,80 +241,33 @@ def train_drafter(m: Backbone, stream, steps: int = 600, seed: int = 0, log=sys.
     tc.steps, tc.seed = steps, seed
     t_start = time.perf_counter()
     torch.manual_seed(seed)
-    frozen = {n: p.requires_grad for n, p in m.named_parameters() if not n.startswith("mtp.")}
-    was_training = m.training
-    m.eval()
-    for n, p in m.named_parameters():
-        if not n.startswith("mtp."):
-            p.requires_grad_(False)
-    drafter = m.mtp if isinstance(m.mtp, Drafter) else attach_drafter(m, seed)
-    try:
-        if pool is None:
-            pool = build_pool(m, stream, tc, log)
-        params = [p for p in drafter.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=tc.lr, betas=(0.9, 0.95), weight_decay=0.0)
-        g = torch.Generator().manual_seed(seed + 11)
-        n_seq, length = pool.seqs.shape
-        s = drafter.block_size
-        history = []
-        t0 = time.perf_counter()
-        for step in range(steps):
-            lr = tc.lr * (step + 1) / tc.warmup if step < tc.warmup else tc.lr * (
-                tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * (step - tc.warmup)
-                                                                            / max(1, steps - tc.warmup))))
-            for grp in opt.param_groups:
-                grp["lr"] = lr
-            rows = torch.randint(0, n_seq, (tc.batch,), generator=g)
-            anchors = torch.randint(1, length - s + 1, (tc.batch, tc.anchors), generator=g)
-            dev = pool.seqs.device
-            routings: list = []
-            drafter.train()
-            r = block_loss(drafter, m, pool.seqs[rows], pool.taps[rows], pool.hidden[rows], anchors.to(dev), tc,
-                           routings)
-            opt.zero_grad(set_to_none=True)
-            r["loss"].backward()
-            torch.nn.utils.clip_grad_norm_(params, tc.clip)
-            opt.step()
-            with torch.no_grad():
-                for blk, idx in zip(drafter.blocks, routings):
-                    blk.ffn.update_bias(idx, tc.bias_gamma)
-            rec = {"step": step + 1, "loss": float(r["loss"].detach()), "ce": float(r["ce"].detach()),
-                   "tv": float(r["tv"].detach()),
-                   "bce": float(r["bce"].detach()), "greedy_match": [round(float(x), 4) for x in r["greedy_match"]],
-                   "beta": [round(float(x), 4) for x in r["beta"]], "lr": lr}
-            history.append(rec)
-            el = time.perf_counter() - t0
-            print(f"\r  drafter {step + 1}/{steps} loss {rec['loss']:.3f} tv {rec['tv']:.3f} "
-                  f"match {'/'.join(f'{x:.2f}' for x in rec['greedy_match'])} "
-                  f"eta {(steps - step - 1) * el / (step + 1) / 60:.1f} min", end="", file=log, flush=True)
-        print(file=log)
-    finally:
-        drafter.eval()
-        for n, p in m.named_parameters():
-            if n in frozen:
-                p.requires_grad_(frozen[n])
-        m.train(was_training)
-    tail = history[-min(50, len(history)):] if history else []
-
-    def avg(key):
-        if not tail:
-            return None
-        v = [r[key] for r in tail]
-        return [round(sum(x[i] for x in v) / len(v), 4) for i in range(len(v[0]))] if isinstance(v[0], list) \
-            else round(sum(v) / len(v), 5)
-
-    return {
-        "steps": steps, "seed": seed, "config": asdict(tc),
-        "data": {"sequences": int(pool.seqs.shape[0]), "length": int(pool.seqs.shape[1]),
-                 "kinds": {k: pool.kinds.count(k) for k in sorted(set(pool.kinds))},
-                 "source": "corpus prompts continued by the frozen target (greedy and sampled) + corpus windows",
-                 "seconds": round(pool.seconds, 1)},
-        "parameters": sum(p.numel() for p in drafter.parameters()),
-        "final_avg_last_50": {k: avg(k) for k in ("loss", "ce", "tv", "bce", "greedy_match", "beta")},
-        "wall_seconds": round(time.perf_counter() - t_start, 1),
-        "log_every_10": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
-                         for r in history[::10]],
-    }
+    history: list[dict] = []
+    with frozen_target(m):
+        drafter = m.mtp if isinstance(m.mtp, Drafter) else attach_drafter(m, seed)
+        try:
+            if pool is None:
+                pool = build_pool(m, stream, tc, log)
+            params = [p for p in drafter.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(params, lr=tc.lr, betas=(0.9, 0.95), weight_decay=0.0)
+            g = torch.Generator().manual_seed(seed + 11)
+            n_seq, length = pool.seqs.shape
+            t0 = time.perf_counter()
+            for step in range(steps):
+                lr = lr_at(tc, step, steps)
+                for grp in opt.param_groups:
+                    grp["lr"] = lr
+                rows = torch.randint(0, n_seq, (tc.batch,), generator=g)
+                anchors = torch.randint(1, length - drafter.block_size + 1, (tc.batch, tc.anchors), generator=g)
+                rec = {"step": step + 1, **train_step(drafter, m, pool, opt, tc, rows, anchors), "lr": lr}
+                history.append(rec)
+                el = time.perf_counter() - t0
+                print(f"\r  drafter {step + 1}/{steps} loss {rec['loss']:.3f} tv {rec['tv']:.3f} "
+                      f"match {'/'.join(f'{x:.2f}' for x in rec['greedy_match'])} "
+                      f"eta {(steps - step - 1) * el / (step + 1) / 60:.1f} min", end="", file=log, flush=True)
+            print(file=log)
+        finally:
+            drafter.eval()
+    return training_record(tc, pool, drafter, history, time.perf_counter() - t_start)
 
 
 def evaluate_drafter(m: V41Model, prompts: list, max_new_tokens: int = 48, draft_length: int | str = "max",
