@@ -17,6 +17,7 @@ from ..arch.backbone import Backbone
 from ..arch.vision import MARKERS, encode_image, image_span_embeds
 from ..errors import ImageError, InputError
 from .images import ImageGrid, plan_grid, to_pixels
+from .sampling import eos_ids
 from .trace import Trace, Tracer
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -100,12 +101,12 @@ def generate_with_image(model, inputs: VisionInputs, max_new_tokens: int = 12, s
     and the engine's chunked prefill does not carry image embeddings)."""
     ids, mask, emb = inputs
     out: list[int] = []
-    eos = model.cfg.eos_token_id
+    eos = eos_ids(model)  # one id or a list, as the config gives it
     for _ in range(max_new_tokens):
         logits = model(ids, image_embeds=emb, image_mask=mask, last_only=True).logits[0, -1]
         nxt = int(logits.argmax())
         out.append(nxt)
-        if nxt == eos or (model.tokenizer is not None and model.decode([nxt]).strip() in stop_at):
+        if nxt in eos or (model.tokenizer is not None and model.decode([nxt]).strip() in stop_at):
             break
         ids = torch.cat([ids, ids.new_tensor([[nxt]])], dim=1)
         mask = torch.cat([mask, mask.new_zeros(1, 1)], dim=1)
