@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .arch.drafter import Drafter
+from .arch.vision import attach_vision
 from .config import V41Config
 from .layer_map import layer_map
+from .model import V41Model
 from .quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
 
@@ -90,27 +93,15 @@ def _vision_shapes(cfg: V41Config) -> int:
 
 
 def count_params(cfg: V41Config) -> ParamCount:
-    from .model import V41Model
-
     with torch.device("meta"):
         m = V41Model(cfg)
         drafter_from = vision_from = "config shapes"
-        try:
-            from .arch.drafter import Drafter
-
-            if cfg.num_nextn_predict_layers:
-                m.set_part("mtp", Drafter(cfg))
-                drafter_from = "modules"
-        except ImportError:
-            pass
-        try:
-            from .arch.vision import attach_vision
-
-            if cfg.vision_config is not None:
-                attach_vision(m)  # vision.*, aligner.*, image_start/end/newline
-                vision_from = "modules"
-        except ImportError:
-            pass
+        if cfg.num_nextn_predict_layers:
+            m.set_part("mtp", Drafter(cfg))
+            drafter_from = "modules"
+        if cfg.vision_config is not None:
+            attach_vision(m)  # vision.*, aligner.*, image_start/end/newline
+            vision_from = "modules"
     by_comp: dict[str, int] = {}
     per_layer = [dict() for _ in range(cfg.num_hidden_layers)]
     drafter = vision = embed = head = other = 0

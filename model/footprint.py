@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .arch.engram import EngramEmbedding
 from .config import V41Config
+from .model import V41Model
 
 # the config fields that size each top-level part, named in a refusal
 PART_FIELDS: dict[str, tuple[str, ...]] = {
@@ -59,8 +61,6 @@ def _field(cfg: V41Config, name: str) -> str:
 
 
 def _bytes(module: torch.nn.Module, skip_mapped: bool) -> int:
-    from .arch.engram import EngramEmbedding
-
     total = 0
     for m in module.modules():
         if skip_mapped and isinstance(m, EngramEmbedding):
@@ -72,8 +72,6 @@ def _bytes(module: torch.nn.Module, skip_mapped: bool) -> int:
 
 def resident_footprint(cfg: V41Config, streamed: bool = False, dtype: torch.dtype = torch.float32) -> Footprint:
     """Bytes `cfg` keeps in memory in `dtype`; `streamed`: one layer at a time (release checkpoints)."""
-    from .model import V41Model
-
     with torch.device("meta"):
         model = V41Model(cfg)
     parts: dict[str, int] = {}

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import torch
 
+from ..arch.engram import compressed_token_map
+from ..config import V41Config
+from ..corpus.tokenizer import load_tokenizer
+from ..model import V41Model
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,11 +27,6 @@ def shipped_weights() -> Path:
 
 def random_tiny(seed: int = 0, device: str | torch.device | None = None):
     """The tiny preset with random weights (`init_weights(seed)`) and the shipped tokenizer bound."""
-    from ..arch.engram import compressed_token_map
-    from ..config import V41Config
-    from ..corpus.tokenizer import load_tokenizer
-    from ..model import V41Model
-
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tok = load_tokenizer(shipped_weights() / "tokenizer.json")
     _, n = compressed_token_map(tok)
