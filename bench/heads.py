@@ -81,7 +81,7 @@ def scores(m, tokens: torch.Tensor, span: int = 12, gap: int = 4, n: int = 4) ->
 def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
-    from model.checkpoint.native import load
+    from model.checkpoint.loader import load
     from model.corpus.dataset import heldout_natural_tokens
     from model.training.lm import model_state
 

@@ -63,7 +63,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.checkpoint.native import load
+    from model.checkpoint.loader import load
     from model.corpus.dataset import heldout_natural_batches, heldout_natural_tokens
 
     argv = sys.argv[1:] if argv is None else argv

@@ -5,8 +5,8 @@ Writes a release-layout checkpoint (sharded, FP8 linears + MXFP4 experts, model/
 process (default hidden 256, 16 routed experts of width 256: ~0.55 GB at fp32), then runs each mode
 in a fresh Python process:
 
-- resident: `load_release(..., stream=False)`, every layer dequantized in memory;
-- streamed: `load_release(..., stream=True, budget_bytes=1)`, so only embeddings, final norm and
+- resident: `load(..., stream=False)`, every layer dequantized in memory;
+- streamed: `load(..., stream=True, budget_bytes=1)`, so only embeddings, final norm and
   head stay resident and one layer at a time is read from the shards and dequantized.
 
 Each child reads a prompt (exact prefill, one chunk), then decodes greedily, and reports its peak
@@ -43,7 +43,7 @@ def build(out: Path, hidden: int, experts: int, inter: int, seed: int) -> dict:
     import torch
 
     from model import V41Config, V41Model
-    from model.checkpoint.release import write_release
+    from model.checkpoint.writer import write_release
 
     cfg = V41Config.preset("small").replace(hidden_size=hidden, n_routed_experts=experts, moe_intermediate_size=inter)
     cfg = cfg.validate()
@@ -69,15 +69,15 @@ def child(mode: str, ckpt: str, prompt_len: int, new_tokens: int, out: str, thre
     torch.set_num_threads(threads)
     from safetensors.torch import save_file
 
-    from model.checkpoint.release import load_release
+    from model.checkpoint.loader import load
     from model.inference.engine import decode_step, prefill
 
     base = status_mb("VmRSS")
     t0 = time.perf_counter()
     if mode == "streamed":
-        m = load_release(ckpt, device="cpu", stream=True, budget_bytes=1)
+        m = load(ckpt, device="cpu", stream=True, budget_bytes=1)
     else:
-        m = load_release(ckpt, device="cpu", stream=False)
+        m = load(ckpt, device="cpu", stream=False)
     load_s = time.perf_counter() - t0
     after_load = status_mb("VmRSS")
     ids = torch.randint(5, m.cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))

@@ -1,9 +1,11 @@
 """DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (ARCHITECTURE.md §4)."""
 
+from .accounting import count_params
 from .arch.context import Ablation
-from .checkpoint.native import CheckpointError, load
+from .checkpoint.loader import load
 from .checkpoint.shipped import random_tiny, shipped_weights
 from .config import ConfigError, V41Config
+from .errors import CheckpointError
 from .inference.engine import decode_step, prefill
 from .inference.generate import speculative_generate
 from .inference.sampling import Sampler
@@ -13,10 +15,3 @@ from .model import InputError, ModelOutput, V41Model
 __all__ = ["V41Config", "ConfigError", "V41Model", "ModelOutput", "InputError", "CheckpointError", "Ablation",
            "layer_map", "LayerSpec", "load", "count_params", "shipped_weights", "random_tiny", "prefill",
            "decode_step", "Sampler", "speculative_generate"]
-
-
-def count_params(cfg):
-    from .accounting import count_params as _count
-
-    return _count(cfg)
-

@@ -30,15 +30,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
-from model.checkpoint.release import (
-    INDEX,
-    MappedEngramTable,
-    load_release,
-    main,
-    parse_bytes,
-    read_header,
-    write_release,
-)
+from model.checkpoint import parts
+from model.checkpoint.budget import parse_bytes
+from model.checkpoint.mapped_engram import MappedEngramTable
+from model.checkpoint.shards import INDEX, read_header
+from model.checkpoint.writer import write_release
+from model.cli.release import main
 from model.quant import (
     FP4_VALUES,
     dequantize_fp8_weight,
@@ -68,7 +65,7 @@ def release_dir(micro_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def resident(release_dir):
-    return load_release(release_dir, device="cpu", stream=False)
+    return load(release_dir, device="cpu", stream=False)
 
 
 def copy_ckpt(src: Path, dst: Path) -> Path:
@@ -274,7 +271,7 @@ def small_budget(m) -> int:
 
 def test_streamed_logits_equal_resident(release_dir, resident):
     seen = []
-    s = load_release(release_dir, device="cpu", budget_bytes=small_budget(resident), progress=seen.append)
+    s = load(release_dir, device="cpu", budget_bytes=small_budget(resident), progress=seen.append)
     assert s.release.streamed and s.release.resident_layers == 1 and s.streamer is not None
     assert all(p.device.type == "meta" for p in s.layers.parameters())  # nothing of the layers is resident
     with torch.no_grad():
@@ -304,7 +301,7 @@ def test_stream_decision_from_budget_env(release_dir, monkeypatch):
 
 
 def test_streamed_generate_and_trace(release_dir, resident):
-    s = load_release(release_dir, device="cpu", budget_bytes=small_budget(resident))
+    s = load(release_dir, device="cpu", budget_bytes=small_budget(resident))
     prompt = IDS[:1, :20]
     g1 = resident.generate(prompt, max_new_tokens=4, stop_at_eos=False, prefill_mode="bounded", chunk_size=8)
     g2 = s.generate(prompt, max_new_tokens=4, stop_at_eos=False, prefill_mode="bounded", chunk_size=8)
@@ -320,7 +317,7 @@ def test_streamed_generate_and_trace(release_dir, resident):
 
 
 def test_writer_reads_a_streamed_model(tmp_path, release_dir, resident):
-    s = load_release(release_dir, device="cpu", budget_bytes=small_budget(resident))
+    s = load(release_dir, device="cpu", budget_bytes=small_budget(resident))
     d = write_release(s, tmp_path / "again", fp8=False, mxfp4_experts=False)
     again = load(d, device="cpu")
     for n in ("layers.5.ffn.experts.1.w3.weight", "layers.1.engram.embed.weight"):  # the table: read row by row
@@ -331,7 +328,7 @@ def test_writer_reads_a_streamed_model(tmp_path, release_dir, resident):
 # Optional parts, CLI
 # ------------------------------------------------------------------------------------------------
 
-def test_mtp_and_vision_tensors_without_modules_are_skipped_with_a_note(tmp_path, release_dir, monkeypatch):
+def test_mtp_and_vision_tensors_that_cannot_be_built_are_skipped_with_a_note(tmp_path, release_dir, monkeypatch):
     d = copy_ckpt(release_dir, tmp_path / "c")
     extra = {"mtp.0.main_proj.weight": torch.zeros(64, 192), "vision.patch_embed.weight": torch.zeros(32, 48),
              "aligner.proj.weight": torch.zeros(64, 32)}
@@ -339,10 +336,13 @@ def test_mtp_and_vision_tensors_without_modules_are_skipped_with_a_note(tmp_path
     index = json.loads((d / INDEX).read_text())
     index["weight_map"].update({k: "model-extra.safetensors" for k in extra})
     (d / INDEX).write_text(json.dumps(index))
-    # as if the modules did not exist
-    monkeypatch.setitem(__import__("sys").modules, "model.arch.drafter", None)
-    monkeypatch.setitem(__import__("sys").modules, "model.arch.vision", None)
-    m = load_release(d, device="cpu")
+
+    # as if the parts could not be built for this config
+    def cannot_build(model, part, cfg):
+        raise RuntimeError(f"no {part} module")
+
+    monkeypatch.setattr(parts, "attach_part", cannot_build)
+    m = load(d, device="cpu")
     notes = " ".join(m.release.notes)
     assert "mtp.*" in notes and "vision.*/aligner.*" in notes
     assert m.mtp is None and m.vision is None
@@ -360,17 +360,17 @@ def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     want = base.state_dict()
     d = write_release(base, tmp_path / "dense", fp8=False, mxfp4_experts=False)
-    m = load_release(d, device="cpu")
+    m = load(d, device="cpu")
     assert m.mtp is not None and m.vision is not None and not m.release.notes
     got = m.state_dict()
     assert set(got) == set(want)
     assert [k for k, v in want.items() if not torch.equal(got[k], v)] == []
     # quantized: the drafter's experts are MXFP4 too; streamed with a tiny budget the parts are left out
     d = write_release(base, tmp_path / "q")
-    m = load_release(d, device="cpu")
+    m = load(d, device="cpu")
     n = "mtp.0.ffn.experts.1.w2.weight"
     assert torch.equal(m.state_dict()[n], dequantize_mxfp4_weight(*quantize_mxfp4_weight(want[n])))
-    s = load_release(d, device="cpu", budget_bytes=1)
+    s = load(d, device="cpu", budget_bytes=1)
     assert s.release.streamed and s.mtp is None and s.vision is None
     assert any("mtp: not loaded" in x for x in s.release.notes)
     with torch.no_grad():
@@ -494,7 +494,7 @@ def test_unexpected_tensor(ckpt):
     (ckpt / INDEX).write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=rf"{re.escape(shard.name)}: unexpected tensor '{re.escape(name)}'"):
         load(ckpt, device="cpu")
-    m = load_release(ckpt, device="cpu", strict=False)
+    m = load(ckpt, device="cpu", strict=False)
     assert "unexpected" in " ".join(m.release.notes)
 
 
@@ -524,9 +524,9 @@ def test_config_problems(ckpt, edit, message):
 
 def test_not_a_checkpoint(tmp_path, release_dir):
     with pytest.raises(CheckpointError, match="not a checkpoint directory"):
-        load_release(tmp_path, device="cpu")
+        load(tmp_path, device="cpu")
     with pytest.raises(CheckpointError, match="not a checkpoint directory"):
-        load_release(release_dir / "config.json", device="cpu")
+        load(release_dir / "config.json", device="cpu")
     d = tmp_path / "cfg_only"
     d.mkdir()
     (d / "config.json").write_text((release_dir / "config.json").read_text())

@@ -166,7 +166,7 @@ def model_budget() -> int:
     """Bytes one model may keep resident: V41_MODEL_BUDGET (e.g. '4G'), else BUDGET_SHARE of available RAM."""
     import torch
 
-    from model.checkpoint.release import available_memory, parse_bytes
+    from model.checkpoint.budget import available_memory, parse_bytes
 
     env = os.environ.get(ENV_BUDGET)
     if env:

@@ -1,8 +1,9 @@
-"""Loading and saving weights under the NATIVE checkpoint tensor names (reference-brief.md §5.10).
+"""The native checkpoint format: weights under the NATIVE tensor names (reference-brief.md §5.10).
 
 A checkpoint directory holds `config.json` (flat or composite), one `model.safetensors` or several
-shards with `model.safetensors.index.json`, and optionally `tokenizer.json`. Loading is strict:
-a missing, unexpected or mis-shaped tensor raises `CheckpointError` naming the tensor and file.
+shards with `model.safetensors.index.json`, and optionally `tokenizer.json`. `load_state_dict` is
+strict (loader.py assembles the model around it): a missing, unexpected or mis-shaped tensor raises
+`CheckpointError` naming the tensor and file.
 Only safetensors are read: nothing in a checkpoint can execute code.
 """
 
@@ -15,8 +16,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..config import ConfigError, V41Config
+from ..config import V41Config
 from ..errors import CheckpointError
+from .policy import IGNORED_SUFFIXES
 
 
 def shard_map(path: Path) -> dict[str, Path]:
@@ -73,7 +75,7 @@ def load_state_dict(model: torch.nn.Module, path: str | Path, prefix_filter=None
     own = dict(model.state_dict())
     want = {k for k in own if prefix_filter is None or prefix_filter(k)}
     aux = {k for k in shards if k.endswith(".scale") and k[:-6] in shards and k[:-6] not in own}
-    aux |= {k for k in shards if k.endswith(("_scale_inv", ".weight_scale"))}
+    aux |= {k for k in shards if k.endswith(IGNORED_SUFFIXES)}
     have = {k for k in shards if k not in aux}
     missing = sorted(want - have)
     extra = sorted(k for k in have - set(own) if prefix_filter is None or prefix_filter(k))
@@ -120,52 +122,6 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path, cfg: V41Config | N
     return path
 
 
-def load(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-         strict: bool = True):
-    """Load a V41Model (with its tokenizer and drafter when present) from a checkpoint directory."""
-    from ..model import V41Model
-
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: not a directory")
-    try:
-        cfg = V41Config.from_json(path / "config.json")
-    except ConfigError as e:  # name the file (from_json's own messages already do)
-        msg, where = str(e), str(path / "config.json")
-        raise CheckpointError(msg if where in msg else f"{where}: {msg}") from None
-    if cfg.quantization_config or (path / "model.safetensors.index.json").exists():
-        from .release import load_release  # sharded / FP8 / MXFP4 checkpoints, optionally layer-streamed
-
-        return load_release(path, device=device, dtype=dtype)
-    device = torch.device(device) if device is not None else default_device()
-    model = V41Model(cfg)
-    shards = shard_map(path)
-    has_mtp = any(k.startswith("mtp.") for k in shards)
-    has_vision = any(k.startswith(("vision.", "aligner.")) for k in shards)
-    if has_mtp and cfg.num_nextn_predict_layers:
-        from ..arch.drafter import Drafter
-
-        model.set_part("mtp", Drafter(cfg))
-    if has_vision and cfg.vision_config is not None:
-        from ..arch.vision import attach_vision  # tower, aligner and the image_start/end/newline vectors
-
-        attach_vision(model)
-    load_state_dict(model, path, strict=strict)
-    if dtype is not None:
-        model.to(dtype)
-    model.to(device)
-    model.eval()
-    tok = path / "tokenizer.json"
-    if tok.exists():
-        from tokenizers import Tokenizer
-
-        try:
-            model.bind_tokenizer(Tokenizer.from_file(str(tok)))
-        except Exception as e:
-            raise CheckpointError(f"{tok}: {e}") from None
-    model.source_path = str(path)
-    return model
-
-
 def default_device() -> torch.device:
+    """Where a loaded model goes when the caller names no device."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

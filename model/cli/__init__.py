@@ -1,1 +1,1 @@
-"""Command lines: one thin `main(argv)` per `python -m model.<command>`."""
+"""The command lines: one thin `main(argv)` per command, run by the entry modules model/train.py, release.py, ..."""

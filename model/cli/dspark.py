@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.native import load
+from ..checkpoint.loader import load
 from ..corpus.dataset import TokenStream
 from ..training.dspark import DraftTrainConfig, evaluate_drafter, record_drafter, train_drafter, write_drafter
 

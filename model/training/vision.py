@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     tc = VisionTrainConfig(**{f: getattr(args, f) for f in asdict(VisionTrainConfig())})
     if tc.threads:
         torch.set_num_threads(tc.threads)
-    from ..checkpoint.native import load
+    from ..checkpoint.loader import load
 
     wdir = Path(args.weights)
     model = load(wdir)

@@ -1,0 +1,160 @@
+"""Plans: how each model tensor is stored, checked against the config before any data is read; dequantize, fill.
+
+Follows reference-brief.md §9 (FP8 128x128 block scales, MXFP4 experts) and issue 6. `plan_checkpoint`
+matches every tensor the model expects with its checkpoint tensor (and block scale) from the shard
+headers and raises a `CheckpointError` naming the file and the tensor on any mismatch of dtype, shape
+or scale; `fill` then copies the dequantized tensors into a module, one shard at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import CheckpointError
+from ..quant import dequantize_fp8_weight, dequantize_mxfp4_weight
+from .policy import fp32_critical
+from .quantization import ENGRAM_TABLE, EXPERT, MXFP4_BLOCK, QuantSpec, scale_names, scale_values
+from .shards import DENSE, ReleaseCheckpoint, TensorInfo
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    name: str
+    kind: str                  # "dense" | "fp8" | "mxfp4" | "engram_fp8"
+    source: TensorInfo
+    scale: TensorInfo | None
+    shape: tuple[int, ...]     # the model's shape
+    dtype: torch.dtype         # the compute dtype it becomes
+
+    @property
+    def names(self) -> list[str]:
+        return [self.source.name] + ([self.scale.name] if self.scale is not None else [])
+
+    @property
+    def compute_bytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def _plan_one(name: str, shape: tuple[int, ...], dtype: torch.dtype, ck: ReleaseCheckpoint,
+              spec: QuantSpec, cfg_file: Path) -> TensorPlan:
+    info = ck.tensors.get(name)
+    if info is None:
+        raise CheckpointError(f"{ck.where()}: tensor {name!r} is needed by the config ({cfg_file.name}) but no "
+                              f"shard has it")
+    f, d = info.file.name, info.dtype
+    scale = next((ck.tensors[s] for s in scale_names(name) if s in ck.tensors), None)
+    critical = fp32_critical(name)
+    expert = bool(EXPERT.search(name))
+
+    def mismatch(what: str) -> CheckpointError:
+        return CheckpointError(f"{f}: tensor {name!r} {what}")
+
+    if critical and d != "F32":
+        raise mismatch(f"is stored as {d}; it is fp32-critical and must be F32")
+    if d in DENSE:
+        if expert and spec.expert_dtype == "fp4":
+            raise mismatch(f"is stored as {d}, but quantization_config.expert_dtype is 'fp4' (MXFP4: uint8 codes "
+                           f"+ E8M0 scales)")
+        if info.shape != shape:
+            raise mismatch(f"has shape {list(info.shape)}, the config needs {list(shape)}")
+        return TensorPlan(name, "dense", info, None, shape, dtype)
+    if d == "F8_E4M3":
+        if not spec.fp8:
+            raise mismatch(f"is stored as FP8 ({d}) but {cfg_file.name} has no quantization_config")
+        if expert and spec.expert_dtype == "fp4":
+            raise mismatch("is stored as FP8, but quantization_config.expert_dtype is 'fp4' (MXFP4)")
+        if info.shape != shape:
+            raise mismatch(f"has shape {list(info.shape)}, the config needs {list(shape)}")
+        if scale is None:
+            raise mismatch(f"is stored as FP8 but has no block-scale tensor {scale_names(name)[0]!r}")
+        if ENGRAM_TABLE.search(name):
+            if scale.dtype != "F32" or len(scale.shape) != 2 or scale.shape[0] != shape[0] or shape[1] % scale.shape[1]:
+                raise CheckpointError(f"{scale.file.name}: tensor {scale.name!r} ({scale.dtype} {list(scale.shape)}) "
+                                      f"is not an F32 per-row block scale for {name!r} {list(shape)}")
+            return TensorPlan(name, "engram_fp8", info, scale, shape, dtype)
+        if len(shape) != 2:
+            raise mismatch(f"is stored as FP8 but is not a matrix (shape {list(shape)})")
+        want = [math.ceil(shape[0] / spec.block), math.ceil(shape[1] / spec.block)]
+        _check_scale(scale, want, spec.scale_fmt, name)
+        return TensorPlan(name, "fp8", info, scale, shape, dtype)
+    if d in ("U8", "I8"):
+        if not expert:
+            raise mismatch(f"is stored as packed {d}; only routed expert weights (ffn.experts.*) may be MXFP4")
+        if spec.expert_dtype != "fp4":
+            raise mismatch(f"is stored as packed MXFP4 ({d}), but quantization_config.expert_dtype is "
+                           f"{spec.expert_dtype!r}")
+        if len(shape) != 2 or shape[1] % MXFP4_BLOCK:
+            raise mismatch(f"cannot be MXFP4: the config's shape {list(shape)} has an input dim not divisible by 32")
+        if info.shape != (shape[0], shape[1] // 2):
+            raise mismatch(f"has packed shape {list(info.shape)}; the config's {list(shape)} needs "
+                           f"{[shape[0], shape[1] // 2]} (two E2M1 codes per byte)")
+        if scale is None:
+            raise mismatch(f"is MXFP4 but has no E8M0 scale tensor {scale_names(name)[0]!r}")
+        _check_scale(scale, [shape[0], shape[1] // MXFP4_BLOCK], "ue8m0", name)
+        return TensorPlan(name, "mxfp4", info, scale, shape, dtype)
+    raise mismatch(f"has dtype {d}, which no V4.1 weight uses (expected a float type, FP8 E4M3, or uint8 MXFP4)")
+
+
+def _check_scale(scale: TensorInfo, want: list[int], fmt: str, of: str) -> None:
+    ok = ("F8_E8M0", "U8") if fmt == "ue8m0" else ("F32",)
+    if scale.dtype not in ok:
+        raise CheckpointError(f"{scale.file.name}: scale tensor {scale.name!r} of {of!r} is {scale.dtype}; scale "
+                              f"format {fmt!r} needs {' or '.join(ok)}")
+    if list(scale.shape) != want:
+        raise CheckpointError(f"{scale.file.name}: scale tensor {scale.name!r} has shape {list(scale.shape)}, "
+                              f"{of!r} needs {want}")
+
+
+def plan_checkpoint(ck: ReleaseCheckpoint, expected: dict[str, tuple[tuple[int, ...], torch.dtype]],
+                    spec: QuantSpec, cfg_file: Path) -> tuple[dict[str, TensorPlan], set[str]]:
+    """Plans for every expected tensor; returns (plans, checkpoint names consumed)."""
+    plans = {n: _plan_one(n, s, d, ck, spec, cfg_file) for n, (s, d) in expected.items()}
+    used = {x for p in plans.values() for x in p.names}
+    return plans, used
+
+
+def dequantize(plan: TensorPlan, raw: dict[str, torch.Tensor], device: torch.device, block: int) -> torch.Tensor:
+    """Stored tensor(s) -> the compute tensor on `device` (dequantized on the device)."""
+    w = raw[plan.source.name].to(device)
+    if plan.kind == "dense":
+        return w.to(plan.dtype)
+    s = raw[plan.scale.name].to(device)
+    if plan.kind == "fp8":
+        out = dequantize_fp8_weight(w, scale_values(s), block)
+    elif plan.kind == "mxfp4":
+        out = dequantize_mxfp4_weight(w.view(torch.uint8), s.view(torch.uint8))
+    else:  # engram table: per-row blocks
+        blk = w.shape[1] // s.shape[1]
+        out = (w.float().unflatten(-1, (-1, blk)) * s.float().unsqueeze(-1)).flatten(-2)
+    return out.to(plan.dtype)
+
+
+def fill(module: torch.nn.Module, plans: dict[str, TensorPlan], ck: ReleaseCheckpoint, device: torch.device,
+         block: int, prefix: str = "") -> int:
+    """Copy every plan under `prefix` into `module` (names relative to it), one shard at a time so the
+    raw bytes of at most one shard are in memory beside the model; returns compute bytes written."""
+    targets = dict(module.named_parameters())
+    targets.update(module.named_buffers())
+    by_file: dict[Path, list[TensorPlan]] = {}
+    for n, p in plans.items():
+        if n.startswith(prefix) and n[len(prefix):] in targets:
+            by_file.setdefault(p.source.file, []).append(p)
+    total = 0
+    with torch.no_grad():
+        for group in by_file.values():
+            raw = ck.read(sorted({x for p in group for x in p.names}))
+            for p in group:
+                t = targets[p.name[len(prefix):]]
+                t.copy_(dequantize(p, raw, device, block))
+                total += t.numel() * t.element_size()
+            del raw
+        for group in by_file.values():  # a dequantized FP8 Engram table has unit scales (see EngramEmbedding)
+            for p in group:
+                if p.kind == "engram_fp8":
+                    targets[p.name[len(prefix):-len(".weight")] + ".scale"].fill_(1.0)
+    return total
+
