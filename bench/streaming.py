@@ -1,6 +1,6 @@
 """python -m bench.streaming: peak memory and time per token, fully resident vs layer-streamed (issue 6).
 
-Writes a release-layout checkpoint (sharded, FP8 linears + MXFP4 experts, model/release.py) of the
+Writes a release-layout checkpoint (sharded, FP8 linears + MXFP4 experts, model/checkpoint/writer.py) of the
 `small` preset (40 layers at the released layer map) widened so that the weights dominate the
 process (default hidden 256, 16 routed experts of width 256: ~0.55 GB at fp32), then runs each mode
 in a fresh Python process:

@@ -40,7 +40,7 @@ class ParamCount:
     active_prefill: int              # per prompt token, bounded prefill
     active_decode: int               # per generated token
     per_layer: list[dict[str, int]] = field(default_factory=list)
-    drafter_from: str = "modules"    # "modules" or "config shapes"
+    drafter_from: str = "modules"    # counted from the module tree (the config shapes agree: _drafter_shapes)
     vision_from: str = "modules"
     active_per_layer: list[int] = field(default_factory=list)  # per token passing the layer
 
@@ -67,7 +67,7 @@ def _component(name: str) -> str:
 
 
 def _drafter_shapes(cfg: V41Config) -> int:
-    """Parameters of the DSpark drafter from the config (§5.8/§8.4), when its module is absent."""
+    """Parameters of the DSpark drafter in closed form from the config (§5.8/§8.4): checks the module tree."""
     d, n = cfg.hidden_size, cfg.hc_mult
     attn = (d * cfg.q_lora_rank + cfg.q_lora_rank + cfg.q_lora_rank * cfg.num_attention_heads * cfg.head_dim
             + d * cfg.head_dim + cfg.head_dim + cfg.num_attention_heads * cfg.head_dim * cfg.o_lora_rank
@@ -92,81 +92,91 @@ def _vision_shapes(cfg: V41Config) -> int:
     return v.num_hidden_layers * block + patch + h + aligner + 3 * cfg.hidden_size  # as model/vision.py
 
 
-def count_params(cfg: V41Config) -> ParamCount:
+def _meta_model(cfg: V41Config) -> V41Model:
+    """The model with the drafter and vision tower the config describes, on the meta device (shapes only)."""
     with torch.device("meta"):
         m = V41Model(cfg)
-        drafter_from = vision_from = "config shapes"
         if cfg.num_nextn_predict_layers:
             m.set_part("mtp", Drafter(cfg))
-            drafter_from = "modules"
         if cfg.vision_config is not None:
             attach_vision(m)  # vision.*, aligner.*, image_start/end/newline
-            vision_from = "modules"
-    by_comp: dict[str, int] = {}
-    per_layer = [dict() for _ in range(cfg.num_hidden_layers)]
-    drafter = vision = embed = head = other = 0
+    return m
+
+
+@dataclass
+class _Tally:
+    by_comp: dict[str, int]
+    per_layer: list[dict[str, int]]
+    drafter: int = 0
+    vision: int = 0
+    embed: int = 0
+    head: int = 0
+    other: int = 0                   # outside the layers: the final norm
+
+
+def _tally(m: V41Model) -> _Tally:
+    """Parameters by part, and per layer by component."""
+    t = _Tally({}, [dict() for _ in range(m.cfg.num_hidden_layers)])
     for name, p in m.named_parameters():
         n = p.numel()
         if name.endswith("engram.embed.scale"):
             continue  # per-row quantisation scales of the FP8 table, not parameters
         if name.startswith("mtp."):
-            drafter += n
-            continue
-        if name.startswith(("vision.", "aligner.", "image_")):
-            vision += n
-            continue
-        if name == "embed.weight":
-            embed += n
-            continue
-        if name == "head.weight":
-            head += n
-            continue
-        mt = re.match(r"layers\.(\d+)\.", name)
-        if not mt:
-            other += n
-            by_comp["final_norm"] = by_comp.get("final_norm", 0) + n
-            continue
-        comp = _component(name)
-        by_comp[comp] = by_comp.get(comp, 0) + n
-        pl = per_layer[int(mt.group(1))]
-        pl[comp] = pl.get(comp, 0) + n
-    if drafter_from != "modules" and cfg.num_nextn_predict_layers:
-        drafter = _drafter_shapes(cfg)
-    if vision_from != "modules":
-        vision = _vision_shapes(cfg)
-    by_comp.update(embed=embed, head=head, drafter=drafter, vision=vision)
-    engram = by_comp.get("engram_table", 0) + by_comp.get("engram_proj", 0)
-    layers_total = sum(sum(pl.values()) for pl in per_layer)
-    backbone = embed + head + other + layers_total - engram
+            t.drafter += n
+        elif name.startswith(("vision.", "aligner.", "image_")):
+            t.vision += n
+        elif name == "embed.weight":
+            t.embed += n
+        elif name == "head.weight":
+            t.head += n
+        elif (mt := re.match(r"layers\.(\d+)\.", name)) is None:
+            t.other += n
+            t.by_comp["final_norm"] = t.by_comp.get("final_norm", 0) + n
+        else:
+            comp = _component(name)
+            t.by_comp[comp] = t.by_comp.get(comp, 0) + n
+            pl = t.per_layer[int(mt.group(1))]
+            pl[comp] = pl.get(comp, 0) + n
+    return t
 
-    # ---- active parameters per token ------------------------------------------------------------
+
+def _active(cfg: V41Config, m: V41Model, t: _Tally) -> tuple[int, int, list[int]]:
+    """Active parameters per token: (bounded prefill, decode, per layer)."""
     expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
     rows = cfg.n_hash_cols * cfg.engram_head_dim
 
-    def layer_active(i: int, pl: dict[str, int]) -> int:
+    def layer_active(pl: dict[str, int]) -> int:
         a = sum(v for k, v in pl.items() if k not in ("routed_experts", "engram_table"))
         a += cfg.num_experts_per_tok * expert
         if "engram_table" in pl:
             a += rows
         return a
 
-    specs = layer_map(cfg)
     dec = cfg.decoder_start
-    enc = sum(layer_active(i, per_layer[i]) for i in range(dec))
+    enc = sum(layer_active(t.per_layer[i]) for i in range(dec))
     pub = 0
     if dec < cfg.num_hidden_layers:  # the decoder's first layer publishes latents + keys for every row
-        lid = specs[dec].index
+        lid = layer_map(cfg)[dec].index
         src = m.layers[lid].attn
         pub = sum(p.numel() for p in src.compressor.parameters())
         pub += src.indexer.wk.weight.numel() + src.indexer.k_norm.weight.numel()
-        pub += per_layer[lid].get("norms", 0) // 2 + per_layer[lid].get("mhc", 0) // 2  # attn_norm + one hc site
-    active_prefill = cfg.hidden_size + enc + pub
-    active_layers = [layer_active(i, per_layer[i]) for i in range(cfg.num_hidden_layers)]
-    active_decode = cfg.hidden_size + sum(active_layers) + head + other
-    return ParamCount(total=backbone + engram + drafter + vision, backbone=backbone, engram=engram,
-                      embeddings=embed + head, drafter=drafter, vision=vision, by_component=by_comp,
-                      active_prefill=active_prefill, active_decode=active_decode, per_layer=per_layer,
-                      drafter_from=drafter_from, vision_from=vision_from, active_per_layer=active_layers)
+        pub += t.per_layer[lid].get("norms", 0) // 2 + t.per_layer[lid].get("mhc", 0) // 2  # attn_norm + one hc site
+    active_layers = [layer_active(pl) for pl in t.per_layer]
+    return cfg.hidden_size + enc + pub, cfg.hidden_size + sum(active_layers) + t.head + t.other, active_layers
+
+
+def count_params(cfg: V41Config) -> ParamCount:
+    m = _meta_model(cfg)
+    t = _tally(m)
+    by_comp = dict(t.by_comp, embed=t.embed, head=t.head, drafter=t.drafter, vision=t.vision)
+    engram = by_comp.get("engram_table", 0) + by_comp.get("engram_proj", 0)
+    layers_total = sum(sum(pl.values()) for pl in t.per_layer)
+    backbone = t.embed + t.head + t.other + layers_total - engram
+    active_prefill, active_decode, active_layers = _active(cfg, m, t)
+    return ParamCount(total=backbone + engram + t.drafter + t.vision, backbone=backbone, engram=engram,
+                      embeddings=t.embed + t.head, drafter=t.drafter, vision=t.vision, by_component=by_comp,
+                      active_prefill=active_prefill, active_decode=active_decode, per_layer=t.per_layer,
+                      active_per_layer=active_layers)
 
 
 # ------------------------------------------------------------------------------------------------

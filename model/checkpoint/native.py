@@ -77,15 +77,9 @@ def load_state_dict(model: torch.nn.Module, path: str | Path, prefix_filter=None
     aux = {k for k in shards if k.endswith(".scale") and k[:-6] in shards and k[:-6] not in own}
     aux |= {k for k in shards if k.endswith(IGNORED_SUFFIXES)}
     have = {k for k in shards if k not in aux}
-    missing = sorted(want - have)
-    extra = sorted(k for k in have - set(own) if prefix_filter is None or prefix_filter(k))
-    if strict and missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise CheckpointError(f"{path}: missing tensor {missing[0]!r}{more}")
-    if strict and extra:
-        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
-        raise CheckpointError(f"{path}: unexpected tensor {extra[0]!r} in {shards[extra[0]].name}{more}: "
-                              f"the checkpoint does not match the config")
+    if strict:
+        _check_names(path, shards, want - have, {k for k in have - set(own) if prefix_filter is None
+                                                 or prefix_filter(k)})
     params = dict(model.named_parameters())
     params.update(dict(model.named_buffers()))
     with torch.no_grad():
@@ -93,17 +87,31 @@ def load_state_dict(model: torch.nn.Module, path: str | Path, prefix_filter=None
             t = read_tensor(shards[name], name)
             if dequantize is not None:
                 t = dequantize(name, t, shards)
-            target = params[name]
-            if tuple(t.shape) != tuple(target.shape):
-                raise CheckpointError(f"{shards[name].name}: tensor {name!r} has shape {tuple(t.shape)}, "
-                                      f"the config needs {tuple(target.shape)}")
-            if not (t.is_floating_point() or t.dtype == target.dtype):
-                raise CheckpointError(f"{shards[name].name}: tensor {name!r} has dtype {t.dtype}, "
-                                      f"expected a floating-point tensor")
-            if target.device.type == "meta":
-                continue
-            target.copy_(t.to(target.dtype))
+            _copy_tensor(params[name], t, name, shards[name])
     return sorted(have - set(own))
+
+
+def _check_names(path: Path, shards: dict[str, Path], missing: set[str], extra: set[str]) -> None:
+    """A strict load: every tensor the model wants is there, and nothing else is."""
+    if missing:
+        first = sorted(missing)[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise CheckpointError(f"{path}: missing tensor {first!r}{more}")
+    if extra:
+        first = sorted(extra)[0]
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise CheckpointError(f"{path}: unexpected tensor {first!r} in {shards[first].name}{more}: "
+                              f"the checkpoint does not match the config")
+
+
+def _copy_tensor(target: torch.Tensor, t: torch.Tensor, name: str, f: Path) -> None:
+    if tuple(t.shape) != tuple(target.shape):
+        raise CheckpointError(f"{f.name}: tensor {name!r} has shape {tuple(t.shape)}, "
+                              f"the config needs {tuple(target.shape)}")
+    if not (t.is_floating_point() or t.dtype == target.dtype):
+        raise CheckpointError(f"{f.name}: tensor {name!r} has dtype {t.dtype}, expected a floating-point tensor")
+    if target.device.type != "meta":
+        target.copy_(t.to(target.dtype))
 
 
 def save_checkpoint(model: torch.nn.Module, path: str | Path, cfg: V41Config | None = None,

@@ -39,64 +39,98 @@ class TensorPlan:
         return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
 
+@dataclass(frozen=True)
+class _Match:
+    """One expected tensor beside what the checkpoint stores for it."""
+
+    name: str
+    shape: tuple[int, ...]     # the model's shape
+    dtype: torch.dtype         # the compute dtype
+    info: TensorInfo
+    scale: TensorInfo | None
+    spec: QuantSpec
+    cfg_file: Path
+
+    @property
+    def expert(self) -> bool:
+        return bool(EXPERT.search(self.name))
+
+    def mismatch(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.info.file.name}: tensor {self.name!r} {what}")
+
+    def plan(self, kind: str) -> TensorPlan:
+        return TensorPlan(self.name, kind, self.info, self.scale if kind != "dense" else None, self.shape, self.dtype)
+
+
 def _plan_one(name: str, shape: tuple[int, ...], dtype: torch.dtype, ck: ReleaseCheckpoint,
               spec: QuantSpec, cfg_file: Path) -> TensorPlan:
     info = ck.tensors.get(name)
     if info is None:
         raise CheckpointError(f"{ck.where()}: tensor {name!r} is needed by the config ({cfg_file.name}) but no "
                               f"shard has it")
-    f, d = info.file.name, info.dtype
     scale = next((ck.tensors[s] for s in scale_names(name) if s in ck.tensors), None)
-    critical = fp32_critical(name)
-    expert = bool(EXPERT.search(name))
-
-    def mismatch(what: str) -> CheckpointError:
-        return CheckpointError(f"{f}: tensor {name!r} {what}")
-
-    if critical and d != "F32":
-        raise mismatch(f"is stored as {d}; it is fp32-critical and must be F32")
+    m = _Match(name, shape, dtype, info, scale, spec, cfg_file)
+    d = info.dtype
+    if fp32_critical(name) and d != "F32":
+        raise m.mismatch(f"is stored as {d}; it is fp32-critical and must be F32")
     if d in DENSE:
-        if expert and spec.expert_dtype == "fp4":
-            raise mismatch(f"is stored as {d}, but quantization_config.expert_dtype is 'fp4' (MXFP4: uint8 codes "
-                           f"+ E8M0 scales)")
-        if info.shape != shape:
-            raise mismatch(f"has shape {list(info.shape)}, the config needs {list(shape)}")
-        return TensorPlan(name, "dense", info, None, shape, dtype)
+        return _plan_dense(m)
     if d == "F8_E4M3":
-        if not spec.fp8:
-            raise mismatch(f"is stored as FP8 ({d}) but {cfg_file.name} has no quantization_config")
-        if expert and spec.expert_dtype == "fp4":
-            raise mismatch("is stored as FP8, but quantization_config.expert_dtype is 'fp4' (MXFP4)")
-        if info.shape != shape:
-            raise mismatch(f"has shape {list(info.shape)}, the config needs {list(shape)}")
-        if scale is None:
-            raise mismatch(f"is stored as FP8 but has no block-scale tensor {scale_names(name)[0]!r}")
-        if ENGRAM_TABLE.search(name):
-            if scale.dtype != "F32" or len(scale.shape) != 2 or scale.shape[0] != shape[0] or shape[1] % scale.shape[1]:
-                raise CheckpointError(f"{scale.file.name}: tensor {scale.name!r} ({scale.dtype} {list(scale.shape)}) "
-                                      f"is not an F32 per-row block scale for {name!r} {list(shape)}")
-            return TensorPlan(name, "engram_fp8", info, scale, shape, dtype)
-        if len(shape) != 2:
-            raise mismatch(f"is stored as FP8 but is not a matrix (shape {list(shape)})")
-        want = [math.ceil(shape[0] / spec.block), math.ceil(shape[1] / spec.block)]
-        _check_scale(scale, want, spec.scale_fmt, name)
-        return TensorPlan(name, "fp8", info, scale, shape, dtype)
+        return _plan_fp8(m)
     if d in ("U8", "I8"):
-        if not expert:
-            raise mismatch(f"is stored as packed {d}; only routed expert weights (ffn.experts.*) may be MXFP4")
-        if spec.expert_dtype != "fp4":
-            raise mismatch(f"is stored as packed MXFP4 ({d}), but quantization_config.expert_dtype is "
-                           f"{spec.expert_dtype!r}")
-        if len(shape) != 2 or shape[1] % MXFP4_BLOCK:
-            raise mismatch(f"cannot be MXFP4: the config's shape {list(shape)} has an input dim not divisible by 32")
-        if info.shape != (shape[0], shape[1] // 2):
-            raise mismatch(f"has packed shape {list(info.shape)}; the config's {list(shape)} needs "
-                           f"{[shape[0], shape[1] // 2]} (two E2M1 codes per byte)")
-        if scale is None:
-            raise mismatch(f"is MXFP4 but has no E8M0 scale tensor {scale_names(name)[0]!r}")
-        _check_scale(scale, [shape[0], shape[1] // MXFP4_BLOCK], "ue8m0", name)
-        return TensorPlan(name, "mxfp4", info, scale, shape, dtype)
-    raise mismatch(f"has dtype {d}, which no V4.1 weight uses (expected a float type, FP8 E4M3, or uint8 MXFP4)")
+        return _plan_mxfp4(m)
+    raise m.mismatch(f"has dtype {d}, which no V4.1 weight uses (expected a float type, FP8 E4M3, or uint8 MXFP4)")
+
+
+def _plan_dense(m: _Match) -> TensorPlan:
+    if m.expert and m.spec.expert_dtype == "fp4":
+        raise m.mismatch(f"is stored as {m.info.dtype}, but quantization_config.expert_dtype is 'fp4' (MXFP4: uint8 "
+                         f"codes + E8M0 scales)")
+    if m.info.shape != m.shape:
+        raise m.mismatch(f"has shape {list(m.info.shape)}, the config needs {list(m.shape)}")
+    return m.plan("dense")
+
+
+def _plan_fp8(m: _Match) -> TensorPlan:
+    """An FP8 linear weight with its 2-D block scale, or the Engram table with per-row block scales."""
+    shape, scale = m.shape, m.scale
+    if not m.spec.fp8:
+        raise m.mismatch(f"is stored as FP8 ({m.info.dtype}) but {m.cfg_file.name} has no quantization_config")
+    if m.expert and m.spec.expert_dtype == "fp4":
+        raise m.mismatch("is stored as FP8, but quantization_config.expert_dtype is 'fp4' (MXFP4)")
+    if m.info.shape != shape:
+        raise m.mismatch(f"has shape {list(m.info.shape)}, the config needs {list(shape)}")
+    if scale is None:
+        raise m.mismatch(f"is stored as FP8 but has no block-scale tensor {scale_names(m.name)[0]!r}")
+    if ENGRAM_TABLE.search(m.name):
+        if scale.dtype != "F32" or len(scale.shape) != 2 or scale.shape[0] != shape[0] or shape[1] % scale.shape[1]:
+            raise CheckpointError(f"{scale.file.name}: tensor {scale.name!r} ({scale.dtype} {list(scale.shape)}) "
+                                  f"is not an F32 per-row block scale for {m.name!r} {list(shape)}")
+        return m.plan("engram_fp8")
+    if len(shape) != 2:
+        raise m.mismatch(f"is stored as FP8 but is not a matrix (shape {list(shape)})")
+    block = m.spec.block
+    _check_scale(scale, [math.ceil(shape[0] / block), math.ceil(shape[1] / block)], m.spec.scale_fmt, m.name)
+    return m.plan("fp8")
+
+
+def _plan_mxfp4(m: _Match) -> TensorPlan:
+    """A routed expert's packed E2M1 codes (two per byte) with E8M0 scales per 32 inputs."""
+    shape, d = m.shape, m.info.dtype
+    if not m.expert:
+        raise m.mismatch(f"is stored as packed {d}; only routed expert weights (ffn.experts.*) may be MXFP4")
+    if m.spec.expert_dtype != "fp4":
+        raise m.mismatch(f"is stored as packed MXFP4 ({d}), but quantization_config.expert_dtype is "
+                         f"{m.spec.expert_dtype!r}")
+    if len(shape) != 2 or shape[1] % MXFP4_BLOCK:
+        raise m.mismatch(f"cannot be MXFP4: the config's shape {list(shape)} has an input dim not divisible by 32")
+    if m.info.shape != (shape[0], shape[1] // 2):
+        raise m.mismatch(f"has packed shape {list(m.info.shape)}; the config's {list(shape)} needs "
+                         f"{[shape[0], shape[1] // 2]} (two E2M1 codes per byte)")
+    if m.scale is None:
+        raise m.mismatch(f"is MXFP4 but has no E8M0 scale tensor {scale_names(m.name)[0]!r}")
+    _check_scale(m.scale, [shape[0], shape[1] // MXFP4_BLOCK], "ue8m0", m.name)
+    return m.plan("mxfp4")
 
 
 def _check_scale(scale: TensorInfo, want: list[int], fmt: str, of: str) -> None:

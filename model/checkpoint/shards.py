@@ -91,38 +91,47 @@ class ReleaseCheckpoint:
         index = path / INDEX
         self.index: Path | None = index if index.exists() else None
         self.tensors: dict[str, TensorInfo] = {}
+        self.files: list[Path] = []
         if self.index is not None:
-            try:
-                wm = json.loads(index.read_text())["weight_map"]
-                if not isinstance(wm, dict):
-                    raise TypeError("weight_map is not an object")
-            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
-                raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
-            headers: dict[str, dict[str, TensorInfo]] = {}
-            for name, fname in wm.items():
-                f = path / str(fname)
-                if fname not in headers:
-                    if not f.is_file():
-                        raise CheckpointError(f"{index}: tensor {name!r} is in shard {fname!r}, which is missing "
-                                              f"from {path}")
-                    headers[fname] = read_header(f)
-                info = headers[fname].get(name)
-                if info is None:
-                    raise CheckpointError(f"{index}: tensor {name!r} is mapped to {fname!r}, but that shard has "
-                                          f"no such tensor")
-                self.tensors[name] = info
-            self.files = sorted({path / f for f in headers})
+            self._read_index(self.index)
         else:
-            single = path / "model.safetensors"
-            self.files = [single] if single.exists() else sorted(path.glob("model*.safetensors"))
-            if not self.files:
-                raise CheckpointError(f"{path}: not a checkpoint: no {INDEX} and no model*.safetensors files")
-            for f in self.files:
-                for name, info in read_header(f).items():
-                    if name in self.tensors:
-                        raise CheckpointError(f"{f}: tensor {name!r} is also in {self.tensors[name].file.name}; "
-                                              f"without an index the shards must not overlap")
-                    self.tensors[name] = info
+            self._read_shards()
+
+    def _read_index(self, index: Path) -> None:
+        """Every tensor the index maps, checked against the header of the shard it names."""
+        try:
+            wm = json.loads(index.read_text())["weight_map"]
+            if not isinstance(wm, dict):
+                raise TypeError("weight_map is not an object")
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
+        headers: dict[str, dict[str, TensorInfo]] = {}
+        for name, fname in wm.items():
+            f = self.path / str(fname)
+            if fname not in headers:
+                if not f.is_file():
+                    raise CheckpointError(f"{index}: tensor {name!r} is in shard {fname!r}, which is missing "
+                                          f"from {self.path}")
+                headers[fname] = read_header(f)
+            info = headers[fname].get(name)
+            if info is None:
+                raise CheckpointError(f"{index}: tensor {name!r} is mapped to {fname!r}, but that shard has "
+                                      f"no such tensor")
+            self.tensors[name] = info
+        self.files = sorted({self.path / f for f in headers})
+
+    def _read_shards(self) -> None:
+        """Without an index: model.safetensors, else every model*.safetensors, which must not overlap."""
+        single = self.path / "model.safetensors"
+        self.files = [single] if single.exists() else sorted(self.path.glob("model*.safetensors"))
+        if not self.files:
+            raise CheckpointError(f"{self.path}: not a checkpoint: no {INDEX} and no model*.safetensors files")
+        for f in self.files:
+            for name, info in read_header(f).items():
+                if name in self.tensors:
+                    raise CheckpointError(f"{f}: tensor {name!r} is also in {self.tensors[name].file.name}; "
+                                          f"without an index the shards must not overlap")
+                self.tensors[name] = info
 
     def where(self) -> Path:
         return self.index or self.path
