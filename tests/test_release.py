@@ -33,6 +33,7 @@ from model import CheckpointError, load
 from model.checkpoint import parts
 from model.checkpoint.budget import parse_bytes
 from model.checkpoint.mapped_engram import MappedEngramTable
+from model.checkpoint.native import save_checkpoint
 from model.checkpoint.shards import INDEX, read_header
 from model.checkpoint.writer import write_release
 from model.cli.release import main
@@ -378,8 +379,6 @@ def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
 
 
 def test_export_cli(tmp_path, micro_model, capsys):
-    from model.checkpoint.native import save_checkpoint
-
     src = save_checkpoint(micro_model, tmp_path / "plain")
     assert main(["export", "--weights", str(src), "--out", str(tmp_path / "rel"), "--max-shard-mb", "0.5"]) == 0
     assert "fp4" in capsys.readouterr().out
@@ -387,6 +386,12 @@ def test_export_cli(tmp_path, micro_model, capsys):
     assert m.release.shards >= 2 and m.release.quant.expert_dtype == "fp4"
     assert main(["export", "--weights", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
     assert "nowhere" in capsys.readouterr().err
+    # one loader for both layouts: the native directory loads as it was saved, and cannot be streamed
+    back = load(src, device="cpu")
+    assert not hasattr(back, "release") and back.source_path == str(src)
+    assert all(torch.equal(v, micro_model.state_dict()[k]) for k, v in back.state_dict().items())
+    with pytest.raises(ValueError, match="release layout"):
+        load(src, device="cpu", stream=True)
 
 
 def test_export_shipped_tiny_weights(tmp_path):
