@@ -148,6 +148,19 @@ class V41Config:
     # ------------------------------------------------------------------------------------------------
     def validate(self) -> "V41Config":
         """Raise ConfigError naming the first inconsistent field; return self when valid."""
+        self._check_sizes()
+        self._check_ratios()
+        self._check_sources()
+        self._check_engram()
+        self._check_dspark()
+        if self.vision_config is not None:
+            self.vision_config.validate()
+            if not (0 <= self.image_token_id < self.vocab_size):
+                raise ConfigError("image_token_id must be a token id in [0, vocab_size)")
+        return self
+
+    def _check_sizes(self) -> None:
+        """Positive sizes, the attention/MoE shapes and the scalar knobs."""
         positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
                     "q_lora_rank", "qk_rope_head_dim", "sliding_window", "index_n_heads", "index_head_dim",
                     "index_topk", "o_groups", "o_lora_rank", "moe_intermediate_size", "n_routed_experts",
@@ -157,7 +170,6 @@ class V41Config:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-        n = self.num_hidden_layers
         if self.num_key_value_heads != 1:
             raise ConfigError("num_key_value_heads must be 1: V4.1 attention shares one K=V latent head")
         if self.qk_rope_head_dim % 2 or self.qk_rope_head_dim > self.head_dim:
@@ -172,7 +184,10 @@ class V41Config:
             raise ConfigError(f"scoring_func must be sqrtsoftplus, sigmoid or softmax, got {self.scoring_func!r}")
         if not (self.rms_norm_eps >= 0 and self.hc_eps >= 0 and self.gate_temp > 0):
             raise ConfigError("rms_norm_eps and hc_eps must be >= 0 and gate_temp > 0")
-        # compress_ratios: backbone entries, optionally followed by zeros for the drafter layers
+
+    def _check_ratios(self) -> None:
+        """compress_ratios: backbone entries, optionally followed by zeros for the drafter layers."""
+        n = self.num_hidden_layers
         ratios = list(self.compress_ratios)
         if len(ratios) < n:
             raise ConfigError(f"compress_ratios needs {n} entries (num_hidden_layers), got {len(ratios)}")
@@ -183,7 +198,12 @@ class V41Config:
             raise ConfigError("compress_ratios entries of the drafter layers (after num_hidden_layers) must be 0")
         if any((not isinstance(r, int)) or r < 0 for r in ratios):
             raise ConfigError("compress_ratios entries must be integers >= 0")
-        back = ratios[:n]
+
+    def _check_sources(self) -> None:
+        """KV and index source layers: every compressed layer has a KV source of its ratio and an index
+        source in its group; the candidate source is an index source with room for index_topk entries."""
+        n = self.num_hidden_layers
+        back = list(self.compress_ratios)[:n]
         kv, ix = list(self.kv_source_layer_ids), list(self.index_source_layer_ids)
         for name, ids in (("kv_source_layer_ids", kv), ("index_source_layer_ids", ix)):
             if sorted(set(ids)) != ids:
@@ -217,38 +237,41 @@ class V41Config:
                     < self.index_topk):
                 raise ConfigError("candidate_topk_blocks x candidate_block_size is too small to hold index_topk "
                                   "entries (needs topk_blocks*block - (block-1) >= index_topk)")
-        # Engram
+
+    def _check_engram(self) -> None:
+        """Engram layers in range, one table per layer, sized by the prime bucket layout."""
+        n = self.num_hidden_layers
         if len(self.engram_num_embeddings) != len(self.engram_layer_ids):
             raise ConfigError("engram_num_embeddings must have one entry per engram_layer_ids entry")
         if any(i < 0 or i >= n for i in self.engram_layer_ids):
             raise ConfigError(f"engram_layer_ids entries must lie in [0, {n})")
-        if self.engram_layer_ids:
-            if self.engram_max_ngram_size < 2 or self.engram_n_heads <= 0 or self.engram_head_dim <= 0:
-                raise ConfigError("engram_max_ngram_size must be >= 2 and engram_n_heads, engram_head_dim > 0")
-            if not (0 <= self.engram_pad_id < self.vocab_size):
-                raise ConfigError("engram_pad_id must be a token id in [0, vocab_size)")
-            for li, (lid, rows) in enumerate(zip(self.engram_layer_ids, self.engram_num_embeddings)):
-                want = sum(sum(p) for p in engram_primes(self)[li])
-                if rows != want:
-                    raise ConfigError(f"engram_num_embeddings[{li}] (layer {lid}) is {rows}, but the prime bucket "
-                                      f"layout from engram_vocab_size={self.engram_vocab_size} needs {want} rows")
-        # DSpark
+        if not self.engram_layer_ids:
+            return
+        if self.engram_max_ngram_size < 2 or self.engram_n_heads <= 0 or self.engram_head_dim <= 0:
+            raise ConfigError("engram_max_ngram_size must be >= 2 and engram_n_heads, engram_head_dim > 0")
+        if not (0 <= self.engram_pad_id < self.vocab_size):
+            raise ConfigError("engram_pad_id must be a token id in [0, vocab_size)")
+        for li, (lid, rows) in enumerate(zip(self.engram_layer_ids, self.engram_num_embeddings)):
+            want = sum(sum(p) for p in engram_primes(self)[li])
+            if rows != want:
+                raise ConfigError(f"engram_num_embeddings[{li}] (layer {lid}) is {rows}, but the prime bucket "
+                                  f"layout from engram_vocab_size={self.engram_vocab_size} needs {want} rows")
+
+    def _check_dspark(self) -> None:
+        """The DSpark drafter: block size, target layers, noise token, its experts."""
+        n = self.num_hidden_layers
         if self.num_nextn_predict_layers < 0:
             raise ConfigError("num_nextn_predict_layers must be >= 0")
-        if self.num_nextn_predict_layers:
-            if self.dspark_block_size < 2:
-                raise ConfigError("dspark_block_size must be >= 2 (anchor + at least one drafted token)")
-            if any(i < 0 or i >= n for i in self.dspark_target_layer_ids) or not self.dspark_target_layer_ids:
-                raise ConfigError(f"dspark_target_layer_ids must be non-empty and lie in [0, {n})")
-            if not (0 <= self.dspark_noise_token_id < self.vocab_size):
-                raise ConfigError("dspark_noise_token_id must be a token id in [0, vocab_size)")
-            if self.dspark_num_experts_per_tok > self.dspark_n_routed_experts:
-                raise ConfigError("dspark_num_experts_per_tok must not exceed dspark_n_routed_experts")
-        if self.vision_config is not None:
-            self.vision_config.validate()
-            if not (0 <= self.image_token_id < self.vocab_size):
-                raise ConfigError("image_token_id must be a token id in [0, vocab_size)")
-        return self
+        if not self.num_nextn_predict_layers:
+            return
+        if self.dspark_block_size < 2:
+            raise ConfigError("dspark_block_size must be >= 2 (anchor + at least one drafted token)")
+        if any(i < 0 or i >= n for i in self.dspark_target_layer_ids) or not self.dspark_target_layer_ids:
+            raise ConfigError(f"dspark_target_layer_ids must be non-empty and lie in [0, {n})")
+        if not (0 <= self.dspark_noise_token_id < self.vocab_size):
+            raise ConfigError("dspark_noise_token_id must be a token id in [0, vocab_size)")
+        if self.dspark_num_experts_per_tok > self.dspark_n_routed_experts:
+            raise ConfigError("dspark_num_experts_per_tok must not exceed dspark_n_routed_experts")
 
     # ------------------------------------------------------------------------------------------------
     _TOP_LEVEL = ("text_config", "vision_config", "quantization_config", "architectures", "model_type",
