@@ -1,8 +1,8 @@
-"""`python -m model.dataset`: build the training token stream (the command line is model/cli/)."""
+"""`python -m model.dataset build`: build the training token stream (the command is model/cli/dataset.py)."""
 
 import sys
 
-from .corpus.dataset import main
+from .cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("dataset", sys.argv[1:], shell=True))

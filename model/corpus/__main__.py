@@ -1,8 +1,8 @@
-"""`python -m model.corpus`: download and clean the training corpus."""
+"""`python -m model.corpus build`: download and clean the training corpus (the command is model/cli/corpus.py)."""
 
 import sys
 
-from .sources import main
+from ..cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("corpus", sys.argv[1:], shell=True))

@@ -2,7 +2,7 @@
 
 The stream mixes three sources, roughly a third each by tokens: Shakespeare, the World English
 Bible (both cleaned by ``model.corpus``; the held-out play and book are excluded) and generated
-recall stories (``model.stories``, training seeds ``TRAIN_SEED_BASE + i``). Natural sources are
+recall stories (``model/corpus/stories.py``, training seeds ``TRAIN_SEED_BASE + i``). Natural sources are
 repeated (a new seeded document order each epoch) until they reach their share; stories are
 generated fresh until theirs is reached. Documents are shuffled together and each is followed
 by ``<|eos|>``. The stream is a uint16 ``.npy`` (load with ``mmap_mode="r"``) with a JSON
@@ -17,10 +17,8 @@ recall batches with the answer positions; :func:`heldout_natural_tokens` tokeniz
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,24 +263,3 @@ def heldout_natural_batches(tokens: np.ndarray, batch: int,
     y = t[1: n * seq_len + 1].view(n, seq_len)
     for i in range(0, n, batch):
         yield x[i: i + batch], y[i: i + batch]
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.dataset")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="tokenize the training mixture")
-    b.add_argument("--corpus", type=Path, default=DEFAULT_CACHE)
-    b.add_argument("--tokenizer", type=Path, default=TOKENIZER_PATH)
-    b.add_argument("--out", type=Path)
-    b.add_argument("--target-tokens", type=int, default=15_000_000)
-    args = p.parse_args(argv)
-    m = build_token_stream(args.corpus, args.tokenizer, args.out, args.target_tokens)
-    for src, s in m["sources"].items():
-        print(f"{src:12s} {s['tokens']:>11,d} tokens  {s['docs']:>6d} docs"
-              + (f"  ({s['unique_tokens']:,d} unique, {s['epochs']}x)" if "unique_tokens" in s else ""))
-    print(f"total {m['n_tokens']:,d} tokens in {m['seconds']}s", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

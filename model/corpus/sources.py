@@ -25,7 +25,6 @@ Held-out split (fixed by name): the play :data:`HELDOUT_PLAY` and the Bible book
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import html
 import json
@@ -328,22 +327,3 @@ def build(out: Path = DEFAULT_CACHE, heldout_path: Path | None = HELDOUT_NATURAL
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return manifest
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.corpus", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="download (if not cached), clean and split the corpus")
-    b.add_argument("--out", type=Path, default=DEFAULT_CACHE, help="cache/output directory")
-    b.add_argument("--heldout-out", type=Path, default=HELDOUT_NATURAL_PATH,
-                   help="where to copy the held-out natural text (committed file)")
-    b.add_argument("--skip-bible", action="store_true", help="Shakespeare only")
-    args = p.parse_args(argv)
-    manifest = build(args.out, args.heldout_out, args.skip_bible)
-    for key, f in manifest["files"].items():
-        print(f"{key:16s} {f['bytes']:>10,d} bytes  {f['n_docs']:3d} docs  sha256 {f['sha256'][:16]}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,15 +20,14 @@ Everything is deterministic for a given seed (``random.Random(seed)``, never glo
 Seed ranges are disjoint: training stories use seeds from :data:`TRAIN_SEED_BASE`, the
 held-out set from :data:`HELDOUT_SEED_BASE`, app prompts from :data:`PROMPT_SEED_BASE`.
 
-``python -m model.stories --n 5 --seed 0`` prints examples;
-``python -m model.stories --write-heldout data/heldout/stories.jsonl --tokenizer
+``python -m model stories --n 5 --seed 0`` prints examples;
+``python -m model stories --write-heldout data/heldout/stories.jsonl --tokenizer
 data/weights/tiny/tokenizer.json`` writes the held-out set (100 stories per bucket), and
 ``--write-prompts data/prompts.json`` (with ``--tokenizer``) the app's sample prompts.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -430,6 +429,20 @@ def load_heldout_stories(path: str | Path | None = None) -> list[dict[str, Any]]
         return [json.loads(line) for line in f if line.strip()]
 
 
+HELDOUT_KEYS = ("text", "answer", "obj", "container", "question", "fact", "fact_start", "fact_end",
+                "fact_answer_start", "fact_answer_end", "answer_start", "answer_end", "question_start",
+                "bucket", "distance_tokens", "exact", "seed", "distractors")   # the fields of stories.jsonl
+
+
+def write_heldout(path: str | Path, stories: Sequence[Story]) -> None:
+    """Write stories as ``stories.jsonl`` (one JSON object per line, the :data:`HELDOUT_KEYS` fields)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for s in stories:
+            f.write(json.dumps({k: getattr(s, k) for k in HELDOUT_KEYS}, ensure_ascii=False) + "\n")
+
+
 SHORT_PROMPTS: tuple[dict[str, str], ...] = (
     {"name": "Key in the blue box", "text": "The key is in the blue box. The box is", "answer": "blue",
      "kind": "short"},
@@ -458,55 +471,6 @@ def app_prompts(tokenizer: Any) -> list[dict[str, Any]]:
                     "distance_tokens": s.distance_tokens,
                     "n_tokens": len(tokenizer.encode(text, add_special_tokens=False).ids)})
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.stories", description="print or write generated stories")
-    p.add_argument("--n", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bucket", choices=BUCKET_NAMES)
-    p.add_argument("--distance", type=int, help="target distance in tokens")
-    p.add_argument("--tokenizer", type=Path, help="tokenizer.json for exact distances")
-    p.add_argument("--write-heldout", type=Path, metavar="JSONL", help="write the held-out set here")
-    p.add_argument("--per-bucket", type=int, default=100)
-    p.add_argument("--heldout-templates", action="store_true",
-                   help="with --write-heldout: far-bucket stories from the held-out cast (names, objects, templates)")
-    p.add_argument("--write-prompts", type=Path, metavar="JSON", help="write the app prompts here")
-    args = p.parse_args(argv)
-    tok = None
-    if args.tokenizer:
-        from .tokenizer import load_tokenizer
-
-        tok = load_tokenizer(args.tokenizer)
-    if args.write_prompts:
-        if tok is None:
-            p.error("--write-prompts needs --tokenizer")
-        prompts = app_prompts(tok)
-        args.write_prompts.write_text(json.dumps(prompts, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"wrote {len(prompts)} prompts to {args.write_prompts}")
-        return 0
-    if args.write_heldout:
-        stories = (heldout_template_stories(args.per_bucket, tok) if args.heldout_templates
-                   else heldout_stories(args.per_bucket, tok))
-        args.write_heldout.parent.mkdir(parents=True, exist_ok=True)
-        keys = ("text", "answer", "obj", "container", "question", "fact", "fact_start", "fact_end",
-                "fact_answer_start", "fact_answer_end", "answer_start", "answer_end", "question_start",
-                "bucket", "distance_tokens", "exact", "seed", "distractors")
-        with open(args.write_heldout, "w", encoding="utf-8") as f:
-            for s in stories:
-                f.write(json.dumps({k: getattr(s, k) for k in keys}, ensure_ascii=False) + "\n")
-        print(f"wrote {len(stories)} stories to {args.write_heldout}")
-        return 0
-    for i in range(args.n):
-        s = generate_story(args.seed + i, args.distance, bucket=args.bucket, tokenizer=tok)
-        print(f"--- seed {args.seed + i}  bucket={s.bucket}  distance={s.distance_tokens}"
-              f"{' (exact)' if s.exact else ' (approx)'}  answer={s.answer}")
-        print(s.text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None) -> str:

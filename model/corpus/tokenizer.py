@@ -8,22 +8,22 @@
   6 ``<|image_end|>``, 7 ``<|image_newline|>``. The vocabulary has exactly
   :data:`VOCAB_SIZE` = 4096 entries including them.
 
-``python -m model.tokenizer train --corpus DIR --out data/weights/tiny/tokenizer.json`` trains
+``python -m model tokenizer train --corpus DIR --out data/weights/tiny/tokenizer.json`` trains
 on a balanced, seeded sample (default ~4 MB) of the cleaned corpus (see ``model.corpus``)
-plus generated training stories (``model.stories``).
+plus generated training stories (``model/corpus/stories.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import random
-import sys
-import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from .sources import read_docs
+from .stories import training_story_text
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<|pad|>", "<|bos|>", "<|eos|>", "<|noise|>", "<|image|>",
                                    "<|image_start|>", "<|image_end|>", "<|image_newline|>")
@@ -68,7 +68,7 @@ def load_tokenizer(path: str | Path = DEFAULT_PATH) -> Tokenizer:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {path} (train it with "
-                                f"`python -m model.tokenizer train --corpus DIR --out {path}`)")
+                                f"`python -m model tokenizer train --corpus DIR --out {path}`)")
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
@@ -110,9 +110,6 @@ def _sample_paragraphs(docs: list[str], budget: int, seed: int) -> list[str]:
 
 def training_sample(corpus_dir: Path, total_bytes: int = 4_000_000, seed: int = 0) -> Iterator[str]:
     """Balanced sample: equal byte shares of each cleaned corpus file present and of stories."""
-    from .sources import read_docs
-    from .stories import training_story_text
-
     files = [corpus_dir / n for n in ("shakespeare.txt", "bible.txt") if (corpus_dir / n).is_file()]
     if not files:
         raise FileNotFoundError(f"no cleaned corpus in {corpus_dir}; run `python -m model.corpus build`")
@@ -125,27 +122,3 @@ def training_sample(corpus_dir: Path, total_bytes: int = 4_000_000, seed: int = 
         used += len(s) + 1
         k += 1
         yield s + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .sources import DEFAULT_CACHE
-
-    p = argparse.ArgumentParser(prog="python -m model.tokenizer")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train the byte-level BPE on the cleaned corpus + stories")
-    t.add_argument("--corpus", type=Path, default=DEFAULT_CACHE, help="directory from `model.corpus build`")
-    t.add_argument("--out", type=Path, default=DEFAULT_PATH)
-    t.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
-    t.add_argument("--sample-bytes", type=int, default=4_000_000)
-    args = p.parse_args(argv)
-    t0 = time.time()
-    tok = train_tokenizer(training_sample(args.corpus, args.sample_bytes), args.vocab_size)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(args.out))
-    print(f"trained vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s -> {args.out} "
-          f"(sha256 {file_sha256(args.out)[:16]})", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
