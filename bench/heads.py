@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from model.checkpoint.loader import load
     from model.corpus.dataset import heldout_natural_tokens
-    from model.training.lm import model_state
+    from model.training.state import model_state
 
     ap = argparse.ArgumentParser(prog="python -m bench.heads", description=__doc__.split("\n\n")[0])
     ap.add_argument("weights", nargs="?", default="data/weights/tiny")

@@ -23,7 +23,7 @@ from bench.heads import head_scores
 from model.arch.context import Ablation
 from model.config import V41Config
 from model.model import V41Model
-from model.training.lm import copy_rows
+from model.training.batches import copy_rows
 from model.training.lookback import answer_weighted_ce
 
 SPAN, GAP, LEAD = 5, 1, 40

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
     from model.corpus.dataset import heldout_natural_tokens
-    from model.training.lm import copy_accuracy
+    from model.training.evaluation import copy_accuracy
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))

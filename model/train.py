@@ -1,8 +1,9 @@
-"""`python -m model.train`: train the tiny language model (see README, 'Training') (the command line is model/cli/)."""
+"""`python -m model.train`: train the tiny language model (see README, 'Training'); the command is
+model/cli/train.py, the same as `python -m model train`."""
 
 import sys
 
-from .training.lm import main
+from .cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("train", sys.argv[1:], shell=True))

@@ -8,7 +8,9 @@ import torch
 
 from model import CheckpointError, V41Config, V41Model, load
 from model.corpus.dataset import sample_batch
-from model.training.lm import TrainConfig, batch_generator, load_state, make_optimizer, save_state, train_step
+from model.training.schedule import TrainConfig, batch_generator
+from model.training.state import load_state, save_state
+from model.training.step import make_optimizer, train_step
 
 
 def _stream(n: int = 20000, vocab: int = 256, seed: int = 0) -> np.ndarray:
@@ -98,7 +100,7 @@ def test_shipped_weights_load_with_tokenizer_and_record_training():
 
 
 def test_copy_rows_say_each_span_twice_with_familiar_tokens():
-    from model.training.lm import copy_rows
+    from model.training.batches import copy_rows
 
     ids = torch.arange(100, 400)
     x, y, answers = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
@@ -113,7 +115,7 @@ def test_copy_rows_say_each_span_twice_with_familiar_tokens():
 
 
 def test_training_window_is_a_curriculum_knob_that_restores():
-    from model.training.lm import set_window
+    from model.training.step import set_window
 
     torch.manual_seed(0)
     m = V41Model(V41Config.preset("micro")).init_weights(0).eval()
@@ -151,7 +153,7 @@ class _CopyOracle:
 
 
 def test_copy_accuracy_scores_a_copier_high_and_a_non_copier_low():
-    from model.training.lm import copy_accuracy
+    from model.training.evaluation import copy_accuracy
 
     tokens = np.random.default_rng(0).integers(5, 300, size=5000)
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4) == 1.0
@@ -160,7 +162,7 @@ def test_copy_accuracy_scores_a_copier_high_and_a_non_copier_low():
 
 
 def test_copy_accuracy_first_time_is_the_no_copy_baseline():
-    from model.training.lm import copy_accuracy
+    from model.training.evaluation import copy_accuracy
 
     tokens = np.random.default_rng(0).integers(5, 300, size=5000)
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4, first=True) < 0.05  # nothing to copy yet
@@ -181,7 +183,7 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
     parameter's gradient and every discrete choice (experts, top-k picks, candidate pools) agree."""
     import model.arch.attention as attention
     from model.fusion import compile_error, configure
-    from model.training.lm import forward_backward
+    from model.training.step import forward_backward
 
     configure()
     chosen: dict[str, list] = {}
@@ -220,7 +222,7 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
 
 
 def test_stages_pick_the_last_started_value_and_reject_garbage():
-    from model.training.lm import staged
+    from model.training.schedule import staged
 
     assert staged("", 10, 7) == 7
     assert [staged("0:8,300:16,600:0", s, 32) for s in (0, 299, 300, 599, 600, 10_000)] == [8, 8, 16, 16, 0, 0]
@@ -230,7 +232,7 @@ def test_stages_pick_the_last_started_value_and_reject_garbage():
 
 
 def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
-    from model.training.lm import copy_rows
+    from model.training.batches import copy_rows
 
     ids = torch.arange(100, 400)
     x, _, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
@@ -251,7 +253,7 @@ def test_answer_marks_sit_on_what_only_a_look_back_predicts():
     targets are the colour of an answer sentence, and that colour was stated earlier in the row's drill."""
     from model.corpus.stories import COLOURS
     from model.corpus.tokenizer import load_tokenizer
-    from model.training.lm import copy_rows, drill_rows
+    from model.training.batches import copy_rows, drill_rows
 
     ids = torch.arange(100, 400)
     x, y, answers = copy_rows(ids, 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=5)
@@ -298,7 +300,7 @@ def test_a_window_change_reuses_the_compiled_kernels():
     from torch._dynamo.utils import counters
 
     from model.fusion import configure
-    from model.training.lm import forward_backward, set_window
+    from model.training.step import forward_backward, set_window
 
     configure()
     x, y = sample_batch(_stream(), 4, 48, torch.Generator().manual_seed(5))
@@ -316,7 +318,7 @@ def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
     """repeat_rows with piece_max: each repeated span is stitched from short pieces (on a stream of
     consecutive ids, a stitch shows as a jump), is said again verbatim, and only its second copy is marked."""
     from model.corpus.dataset import TokenStream
-    from model.training.lm import repeat_rows
+    from model.training.batches import repeat_rows
 
     stream = TokenStream(np.arange(50_000, dtype=np.int64) % 40_000, {})
     x, y, answers = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0, piece_max=3)

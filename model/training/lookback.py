@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import torch
 
+from .step import lm_loss
+
 KEYS = (8, 72)       # key ids [8, 72)
 VALUES = (72, 136)   # value ids [72, 136)
 FILLER = (136, 248)  # filler ids
@@ -103,9 +105,7 @@ def induction_mask(x: torch.Tensor, y: torch.Tensor, match: int = 2, min_back: i
 
 def answer_weighted_ce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, answer_weight: float) -> torch.Tensor:
     """Cross entropy with masked targets weighted `answer_weight` (1 = plain mean; inf = answers only):
-    model.train.lm_loss with weights built from the mask."""
-    from .lm import lm_loss
-
+    model/training/step.py's lm_loss with weights built from the mask."""
     m = mask.to(torch.float32)
     w = m if answer_weight == float("inf") else 1.0 + (answer_weight - 1.0) * m
     return lm_loss(logits.float(), y, w)[0]

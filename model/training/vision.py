@@ -1,4 +1,5 @@
-"""Train the tiny vision tower + aligner on generated box scenes: `python -m model.train_vision`.
+"""Train the tiny vision tower + aligner on generated box scenes: `python -m model train-vision`
+(model/cli/train_vision.py).
 
 Follows reference-brief.md §5.10 / ARCHITECTURE.md §3.6 (vision tower and aligner producing
 image-token embeddings; image-span tokens route with `bias_vl`), on the seeds' running example:
@@ -25,21 +26,20 @@ existing tensor) and a "vision" entry into `<weights>/training.json`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from ..arch.vision import (
-    MARKERS,
     attach_vision,
     encode_image,
     image_span_embeds,
@@ -49,7 +49,7 @@ from ..arch.vision import (
 from ..corpus.scenes import HELDOUT_SEED_BASE, PALETTE, TRAIN_SEED_BASE, Scene, draw_scene, make_scene
 from ..inference.images import plan_grid, to_pixels
 from ..inference.vision_inputs import doc_prefix, span_ids
-from .lm import lr_at  # warm-up then cosine, read from the same field names
+from .schedule import lr_at  # warm-up then cosine, read from the same field names
 
 PAD_ID = 0
 
@@ -220,9 +220,6 @@ def evaluate(model, n: int = 300, seed_base: int = HELDOUT_SEED_BASE, batch: int
 def write_tensors(weights_dir: Path, model, metadata: dict[str, str]) -> list[str]:
     """Rewrite model.safetensors atomically: every existing tensor, plus/overwritten by the vision
     tensors and each router's bias_vl. Returns the names written from the model."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
     f = weights_dir / "model.safetensors"
     with safe_open(str(f), "pt") as sf:
         meta = dict(sf.metadata() or {})
@@ -249,21 +246,9 @@ def write_json_entry(path: Path, key: str, value) -> None:
 
 # ------------------------------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m model.train_vision", description=__doc__.split("\n\n")[0])
-    for f, v in asdict(VisionTrainConfig()).items():
-        ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
-    ap.add_argument("--weights", default="data/weights/tiny",
-                    help="trained text weights; vision tensors are added here")
-    ap.add_argument("--dry-run", action="store_true", help="train and evaluate, write nothing")
-    args = ap.parse_args(argv)
-    tc = VisionTrainConfig(**{f: getattr(args, f) for f in asdict(VisionTrainConfig())})
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    from ..checkpoint.loader import load
-
-    wdir = Path(args.weights)
-    model = load(wdir)
+def prepare(model, tc: VisionTrainConfig) -> tuple[list[tuple[str, torch.nn.Parameter]], torch.optim.Optimizer]:
+    """Freeze the text model, attach a fresh vision tower + aligner, start every router's bias_vl as a
+    copy of its text bias -> (the trainable parameters, their AdamW)."""
     for p in model.parameters():
         p.requires_grad_(False)
     attach_vision(model, seed=tc.seed)
@@ -277,13 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     no_decay = [p for n, p in params if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95))
-    n_params = sum(p.numel() for _, p in params)
-    print(f"training the vision tower + aligner + markers ({n_params / 1e3:.1f}K parameters; text model frozen) "
-          f"for {tc.steps} steps x {tc.batch} pictures on {model.device} ({torch.get_num_threads()} threads)",
-          file=sys.stderr)
-    before = evaluate(model, n=min(100, tc.eval_n))
-    print(f"before: with image {before['accuracy_with_image']:.3f}, text only {before['accuracy_text_only']:.3f}",
-          file=sys.stderr)
+    return params, opt
+
+
+def train_loop(model, opt: torch.optim.Optimizer, tc: VisionTrainConfig) -> tuple[list[dict], float]:
+    """`tc.steps` steps with a progress line and a 100-picture evaluation every `eval_every` steps
+    -> (the log of every step, wall seconds)."""
     model.eval()  # no dropout anywhere; eval keeps the frozen text model exactly as trained
     log, t0 = [], time.time()
     for step in range(tc.steps):
@@ -301,32 +285,4 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n  held-out (100): with image {ev['accuracy_with_image']:.3f}", file=sys.stderr)
     seconds = time.time() - t0
     print(file=sys.stderr)
-    result = evaluate(model, n=tc.eval_n)
-    print(f"held-out pictures: {result['n']} questions; colour right with the picture "
-          f"{result['accuracy_with_image']:.3f}, text only {result['accuracy_text_only']:.3f} "
-          f"(chance: 1/8 palette = {result['chance_palette']:.3f}, 1/boxes in picture = "
-          f"{result['chance_boxes_in_picture']:.3f})", file=sys.stderr)
-    if args.dry_run:
-        return 0
-    written = write_tensors(wdir, model, {"vision_trained_by": "python -m model.train_vision"})
-    entry = {
-        "command": "python -m model.train_vision " + " ".join(sys.argv[1:] if argv is None else argv),
-        "train_config": asdict(tc), "trained": ["vision.*", "aligner.*"] + list(MARKERS) + ["layers.*.ffn.gate.bias_vl "
-                                                                                          "(balancing rule)"],
-        "frozen": "every text-model tensor except bias_vl", "parameters": n_params,
-        "data": "model/corpus/scenes.py make_scene: train seeds from %d, held-out from %d" % (TRAIN_SEED_BASE,
-                                                                                      HELDOUT_SEED_BASE),
-        "wall_seconds": round(seconds, 1),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads(), "device": str(model.device), "torch": torch.__version__},
-        "before": before, "heldout": result, "tensors_written": len(written),
-        "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in log],
-    }
-    write_json_entry(wdir / "training.json", "vision", entry)
-    print(f"wrote {len(written)} tensors into {wdir / 'model.safetensors'} and the 'vision' entry of training.json "
-          f"({seconds / 60:.1f} min)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return log, seconds

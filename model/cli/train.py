@@ -1,0 +1,48 @@
+"""`python -m model train` (also `python -m model.train`): train the tiny language model, CPU by default,
+CUDA when available, then its DSpark drafter (model/training/run.py; see README, 'Training').
+
+Every TrainConfig field is an option (`--drill-frac 0.25`); a command-line run is `--fast` (compiled
+kernels, same maths) unless told `--no-fast`. A shell run re-executes itself once with the allocator
+settings of model/cli/__init__.py (MALLOC_ENV).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..fusion import configure as configure_fusion
+from ..training.run import finish, start_run, train_steps
+from ..training.schedule import TrainConfig
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m model train", description="train the tiny language model")
+    for f, v in asdict(TrainConfig()).items():
+        if isinstance(v, bool):  # --fast / --no-fast; a command-line run is fast unless told otherwise
+            ap.add_argument("--" + f.replace("_", "-"), action=argparse.BooleanOptionalAction, default=True)
+        else:
+            ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    ap.add_argument("--out", default="data/weights/tiny", help="where the final weights are written")
+    ap.add_argument("--ckpt-dir", default="runs/tiny", help="resumable checkpoints")
+    ap.add_argument("--resume", action="store_true", help="continue from --ckpt-dir if a checkpoint is there")
+    ap.add_argument("--device", default="auto")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    tc = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    if tc.fast:
+        configure_fusion()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    run = start_run(tc, device, Path(args.ckpt_dir), args.resume)
+    seconds = train_steps(run)
+    finish(run, Path(args.out), "python -m model train " + " ".join(argv), seconds)
+    return 0

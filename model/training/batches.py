@@ -1,0 +1,146 @@
+"""Training batches: natural-text rows plus the look-back practice rows of issue 15 (recall drills,
+repeated text spans, shuffled-token copies), each with answer marks on the targets only a look-back
+can predict (the diagnosis is in model/training/lookback.py).
+
+The targets marked carry `answer_weight` times the loss (model/training/step.py), without which their
+signal drowns in the rest; the copies' largest gap moves in stages (`copy_gap_stages`), with near
+copies kept in every batch (`copy_near_frac`). Batch n comes from a generator seeded with (seed, n),
+so a resumed run sees the same batches as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import torch
+
+from ..corpus.stories import COLOURS, recall_drill
+from ..corpus.tokenizer import EOS_ID
+from .schedule import TrainConfig, batch_generator, copy_gap_at
+
+# the colour in each answer sentence of a drill (the sentence after a question)
+_ANSWER_COLOUR = re.compile(r'\?"? The [\w ]+? is in the (' + "|".join(COLOURS) + r") ")
+
+
+def _rows(rows: list[list[int]], marks: list[list[bool]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token rows of seq_len + 1 and per-token answer marks -> (x, y, answers aligned with y)."""
+    t = torch.tensor(rows, dtype=torch.long)
+    a = torch.tensor(marks, dtype=torch.bool)
+    return t[:, :-1], t[:, 1:], a[:, 1:]
+
+
+def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the colour in each answer sentence of a drill."""
+    return [m.span(1) for m in _ANSWER_COLOUR.finditer(text)]
+
+
+def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of packed recall drills (each drill after an <|eos|>), deterministic for a seed; the
+    answer marks sit on the colour tokens of the answers."""
+    rng = random.Random(seed)
+    rows, marks = [], []
+    for _ in range(n):
+        ids: list[int] = []
+        mark: list[bool] = []
+        while len(ids) < seq_len + 1:
+            text = recall_drill(rng)
+            enc = tok.encode(text, add_special_tokens=False)
+            spans = _answer_colour_spans(text)
+            ids += [EOS_ID] + enc.ids
+            mark += [False] + [any(a <= s < b or s <= a < e for a, b in spans) for s, e in enc.offsets]
+        start = rng.randrange(0, len(ids) - seq_len) if len(ids) > seq_len + 1 else 0
+        rows.append(ids[start:start + seq_len + 1])
+        marks.append(mark[start:start + seq_len + 1])
+    return _rows(rows, marks)
+
+
+def patchwork_span(stream, length: int, piece_max: int, generator: torch.Generator) -> list[int]:
+    """`length` tokens stitched from pieces of 1..piece_max tokens taken from random places in the
+    stream: text-like up close (real bigrams inside each piece), but not a passage the model can have
+    memorised, so its second occurrence is predictable only by finding the first."""
+    out: list[int] = []
+    while len(out) < length:
+        k = int(torch.randint(1, piece_max + 1, (1,), generator=generator))
+        px, _ = stream.sample_batch(1, k, generator)
+        out += px[0].tolist()
+    return out[:length]
+
+
+def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
+                vocab: int, piece_max: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows where spans of corpus text (8-24 tokens) come back after a gap of other corpus text,
+    half the time inside the window (0-16 tokens), half far back (32-400 tokens): the second copy
+    can only be predicted by finding the first. Real-text spans (frequent tokens with trained
+    embeddings) make this the quickest way for a small model to learn to copy from far back; random
+    token ids are much slower to learn from. `vocab` is kept for the signature. The answer marks sit
+    on the second copy's tokens after its first.
+
+    A contiguous span of the training stream can be predicted the second time from memory of the
+    corpus (it is seen for several epochs), so it teaches recall of the corpus, not copying:
+    `piece_max` > 0 stitches each span from pieces of 1..piece_max tokens (`patchwork_span`)."""
+    rows, marks = [], []
+    for _ in range(n):
+        ids: list[int] = []
+        mark: list[bool] = []
+        while len(ids) < seq_len + 1:
+            span_len = int(torch.randint(8, 25, (1,), generator=generator))
+            near = bool(torch.rand((), generator=generator) < 0.5)
+            gap = int(torch.randint(0, 17, (1,), generator=generator)) if near else \
+                int(torch.randint(32, 401, (1,), generator=generator))
+            if piece_max:
+                span = patchwork_span(stream, span_len, piece_max, generator)
+            else:
+                sx, _ = stream.sample_batch(1, span_len, generator)
+                span = sx[0].tolist()
+            fx, _ = stream.sample_batch(1, max(gap, 2), generator)
+            ids += span + fx[0, :gap].tolist() + span
+            mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+        rows.append(ids[:seq_len + 1])
+        marks.append(mark[:seq_len + 1])
+    return _rows(rows, marks)
+
+
+def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generator, span_max: int,
+              gap_max: int, near_frac: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of spans of shuffled familiar tokens, each said twice with 0..gap_max other shuffled
+    tokens between. Text order gives no hint here, so the only way to predict the second copy is to
+    find the first: the sharpest training signal for the copy (induction) circuit, which a small
+    model trained on natural text alone does not form within our CPU budget. Familiar tokens keep
+    the trained embeddings in use. A share `near_frac` of the spans comes back at once (gap 0-2), so
+    the near skill keeps being practised while `gap_max` moves out. The answer marks sit on the
+    second copy's tokens after its first (the only predictable tokens here)."""
+    rows, marks = [], []
+    for _ in range(n):
+        out: list[int] = []
+        mark: list[bool] = []
+        while len(out) < seq_len + 1:
+            span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
+            near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
+            gap = int(torch.randint(0, (2 if near else gap_max) + 1, (1,), generator=generator))
+            pick = ids[torch.randint(0, len(ids), (span_len + gap,), generator=generator)].tolist()
+            out += pick[:span_len] + pick[span_len:] + pick[:span_len]
+            mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+        rows.append(out[:seq_len + 1])
+        marks.append(mark[:seq_len + 1])
+    return _rows(rows, marks)
+
+
+def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Batch `step`: natural-text rows, then drills, repeated text spans and copy rows by their
+    shares -> (x, y, answers): answers marks the targets a look-back can predict (weighted by
+    `answer_weight` in the loss)."""
+    n_drill = int(round(tc.batch * tc.drill_frac))
+    n_rep = int(round(tc.batch * tc.repeat_frac))
+    n_copy = int(round(tc.batch * tc.copy_frac))
+    g = batch_generator(tc, step)
+    x, y = stream.sample_batch(tc.batch - n_drill - n_rep - n_copy, tc.seq_len, g)
+    parts = [(x, y, torch.zeros_like(y, dtype=torch.bool))]
+    if n_drill:
+        parts.append(drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step))
+    if n_rep:
+        parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size(), tc.repeat_pieces))
+    if n_copy:
+        parts.append(copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span,
+                               copy_gap_at(tc, step), tc.copy_near_frac))
+    return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

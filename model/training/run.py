@@ -1,0 +1,156 @@
+"""A language-model training run, step by step: start (build the model, initialise from a previous
+phase, resume from a checkpoint), the step loop (progress, evaluations, checkpoints every
+`ckpt_every` steps), and finish (the DSpark drafter against the frozen target, the final weights
+and training.json with every phase's command, tokens and wall time). `python -m model train` is
+its command line (model/cli/train.py).
+
+Deterministic for a seed: batch n comes from a generator seeded with (seed, n), so a resumed run sees
+the same batches as an uninterrupted one (model/training/batches.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from ..checkpoint.native import save_checkpoint
+from ..corpus.dataset import TokenStream
+from ..corpus.tokenizer import load_tokenizer
+from ..model import V41Model
+from .batches import make_batch
+from .dspark import train_drafter
+from .evaluation import EVAL_KEYS, quick_eval
+from .schedule import TrainConfig, window_at
+from .state import init_from, load_state, save_state
+from .step import build_model, make_optimizer, set_window, train_step
+
+
+@dataclass
+class Run:
+    """A training run in progress: its settings, data, model and optimizer, and the steps done so far."""
+
+    tc: TrainConfig
+    tok: Tokenizer
+    stream: TokenStream
+    model: V41Model
+    opt: torch.optim.Optimizer
+    device: torch.device
+    ckpt_dir: Path
+    start: int = 0                       # the step this process started at (> 0 when resumed)
+    log: list[dict] = field(default_factory=list)
+    previous: dict | None = None         # the phase this run was initialised from (--init-from)
+
+    @property
+    def end(self) -> int:
+        """The last step of this process: `stop_at` cuts a run short keeping the schedule of `steps`."""
+        return min(self.tc.stop_at or self.tc.steps, self.tc.steps)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.tc.batch * self.tc.seq_len
+
+
+def start_run(tc: TrainConfig, device: torch.device, ckpt_dir: Path, resume: bool) -> Run:
+    """Build the model and optimizer, initialise from `tc.init_from`, resume from `ckpt_dir` if asked."""
+    tok = load_tokenizer(tc.tokenizer)
+    m = build_model(tc, tok).to(device)
+    run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc), device, ckpt_dir)
+    if tc.init_from:
+        run.previous = init_from(m, Path(tc.init_from))
+        print(f"initialised from {tc.init_from}", file=sys.stderr)
+    if resume and (ckpt_dir / "ckpt.safetensors").exists():
+        run.start, run.log = load_state(ckpt_dir, m, run.opt)
+        print(f"resumed from {ckpt_dir} at step {run.start}", file=sys.stderr)
+    return run
+
+
+def train_steps(run: Run) -> float:
+    """Steps start..end with a progress line, quick evaluations every `eval_every` steps and checkpoints
+    every `ckpt_every` (both also at the end). Returns the wall seconds."""
+    tc, m = run.tc, run.model
+    t0 = time.time()
+    n_params = sum(p.numel() for p in m.parameters())
+    print(f"training {tc.preset}: {n_params / 1e6:.2f}M parameters, {tc.steps} steps x {run.tokens_per_step} tokens "
+          f"on {run.device} ({torch.get_num_threads()} threads)", file=sys.stderr)
+    for step in range(run.start, run.end):
+        x, y, answers = make_batch(tc, run.stream, run.tok, step)
+        set_window(m, window_at(tc, step))
+        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), tc, step, answers)
+        rec["step"] = step + 1
+        _progress(run, rec, step, time.time() - t0)
+        if (step + 1) % tc.eval_every == 0 or step + 1 == run.end:
+            rec.update(quick_eval(m, run.tok, tc.seq_len))
+            print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(EVAL_KEYS)),
+                  file=sys.stderr)
+        run.log.append(rec)
+        if (step + 1) % tc.ckpt_every == 0 or step + 1 == run.end:
+            save_state(run.ckpt_dir, m, run.opt, step + 1, tc, run.log)
+    print(file=sys.stderr)
+    return time.time() - t0
+
+
+def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
+    steps = run.tc.steps
+    done = step + 1 - run.start
+    rate = done * run.tokens_per_step / elapsed
+    eta = (steps - step - 1) * elapsed / done
+    bar = "#" * int(30 * (step + 1) / steps)
+    print(f"\r[{bar:<30}] {step + 1}/{steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f} "
+          f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
+
+
+def finish(run: Run, out: Path, command: str, train_seconds: float) -> None:
+    """Train the drafter (when the config has one and `drafter_steps` > 0), write the final weights, the
+    tokenizer and training.json into `out`."""
+    tc, m = run.tc, run.model
+    set_window(m, 0)
+    m.eval()
+    drafter_info = None
+    if tc.drafter_steps and m.cfg.num_nextn_predict_layers:
+        drafter_info = train_drafter(m, run.stream, steps=tc.drafter_steps, seed=tc.seed, log=sys.stderr)
+    save_checkpoint(m, out, tokenizer=None, metadata={"trained_by": "python -m model train"})
+    if Path(tc.tokenizer).resolve() != (out / "tokenizer.json").resolve():
+        shutil.copy(tc.tokenizer, out / "tokenizer.json")
+    info = training_record(run, command, train_seconds, drafter_info)
+    (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"wrote {out} (training {train_seconds / 60:.1f} min)", file=sys.stderr)
+
+
+def training_record(run: Run, command: str, train_seconds: float, drafter_info: dict | None) -> dict:
+    """training.json: the command, settings, data, machine, final evaluation, the drafter's record,
+    every phase so far and the log of every step."""
+    tc, end = run.tc, run.end
+    final = run.log[-1] if run.log else {}
+    # A run initialised from shipped weights carries their phase list forward and adds itself,
+    # so training.json keeps every phase's command, tokens and wall time.
+    prior = Path(tc.init_from) / "training.json" if tc.init_from else None
+    phases = json.loads(prior.read_text()).get("phases", []) if prior is not None and prior.exists() else []
+    phases = phases + [{"run": str(run.ckpt_dir), "steps_done": end, "schedule_steps": tc.steps,
+                        "tokens": end * run.tokens_per_step,
+                        "command": command,
+                        "wall_seconds_last_segment": round(train_seconds, 1), "resumed_at_step": run.start or None,
+                        "last_eval": {k: v for k, v in final.items() if k.startswith(EVAL_KEYS)}}]
+    return {
+        "command": command,
+        "seed": tc.seed, "preset": tc.preset, "train_config": asdict(tc),
+        "data": {"stream": tc.stream, "manifest": run.stream.manifest, "tokenizer": tc.tokenizer},
+        "steps": end, "tokens": end * run.tokens_per_step, "parameters": sum(p.numel() for p in run.model.parameters()),
+        "wall_seconds": round(train_seconds, 1), "resumed_at_step": run.start or None,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(run.device),
+                    "torch": torch.__version__},
+        "final": {k: v for k, v in final.items() if isinstance(v, (int, float))},
+        "drafter": drafter_info,
+        "previous_phase": run.previous,
+        "phases": phases,
+        "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in run.log],
+    }

@@ -1,0 +1,84 @@
+"""The settings of a language-model training run (`TrainConfig`) and the schedules read from them per
+step: learning rate (warm-up then cosine), the staged training window and copy gap, the batch seed.
+
+Follows reference-brief.md §3.3 (dense warm-up of the indexer, then sparse training) and the look-back
+curriculum of issue 15 (`window_stages`, `copy_gap_stages`; model/training/batches.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "tiny"
+    steps: int = 480
+    batch: int = 16
+    seq_len: int = 512
+    lr: float = 3e-3
+    min_lr_frac: float = 0.1
+    warmup_steps: int = 30
+    dense_warmup_frac: float = 0.08     # share of steps with dense compressed attention (indexer warm-up)
+    indexer_weight: float = 1.0
+    bias_gamma: float = 1e-3
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    seed: int = 0
+    threads: int = 0                    # 0 = all cores
+    ckpt_every: int = 40
+    eval_every: int = 120
+    drafter_steps: int = 300
+    stream: str = ".cache/corpus/tokens_train.npy"
+    tokenizer: str = "data/weights/tiny/tokenizer.json"
+    drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/corpus/stories.py)
+    repeat_frac: float = 0.0            # share made of repeated text spans (pure copy-from-far-back practice)
+    repeat_pieces: int = 0              # >0: repeated spans stitched from pieces of 1..N tokens (not memorisable)
+    copy_frac: float = 0.0              # share made of shuffled frequent-token spans said twice (induction practice)
+    copy_span: int = 5                  # those spans are 3..copy_span tokens long
+    copy_gap: int = 0                   # with 0..copy_gap other shuffled tokens between the two copies
+    copy_vocab: int = 300               # drawn from this many most frequent tokens of the stream
+    train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
+    window_stages: str = ""             # "step:window,..." e.g. "0:8,300:16,600:0" (overrides train_window)
+    copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages
+                                        # (overrides copy_gap)
+    copy_near_frac: float = 0.0         # share of copy spans said again at once (gap 0-2) whatever the far gap
+    answer_weight: float = 1.0          # loss weight of look-back targets (drill answers, second copies)
+    init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
+    stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
+    fast: bool = False                  # compiled kernels, same maths (model/fusion.py); the command line turns it on
+
+
+def staged(spec: str, step: int, default: int) -> int:
+    """The value of a "step:value,step:value" schedule at `step` (the last stage started); `default`
+    before the first stage or when `spec` is empty."""
+    value = default
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        at, _, v = part.partition(":")
+        if not (at.strip().isdigit() and v.strip().lstrip("-").isdigit()):
+            raise ValueError(f"bad stage {part!r} in {spec!r}: write step:value, e.g. 0:8,300:16")
+        if step >= int(at):
+            value = int(v)
+    return value
+
+
+def window_at(tc: TrainConfig, step: int) -> int:
+    return staged(tc.window_stages, step, tc.train_window)
+
+
+def copy_gap_at(tc: TrainConfig, step: int) -> int:
+    return staged(tc.copy_gap_stages, step, tc.copy_gap)
+
+
+def lr_at(tc: TrainConfig, step: int) -> float:
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    t = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
+    return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(tc.seed * 1_000_003 + step)

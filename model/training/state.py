@@ -1,0 +1,68 @@
+"""Resumable training state: the model and AdamW state in one safetensors file plus a JSON record of
+the step, the run's settings and its log (never a pickle); reading the model tensors of such a file,
+or a previous phase's weights, to start a new phase from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..checkpoint.native import load_state_dict
+from ..model import V41Model
+from .schedule import TrainConfig
+
+
+def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, tc: TrainConfig, log: list) -> None:
+    """Write ckpt.safetensors (model under `model.`, optimizer state under `opt.`, atomically) and ckpt.json."""
+    path.mkdir(parents=True, exist_ok=True)
+    t = {f"model.{k}": v.detach().contiguous() for k, v in m.state_dict().items()}
+    names = {id(p): n for n, p in m.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if not st:
+                continue
+            n = names[id(p)]
+            for k, v in st.items():
+                t[f"opt.{n}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().contiguous().clone()
+    tmp = path / "ckpt.safetensors.tmp"
+    save_file(t, str(tmp))
+    os.replace(tmp, path / "ckpt.safetensors")
+    (path / "ckpt.json").write_text(json.dumps({"step": step, "train": asdict(tc), "log": log}))
+
+
+def model_state(t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's tensors of a training checkpoint (save_state stores them under `model.`)."""
+    return {k[len("model."):]: v for k, v in t.items() if k.startswith("model.")}
+
+
+def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int, list]:
+    """Restore what save_state wrote (model strictly, optimizer state by parameter name) -> (step, log)."""
+    t = load_file(str(path / "ckpt.safetensors"))
+    meta = json.loads((path / "ckpt.json").read_text())
+    m.load_state_dict(model_state(t), strict=True)
+    params = dict(m.named_parameters())
+    for key, v in t.items():
+        if not key.startswith("opt."):
+            continue
+        name, field = key[4:].rsplit(".", 1)
+        opt.state[params[name]][field] = v
+    return meta["step"], meta.get("log", [])
+
+
+def init_from(m: V41Model, src: Path) -> dict:
+    """Load the weights a new phase starts from: a training checkpoint (its model tensors, strict) or a
+    weights directory (load_state_dict, not strict). Returns the record of that previous phase."""
+    if (src / "ckpt.safetensors").exists():
+        m.load_state_dict(model_state(load_file(str(src / "ckpt.safetensors"))), strict=True)
+        meta = json.loads((src / "ckpt.json").read_text())
+        return {"from": str(src), "step": meta["step"], "train_config": meta["train"],
+                "log_every_step": meta.get("log", [])}
+    load_state_dict(m, src, strict=False)
+    return {"from": str(src)}

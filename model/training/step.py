@@ -1,0 +1,104 @@
+"""One optimisation step of the language model: the losses, their gradients, the update and the
+balancing rule (reference-brief.md §3.3 indexer training, §8.1 load balancing).
+
+- language-model loss: next-token cross entropy, the look-back answers weighted `answer_weight`;
+- the indexer's own signal: KL from the main attention's distribution over compressed entries to the
+  index scores, with the indexer's inputs detached; dense (every visible entry attended, KL over all
+  of them) for the first `dense_warmup_frac` of the steps, then sparse (top-k attended, KL over the
+  selected set);
+- aux-loss-free balancing: after each step, each MoE's selection bias moves by gamma towards equal
+  load (outside gradient descent).
+`fast` runs the same maths with compiled kernels (model/fusion.py; bench.train measures it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..arch.context import Ablation
+from ..arch.engram import compressed_token_map
+from ..config import V41Config
+from ..fusion import fusable, fused
+from ..model import V41Model
+from .schedule import TrainConfig, lr_at
+
+
+def set_window(m: V41Model, window: int) -> None:
+    """Narrow the sliding window of every layer to its last `window` rows (training curriculum);
+    0 restores the config's. Only a mask changes, never a shape, so compiled kernels are reused."""
+    if window > m.cfg.sliding_window:
+        raise ValueError(f"a training window of {window} is wider than the config's {m.cfg.sliding_window}")
+    for layer in m.layers:
+        layer.attn.limit = window or m.cfg.sliding_window
+
+
+def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41Model:
+    """A freshly initialised model of the run's preset (or `cfg`), its Engram sized to the tokenizer."""
+    cfg = cfg or V41Config.preset(tc.preset)
+    if cfg.engram_layer_ids:
+        _, n = compressed_token_map(tokenizer)
+        cfg = cfg.replace(engram_compressed_vocab_size=n).validate()
+    torch.manual_seed(tc.seed)
+    m = V41Model(cfg).init_weights(tc.seed)
+    m.bind_tokenizer(tokenizer)
+    return m
+
+
+def make_optimizer(m: V41Model, tc: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with weight decay on the matrices only (not the mHC parameters or the embeddings)."""
+    decay, no_decay = [], []
+    for name, p in m.named_parameters():
+        if not p.requires_grad:
+            continue
+        matrix = p.ndim >= 2 and "hc_" not in name and not name.endswith("embed.weight")
+        (decay if matrix else no_decay).append(p)
+    # foreach: one multi-tensor kernel per AdamW operation instead of a Python loop over ~300 tensors
+    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95), eps=1e-8,
+                             foreach=tc.fast)
+
+
+@fusable
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
+            weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token cross entropy -> (the weighted mean that is trained, the plain mean that is reported).
+    Fused: no [N, V] gradient buffer filled twice."""
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           reduction="none")
+    plain = ce.mean()
+    if weights is None:
+        return plain, plain
+    w = weights.reshape(-1)
+    return (ce * w).sum() / w.sum().clamp_min(1e-20), plain
+
+
+def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
+                     answers: torch.Tensor | None = None):
+    """The loss (LM, its look-back answers weighted by `answer_weight`, + weighted indexer KL) and
+    its gradients, accumulated into the parameters. Returns (plain LM loss, indexer KL, model output
+    with the routing choices)."""
+    m.train()
+    weights = None
+    if answers is not None and tc.answer_weight != 1.0:
+        weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
+    with fused(tc.fast):
+        out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense))
+        lm, plain = lm_loss(out.logits, y, weights)
+        il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
+        (lm + tc.indexer_weight * il).backward()
+    return plain, il, out
+
+
+def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
+               step: int, answers: torch.Tensor | None = None) -> dict[str, float]:
+    dense = step < int(tc.dense_warmup_frac * tc.steps)
+    for g in opt.param_groups:
+        g["lr"] = lr_at(tc, step)
+    opt.zero_grad(set_to_none=True)
+    lm, il, out = forward_backward(m, x, y, tc, dense, answers)
+    gn = torch.nn.utils.clip_grad_norm_(m.parameters(), tc.clip, foreach=tc.fast)
+    opt.step()
+    for lid, idx in out.routings:
+        m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
+    return {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn),
+            "lr": lr_at(tc, step), "dense": dense}
