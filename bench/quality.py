@@ -32,7 +32,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = ("inside", "just_past", "far")
-# python -m model.stories --heldout-templates
+# python -m model stories --heldout-templates
 HELDOUT_TEMPLATES = ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"
 
 
