@@ -1,16 +1,16 @@
-"""AppTest for the Start page and the Figure 3 journey: each page renders on CPU with the random tiny
-weights, its main controls change what is shown, the URL reopens a view, bad input gives a message."""
+"""AppTest for the Figure 3 journey (Figure 3, layer map, CSA2 modes, attention shares, recurrence): each page
+renders on CPU with the random tiny weights, its main controls change what is shown, the URL reopens a view, bad
+input gives a message. The Start page and the weights choice are in test_app_start.py."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from conftest import ROOT
 from streamlit.testing.v1 import AppTest
 
 from ui.text import as_shown
 
-PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]
+PAGES = ["figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]
 
 
 def app(page: str, **params) -> AppTest:
@@ -224,24 +224,6 @@ def test_recurrence_non_reuse_layer_param():
     assert any("not a Reuse layer" in w.value for w in at.warning)
 
 
-# ---- Start ----------------------------------------------------------------------------------------------------
-def test_start_empty_prompt():
-    at = app("start")
-    assert any("random weights" in i.value for i in at.info)
-    at.text_area(key="start_prompt").input("").run()
-    no_errors(at)
-    assert any("empty" in w.value for w in at.warning)
-
-
-def test_unknown_weights_choice():
-    at = AppTest.from_file(str(ROOT / "pages" / "layer_map.py"), default_timeout=180)
-    at.query_params["weights"] = "bogus"
-    at.run()
-    no_errors(at)
-    assert any("is not a weights choice" in w.value for w in at.warning)
-    assert isinstance(at.dataframe[0].value, pd.DataFrame)
-
-
 def test_url_reopens_the_same_view():
     at = app("figure3", config="running", compact=1, step=4, box="attn:2", numbering=1)
     no_errors(at)
@@ -255,14 +237,3 @@ def test_url_reopens_the_same_view():
     assert (sh.selectbox(key="sh_layer").value, sh.selectbox(key="sh_head").value, sh.slider(key="sh_pos").value) \
         == (7, 2, 40)
     assert sh.metric[0].value == "24"      # 0.3 x 10 + 0.7 x 30
-
-
-@pytest.mark.parametrize("page", PAGES[1:])
-def test_pages_without_a_model(page, tmp_path, monkeypatch):
-    """Checkpoint chosen but the server offers none: no model; every page still renders with a message."""
-    monkeypatch.setenv("V41_CHECKPOINT_ROOTS", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=180)
-    at.query_params["weights"] = "checkpoint"
-    at.run()
-    no_errors(at)
-    assert at.error or at.info
