@@ -1,4 +1,5 @@
-"""`python -m model <command>`: the table of commands and the dispatcher (ARCHITECTURE.md §4).
+"""`python -m model <command>`: the table of commands and the dispatcher (STYLE.md: "command lines live
+apart", one thin `main(argv)` per command; ARCHITECTURE.md §4 names `python -m model info`).
 
 Each command is a module of this package with a thin `main(argv) -> int`; the dispatcher imports
 only the one asked for (importlib), so `--help` stays quick and a command's heavy imports (torch
