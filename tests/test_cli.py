@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import model.training.run as training_run
 from model.cli import COMMANDS, main
@@ -21,6 +22,13 @@ def test_help_lists_every_command(capsys):
     assert tuple(COMMANDS) == EXPECTED
     for name, cmd in COMMANDS.items():
         assert f"  {name}" in out and cmd.help in out
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_every_command_answers_help_through_the_dispatcher(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([name, "--help"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m model")
 
 
 def test_an_unknown_command_is_a_clear_error_with_exit_2(capsys):
