@@ -11,7 +11,7 @@ forms while the layer below is still at the uniform share (`python -m bench.micr
 induction column is the one that decides whether the model can copy.
 
 On held-out prose, a span of `span` tokens is said twice, `gap` tokens apart; from a trace of the
-running model (model/trace.py `Shares`) this reports, per layer and head:
+running model (model/inference/trace.py `Shares`) this reports, per layer and head:
 - `prev`: the mean window share on the position just before the query (uniform over a 32-row window
   is 0.03; a previous-token head in a trained model puts most of its weight there);
 - `induction`: at the second copy, the mean window share on the token after the first copy's match;

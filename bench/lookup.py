@@ -7,7 +7,7 @@ values from disjoint id ranges, keys at even positions so a ratio-2 group holds 
 then `filler` random filler ids, then the same pairs again in a random order. The value of each
 repeated pair is predictable only from its first occurrence, which lies more than `window` tokens
 back, so the only route to it is the compressed entries (the window-only ablation scores chance,
-1/n_values). Loss: next-token cross entropy on every position (as in model/train.py), or on the
+1/n_values). Loss: next-token cross entropy on every position (as in model/training/step.py), or on the
 answers only (`--answer-loss 1`), or with the answers weighted (`--answer-weight 10`). Reports answer
 accuracy, the attention mass the answers put on compressed entries, and per-component gradient norms
 into the compressors and the compressed layers' queries.

@@ -3,7 +3,7 @@
 `python -m bench.micro_copy [--steps 200] [--engram off]`
 
 Trains the `micro` preset (window 8) from scratch on rows of shuffled ids in which spans of 3-5 ids
-are said again 0-2 ids later (model.train.copy_rows), answers weighted x20, compressed attention
+are said again 0-2 ids later (model.training.batches.copy_rows), answers weighted x20, compressed attention
 dense; every 50 steps it reports the share of a held-out copy predicted and, per layer, the
 previous-token and induction shares of each head (bench.heads.head_scores). `--engram off` switches
 Engram off in training and evaluation. The README ("The shipped run") quotes its numbers: the

@@ -7,8 +7,8 @@ Measures, on held-out data shipped in data/heldout (no download needed):
 - recall accuracy on held-out generated stories, bucketed by the distance between the fact and the
   question: inside the window, just past it, far past it;
 - copy accuracy: held-out text spans said twice, near (inside the window) and far (past it), the
-  plainest test of whether the model can look back at all (model.train.copy_accuracy);
-- the same with one component removed at inference time (model.context.Ablation), and with bounded
+  plainest test of whether the model can look back at all (model.training.evaluation.copy_accuracy);
+- the same with one component removed at inference time (model.arch.context.Ablation), and with bounded
   instead of exact prefill.
 - far recall on stories whose names, objects and fact/question templates never occur in training
   (data/heldout/stories_heldout_templates.jsonl): retrieval, not template matching.

@@ -1,6 +1,6 @@
 """`python -m bench.train`: tokens per second of one full training step, eager against fast.
 
-The step is model.train.train_step on the tiny preset (forward with the indexer KL and routing,
+The step is model.training.step.train_step on the tiny preset (forward with the indexer KL and routing,
 backward, gradient clipping, AdamW, the MoE bias update), on one fixed batch of training-stream
 text (random ids when the stream is absent), with the same thread count for both. "Fast" is the
 same maths with model/fusion.py's compiled kernels and multi-tensor optimizer and clipping

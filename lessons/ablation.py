@@ -2,7 +2,7 @@
 
 Follows the first seed's closing advice in our words (measure quality next to time and memory at a
 comparable budget, then switch one piece off) and ARCHITECTURE.md §3 (the switches are
-`model.context.Ablation`, applied at inference time to the trained weights). Answer quality comes from
+`model.arch.context.Ablation`, applied at inference time to the trained weights). Answer quality comes from
 bench/quality.py's `evaluate` (held-out loss, recall by distance bucket), so the page and the benchmark
 report the same numbers for the same settings.
 """

@@ -31,7 +31,7 @@ KIND_LABELS = {
     "block_scales": "block scales", "pending": "pending rows", "recurrent_state": "recurrent state",
     "drafter": "drafter cache", "replay_input": "replay input (streams + pre)",
 }
-ENGINE_KINDS = ("window", "latents", "index_keys", "pending")  # what model.cache.Cache.nbytes() reports
+ENGINE_KINDS = ("window", "latents", "index_keys", "pending")  # what model.inference.cache.Cache.nbytes() reports
 MAX_BYTES = 2 ** 63 - 1  # results must fit a signed 64-bit integer (pandas, JSON consumers)
 
 
@@ -156,7 +156,7 @@ class Store:
     persist: str = "always"        # in the persistent prefix cache: "always" | "window" (only if the decoder's
                                    # windows are kept) | "replay" (only if they are not) | "never"
     hbm: bool = True               # held on the accelerator between steps (the replay input is not)
-    in_engine: bool = False        # held by model.cache.Cache (V4.1 configs; not the drafter's cache)
+    in_engine: bool = False        # held by model.inference.cache.Cache (V4.1 configs; not the drafter's cache)
     note: str = ""
 
     @property

@@ -88,7 +88,7 @@ class FactTokens:
 
     @property
     def distance(self) -> int:
-        """Answer position minus the fact colour's first position (model.stories' definition)."""
+        """Answer position minus the fact colour's first position (model.corpus.stories' definition)."""
         return self.query + 1 - self.colour_positions[0]
 
 

@@ -1,7 +1,7 @@
 """The indexer-pools lesson: a useful entry left outside the candidate pool cannot be chosen.
 
 Follows reference-brief.md §5.3 (hierarchical top-k) and §5.2 (Reindex layers), using the model's own
-selection functions (`model.indexer.candidate_pool`, `select_topk`) on recorded scores.
+selection functions (`model.arch.indexer.candidate_pool`, `select_topk`) on recorded scores.
 
 Two levels, as in the model:
 1. The candidate source (the first decoder layer) scores every visible entry, max-pools the scores over
@@ -188,7 +188,7 @@ def pool_mask(candidate_scores: torch.Tensor, positions: torch.Tensor, ratio: in
 
 
 def stable_topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., T] -> bool mask of the same entries `model.indexer.select_topk` picks (top k, equal scores to the
+    """[..., T] -> bool mask of the same entries `model.arch.indexer.select_topk` picks (top k, equal scores to the
     lower index, -inf never), without its full stable sort: everything above the k-th largest value, then the
     lowest-index entries equal to it until k are taken. A test checks it against select_topk."""
     k = min(int(k), scores.shape[-1])

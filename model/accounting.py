@@ -8,7 +8,7 @@ shapes by component; active parameters per token follow from which modules a tok
 In both, a token uses one embedding row, the shared expert and `num_experts_per_tok` routed experts
 of each MoE, and (N-1) x heads rows of each Engram table it passes.
 
-`cache_bytes(cfg, ...)` predicts, from the config alone, the bytes `model.cache.Cache` holds: the
+`cache_bytes(cfg, ...)` predicts, from the config alone, the bytes `model.inference.cache.Cache` holds: the
 second seed's entries x numbers per entry x stored layer copies x bits per number, plus block
 scales and pending rows (ARCHITECTURE.md §3.2).
 """
@@ -89,7 +89,7 @@ def _vision_shapes(cfg: V41Config) -> int:
     block = 4 * h * h + 4 * h + 3 * h * i + 2 * h
     patch = 3 * v.patch_size ** 2 * h + h
     aligner = (h * v.downsample_ratio ** 2 + 1) * cfg.hidden_size + (cfg.hidden_size + 1) * cfg.hidden_size
-    return v.num_hidden_layers * block + patch + h + aligner + 3 * cfg.hidden_size  # as model/vision.py
+    return v.num_hidden_layers * block + patch + h + aligner + 3 * cfg.hidden_size  # as model/arch/vision.py
 
 
 def _meta_model(cfg: V41Config) -> V41Model:

@@ -333,7 +333,7 @@ def test_valid_checkpoint_directory_loads(allowed):
         assert at.query_params["ckpt"] == [f"{allowed.name}/ok"] or at.query_params["ckpt"] == f"{allowed.name}/ok"
 
 
-# ---- persistent prefix cache overwritten with garbage (model.prefix_cache; no page uses it yet) ------------------
+# ---- persistent prefix cache overwritten with garbage (model.inference.prefix_cache; no page uses it yet) ----
 @pytest.mark.parametrize("what", ["state_file", "index"])
 def test_prefix_cache_garbage_is_dropped_and_recomputed(tmp_path, what):
     from model.inference.engine import prefill

@@ -1,7 +1,7 @@
 """The compressed branch learns a far look-back from scratch when the answers carry the loss (issue 15).
 
 `test_compressed_branch_learns_far_recall` trains the `micro` preset with window 4 on the recall
-task of model/lookback.py: a value said once, asked for 12+ tokens later, reachable only through
+task of model/training/lookback.py: a value said once, asked for 12+ tokens later, reachable only through
 compressed entries. With the answer-weighted loss it is recalled well above chance within 60 steps;
 with the plain next-token mean over every position the same run stays at chance (1/64) for 150+
 steps (bench/lookup.py, table in the diag15 report): the fix is the loss, the forward is unchanged.

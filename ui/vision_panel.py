@@ -1,7 +1,7 @@
 """Images in the app: a picture input (upload with limits, or a sample) and the vision drawings.
 
 For the Figure 3 walkthrough's vision box and the prompt inspector (reference-brief.md §5.10):
-- `image_input(key)` -> PIL image or None: samples from model/images.py or an upload checked by
+- `image_input(key)` -> PIL image or None: samples from model/corpus/scenes.py or an upload checked by
   content (PNG/JPEG only, size and pixel limits); problems are shown with `st.error`, never raised.
 - `draw_vision_steps(model, image)`: picture -> patches -> image tokens -> sequence positions.
 - `draw_image_prompt(model, text, image)`: which positions are image tokens, how the routers treat

@@ -159,7 +159,7 @@ class Backbone(torch.nn.Module):
         return streams, pre_mix
 
     def layer(self, i: int) -> Block:
-        """Layer i, ready to run. A layer-streamed model (model/release.py) loads it on demand here."""
+        """Layer i, ready to run. A layer-streamed model (model/checkpoint/streaming.py) loads it on demand here."""
         if self.streamer is not None:
             return self.streamer.layer(i)
         return self.layers[i]

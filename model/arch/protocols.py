@@ -2,7 +2,7 @@
 
 Not a design section of its own: the interfaces between the forward maths (ARCHITECTURE.md §4,
 reference-brief.md §5) and the inference code that implements them (model/inference/cache.py,
-model/inference/trace.py, the layer streamer of model/checkpoint/release.py). Typing against these
+model/inference/trace.py, the layer streamer of model/checkpoint/streaming.py). Typing against these
 keeps arch/ free of imports from the packages above it.
 """
 

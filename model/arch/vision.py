@@ -255,7 +255,7 @@ def encode_image(model, pixels: torch.Tensor) -> torch.Tensor:
     """[B, 3, H, W] -> [B, rows, cols, D] image-token embeddings (tower, then aligner)."""
     if not has_vision(model):
         raise ImageError("this model has no vision tower: its weights carry no vision.* tensors "
-                         "(call model.vision.attach_vision(model) for random ones)")
+                         "(call model.arch.vision.attach_vision(model) for random ones)")
     return model.aligner(model.vision(pixels.to(model.embed.weight.device)).features)
 
 

@@ -77,7 +77,7 @@ class LayerStreamer:
             plans = {n: p for n, p in plans.items() if not n.startswith(f"layers.{i}.engram.embed.")}
         cast_params(blk, self.dtype)
         blk.to_empty(device=self.device)
-        if len(plans) != len(blk.state_dict()):  # load_release checked every tensor; this guards a changed Block
+        if len(plans) != len(blk.state_dict()):  # the loader checked every tensor; this guards a changed Block
             raise RuntimeError(f"internal: layer {i} has {len(blk.state_dict())} tensors, the plan {len(plans)}")
         nbytes = fill(blk, plans, self.ck, self.device, self.block, prefix=f"layers.{i}.")
         blk.requires_grad_(False)
