@@ -5,7 +5,8 @@ its static part 2*sigmoid(base) (what `post` is with the input-dependent project
 RMS of the attention output y, of post*y (what actually enters a stream) and of the streams it is
 added to, and the RMS of the wo_b weight (the last projection of the attention output). A small
 `post` with a large y is a rescaling (the same write, in other units); a small post*y relative to
-the streams is a layer whose attention is effectively switched off.
+the streams is a layer whose attention is effectively switched off. Ends with one line
+`mhc_post: layers=... min_post=... mean_post=... min_post_y_layer=... min_post_y_rms=...`.
 """
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     path = argv[0] if argv else "data/weights/tiny"
     m = load(path, device="cpu")
     x, _ = next(iter(heldout_natural_batches(heldout_natural_tokens(m.tokenizer), 4, 256)))
-    print(format_rows(post_report(m, x)))
+    rows = post_report(m, x)
+    print(format_rows(rows))
+    low = min(rows, key=lambda r: r["post_y_rms"])  # the layer whose attention writes least into the streams
+    print(f"mhc_post: layers={len(rows)} min_post={min(r['post'] for r in rows):.3f} "
+          f"mean_post={sum(r['post'] for r in rows) / len(rows):.3f} min_post_y_layer={low['layer']} "
+          f"min_post_y_rms={low['post_y_rms']:.4f}")
     return 0
 
 
