@@ -29,8 +29,8 @@ RANKS = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = ["model", *path.relative_to(MODEL).with_suffix("").parts]
+def module_name(path: Path, root: Path = MODEL) -> str:
+    parts = ["model", *path.relative_to(root).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -42,9 +42,9 @@ def is_package(name: str, mods: dict[str, Path]) -> bool:
     return mods.get(name, Path()).name == "__init__.py"
 
 
-def imports(path: Path, mods: dict[str, Path]) -> list[tuple[str, int, bool]]:
+def imports(path: Path, mods: dict[str, Path], root: Path = MODEL) -> list[tuple[str, int, bool]]:
     """(imported module, line, inside a function) for every import of a model/ module in `path`."""
-    name = module_name(path)
+    name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
     out: list[tuple[str, int, bool]] = []
@@ -163,12 +163,11 @@ def test_the_walk_sees_every_kind_of_import(tmp_path):
     """The checker itself: a module-level, a function-level and a TYPE_CHECKING import all count."""
     src = ("from typing import TYPE_CHECKING\nfrom .a import x\nif TYPE_CHECKING:\n    from .b import y\n"
            "def f():\n    from .c import z\n")
-    p = MODEL / "arch" / "_probe_layering.py"
-    mods = {**modules(), "model.arch.a": p, "model.arch.b": p, "model.arch.c": p}
-    try:
-        p.write_text(src)
-        got = {(t, inside) for t, _, inside in imports(p, mods)}
-    finally:
-        p.unlink()
+    root = tmp_path / "model"
+    p = root / "arch" / "probe.py"
+    p.parent.mkdir(parents=True)
+    p.write_text(src)
+    mods = {"model.arch.a": p, "model.arch.b": p, "model.arch.c": p}
+    got = {(t, inside) for t, _, inside in imports(p, mods, root)}
     assert got == {("model.arch.a", False), ("model.arch.b", False), ("model.arch.c", True)}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
