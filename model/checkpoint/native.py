@@ -10,6 +10,7 @@ Only safetensors are read: nothing in a checkpoint can execute code.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -128,6 +129,24 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path, cfg: V41Config | N
     if tokenizer is not None:
         tokenizer.save(str(path / "tokenizer.json"))
     return path
+
+
+def rewrite_tensors(path: str | Path, new: dict[str, torch.Tensor], *, drop: str | None = None,
+                    metadata: dict[str, str] | None = None) -> Path:
+    """Rewrite `path/model.safetensors` atomically: every stored tensor (less those whose names start
+    with `drop`) plus, or overwritten by, `new`; the file's metadata kept and `metadata` added. Written
+    to a temp file, synced, then renamed, so an interrupted write never leaves a damaged checkpoint."""
+    f = Path(path) / "model.safetensors"
+    with safe_open(str(f), "pt") as sf:
+        meta = dict(sf.metadata() or {})
+        tensors = {k: sf.get_tensor(k) for k in sf.keys() if drop is None or not k.startswith(drop)}
+    tensors.update({k: v.detach().contiguous().cpu() for k, v in new.items()})
+    tmp = f.with_suffix(".safetensors.tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt", **meta, **(metadata or {})})
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, f)
+    return f
 
 
 def default_device() -> torch.device:

@@ -16,7 +16,8 @@ import torch
 
 from ..checkpoint.loader import load
 from ..corpus.dataset import TokenStream
-from ..training.dspark import DraftTrainConfig, evaluate_drafter, record_drafter, train_drafter, write_drafter
+from ..training.dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
+from ..training.records import write_json_entry
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(info["final_avg_last_50"]), file=sys.stderr)
         return 0
     write_drafter(m, path)
-    tj = record_drafter(path, info)
+    tj = path / "training.json"
+    write_json_entry(tj, "drafter", info)
     print(f"wrote mtp.* into {path / 'model.safetensors'} and 'drafter' into {tj}", file=sys.stderr)
     return 0

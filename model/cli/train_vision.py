@@ -16,7 +16,8 @@ import torch
 from ..arch.vision import MARKERS
 from ..checkpoint.loader import load
 from ..corpus.scenes import HELDOUT_SEED_BASE, TRAIN_SEED_BASE
-from ..training.vision import VisionTrainConfig, evaluate, prepare, train_loop, write_json_entry, write_tensors
+from ..training.records import rounded, write_json_entry
+from ..training.vision import VisionTrainConfig, evaluate, prepare, train_loop, write_tensors
 
 COMMAND = "python -m model train-vision"
 
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> int:
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "device": str(model.device), "torch": torch.__version__},
         "before": before, "heldout": result, "tensors_written": len(written),
-        "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in log],
+        "log_every_step": rounded(log),
     }
     write_json_entry(wdir / "training.json", "vision", entry)
     print(f"wrote {len(written)} tensors into {wdir / 'model.safetensors'} and the 'vision' entry of training.json "

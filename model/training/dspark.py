@@ -9,9 +9,7 @@ acceptance with model/inference/generate.py's `speculative_generate`. `python -m
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 import time
 from contextlib import contextmanager
@@ -21,15 +19,15 @@ from typing import Iterator
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
-from safetensors.torch import save_file
 
 from ..arch.backbone import Backbone
 from ..arch.drafter import Drafter, attach_drafter
+from ..checkpoint.native import rewrite_tensors
 from ..inference.engine import decode_step, prefill
 from ..inference.generate import speculative_generate
 from ..inference.sampling import Sampler
 from ..model import V41Model
+from .records import rounded
 
 
 @dataclass
@@ -229,8 +227,7 @@ def training_record(tc: DraftTrainConfig, pool: Pool, drafter: Drafter, history:
         "parameters": sum(p.numel() for p in drafter.parameters()),
         "final_avg_last_50": {k: _tail_mean(history, k) for k in ("loss", "ce", "tv", "bce", "greedy_match", "beta")},
         "wall_seconds": round(wall, 1),
-        "log_every_10": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}
-                         for r in history[::10]],
+        "log_every_10": rounded(history[::10]),
     }
 
 
@@ -293,29 +290,10 @@ def evaluate_drafter(m: V41Model, prompts: list, max_new_tokens: int = 48, draft
 
 
 # ================================================================================================
-# Writing the drafter (and its training record) into a shipped checkpoint
+# Writing the drafter into a shipped checkpoint (its record: records.write_json_entry)
 # ================================================================================================
 
 def write_drafter(model: Backbone, path: str | Path) -> Path:
     """Rewrite `path/model.safetensors` with the drafter's mtp.* tensors (replacing any old ones),
-    keeping every other tensor and the metadata; written to a temp file, then renamed."""
-    f = Path(path) / "model.safetensors"
-    with safe_open(str(f), "pt") as sf:
-        meta = sf.metadata() or {}
-        tensors = {k: sf.get_tensor(k) for k in sf.keys() if not k.startswith("mtp.")}
-    tensors.update({f"mtp.{k}": v.detach().contiguous().cpu() for k, v in model.mtp.state_dict().items()})
-    tmp = f.with_suffix(".safetensors.tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt", **meta})
-    os.replace(tmp, f)
-    return f
-
-
-def record_drafter(path: str | Path, info: dict) -> Path:
-    """Store the drafter's training record as "drafter" in `path/training.json` (other keys kept)."""
-    tj = Path(path) / "training.json"
-    rec = json.loads(tj.read_text()) if tj.exists() else {}
-    rec["drafter"] = info
-    tmp = tj.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(rec, indent=1) + "\n")
-    os.replace(tmp, tj)
-    return tj
+    keeping every other tensor and the metadata (checkpoint.native.rewrite_tensors)."""
+    return rewrite_tensors(path, {f"mtp.{k}": v for k, v in model.mtp.state_dict().items()}, drop="mtp.")

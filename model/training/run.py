@@ -29,6 +29,7 @@ from ..model import V41Model
 from .batches import make_batch
 from .dspark import train_drafter
 from .evaluation import EVAL_KEYS, quick_eval
+from .records import rounded
 from .schedule import TrainConfig, window_at
 from .state import init_from, load_state, save_state
 from .step import build_model, make_optimizer, set_window, train_step
@@ -152,5 +153,5 @@ def training_record(run: Run, command: str, train_seconds: float, drafter_info: 
         "drafter": drafter_info,
         "previous_phase": run.previous,
         "phases": phases,
-        "log_every_step": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in run.log],
+        "log_every_step": rounded(run.log),
     }

@@ -26,8 +26,6 @@ existing tensor) and a "vision" entry into `<weights>/training.json`.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import sys
 import time
@@ -36,8 +34,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
 
 from ..arch.vision import (
     attach_vision,
@@ -46,6 +42,7 @@ from ..arch.vision import (
     vision_named_parameters,
     vision_state_dict,
 )
+from ..checkpoint.native import rewrite_tensors
 from ..corpus.scenes import HELDOUT_SEED_BASE, PALETTE, TRAIN_SEED_BASE, Scene, draw_scene, make_scene
 from ..inference.images import plan_grid, to_pixels
 from ..inference.vision_inputs import doc_prefix, span_ids
@@ -220,28 +217,10 @@ def evaluate(model, n: int = 300, seed_base: int = HELDOUT_SEED_BASE, batch: int
 def write_tensors(weights_dir: Path, model, metadata: dict[str, str]) -> list[str]:
     """Rewrite model.safetensors atomically: every existing tensor, plus/overwritten by the vision
     tensors and each router's bias_vl. Returns the names written from the model."""
-    f = weights_dir / "model.safetensors"
-    with safe_open(str(f), "pt") as sf:
-        meta = dict(sf.metadata() or {})
-    tensors = load_file(str(f))
-    new = {k: v.detach().contiguous().cpu() for k, v in vision_state_dict(model).items()}
-    new.update({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k.endswith(".bias_vl")})
-    tensors.update(new)
-    meta.update(metadata)
-    tmp = weights_dir / "model.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata=meta)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, f)
+    new = dict(vision_state_dict(model))
+    new.update({k: v for k, v in model.state_dict().items() if k.endswith(".bias_vl")})
+    rewrite_tensors(weights_dir, new, metadata=metadata)
     return sorted(new)
-
-
-def write_json_entry(path: Path, key: str, value) -> None:
-    info = json.loads(path.read_text()) if path.exists() else {}
-    info[key] = value
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(info, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------
