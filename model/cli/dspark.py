@@ -9,7 +9,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -18,6 +17,7 @@ from ..checkpoint.loader import load
 from ..corpus.dataset import TokenStream
 from ..training.dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
 from ..training.records import write_json_entry
+from .options import add_config_options, config_from
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,9 +29,7 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--threads", type=int, default=0)
     tr.add_argument("--stream", default=".cache/corpus/tokens_train.npy")
-    for f, v in asdict(DraftTrainConfig()).items():
-        if f not in ("steps", "seed"):
-            tr.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    add_config_options(tr, DraftTrainConfig, skip=("steps", "seed"))  # those two are named above
     tr.add_argument("--dry-run", action="store_true", help="train but do not write the checkpoint")
     tr.add_argument("--prompts", default="data/prompts.json", help="prompts for the acceptance evaluation")
     tr.add_argument("--eval-tokens", type=int, default=48)
@@ -46,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     m = load(path, device="cpu")
     m.set_part("mtp", None)  # always train from a fresh init
     stream = TokenStream.load(args.stream)
-    tc = DraftTrainConfig(**{f: getattr(args, f) for f in asdict(DraftTrainConfig())})
+    tc = config_from(args, DraftTrainConfig)
     print(f"training the drafter of {path} ({args.steps} steps, {torch.get_num_threads()} threads)", file=sys.stderr)
     info = train_drafter(m, stream, steps=args.steps, seed=args.seed, tc=tc)
     prompts = [p["text"] for p in json.loads(Path(args.prompts).read_text())] if Path(args.prompts).exists() else []

@@ -9,7 +9,6 @@ settings of model/cli/__init__.py (MALLOC_ENV).
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -17,15 +16,12 @@ import torch
 from ..fusion import configure as configure_fusion
 from ..training.run import finish, start_run, train_steps
 from ..training.schedule import TrainConfig
+from .options import add_config_options, config_from
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m model train", description="train the tiny language model")
-    for f, v in asdict(TrainConfig()).items():
-        if isinstance(v, bool):  # --fast / --no-fast; a command-line run is fast unless told otherwise
-            ap.add_argument("--" + f.replace("_", "-"), action=argparse.BooleanOptionalAction, default=True)
-        else:
-            ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    add_config_options(ap, TrainConfig, defaults={"fast": True})  # a command-line run is fast unless --no-fast
     ap.add_argument("--out", default="data/weights/tiny", help="where the final weights are written")
     ap.add_argument("--ckpt-dir", default="runs/tiny", help="resumable checkpoints")
     ap.add_argument("--resume", action="store_true", help="continue from --ckpt-dir if a checkpoint is there")
@@ -35,7 +31,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    tc = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
+    tc = config_from(args, TrainConfig)
     if tc.threads:
         torch.set_num_threads(tc.threads)
     if tc.fast:

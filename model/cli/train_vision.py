@@ -18,14 +18,14 @@ from ..checkpoint.loader import load
 from ..corpus.scenes import HELDOUT_SEED_BASE, TRAIN_SEED_BASE
 from ..training.records import rounded, write_json_entry
 from ..training.vision import VisionTrainConfig, evaluate, prepare, train_loop, write_tensors
+from .options import add_config_options, config_from
 
 COMMAND = "python -m model train-vision"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=COMMAND, description="train the vision tower and aligner on generated scenes")
-    for f, v in asdict(VisionTrainConfig()).items():
-        ap.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    add_config_options(ap, VisionTrainConfig)
     ap.add_argument("--weights", default="data/weights/tiny",
                     help="trained text weights; vision tensors are added here")
     ap.add_argument("--dry-run", action="store_true", help="train and evaluate, write nothing")
@@ -34,7 +34,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    tc = VisionTrainConfig(**{f: getattr(args, f) for f in asdict(VisionTrainConfig())})
+    tc = config_from(args, VisionTrainConfig)
     if tc.threads:
         torch.set_num_threads(tc.threads)
     wdir = Path(args.weights)
