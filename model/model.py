@@ -46,7 +46,6 @@ class V41Model(Backbone):
             self.hasher = NgramHasher(self.cfg, token_map, size).to(self.device)
         return self
 
-
     # ---------------------------------------------------------------------------------------------
     # Inference entry points (implemented in model/inference/)
     def trace(self, input_ids, **kw: Any):

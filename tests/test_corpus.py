@@ -298,7 +298,7 @@ def test_cached_token_stream(tok):
         pytest.skip("token stream not built (run `python -m model.dataset build`)")
     ts = dataset.TokenStream.load(path)
     assert ts.tokens.dtype == np.uint16 and len(ts) == ts.manifest["n_tokens"]
-    assert ts.manifest["tokenizer_sha256"] == tk.file_sha256(TOK_PATH)
+    assert ts.manifest["tokenizer_sha256"] == corpus.sha256_file(TOK_PATH)
     counts = [s["tokens"] for s in ts.manifest["sources"].values()]
     assert max(counts) < 1.2 * min(counts)
     x, y = next(ts.batches(2, 64, seed=0))

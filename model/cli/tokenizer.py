@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..corpus.sources import DEFAULT_CACHE
-from ..corpus.tokenizer import DEFAULT_PATH, VOCAB_SIZE, file_sha256, train_tokenizer, training_sample
+from ..corpus.sources import DEFAULT_CACHE, sha256_file
+from ..corpus.tokenizer import DEFAULT_PATH, VOCAB_SIZE, train_tokenizer, training_sample
 
 
 def main(argv: list[str]) -> int:
@@ -26,5 +26,5 @@ def main(argv: list[str]) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(args.out))
     print(f"trained vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s -> {args.out} "
-          f"(sha256 {file_sha256(args.out)[:16]})", file=sys.stderr)
+          f"(sha256 {sha256_file(args.out)[:16]})", file=sys.stderr)
     return 0

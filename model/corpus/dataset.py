@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .sources import DEFAULT_CACHE, DOC_SEP, HELDOUT_NATURAL_PATH, REPO_ROOT, read_docs
+from .sources import DEFAULT_CACHE, DOC_SEP, HELDOUT_NATURAL_PATH, REPO_ROOT, read_docs, sha256_file
 from .stories import (
     HELDOUT_SEED_BASE,
     TRAIN_SEED_BASE,
@@ -37,7 +37,7 @@ from .stories import (
     token_index_at_char,
     training_story_text,
 )
-from .tokenizer import DEFAULT_PATH as TOKENIZER_PATH, EOS_ID, PAD_ID, file_sha256, load_tokenizer
+from .tokenizer import DEFAULT_PATH as TOKENIZER_PATH, EOS_ID, PAD_ID, load_tokenizer
 
 DEFAULT_STREAM = DEFAULT_CACHE / "tokens_train.npy"
 SHUFFLE_SEED = 1234
@@ -114,9 +114,9 @@ def build_token_stream(corpus_dir: Path = DEFAULT_CACHE, tokenizer_path: Path = 
     manifest = {
         "path": out.name, "dtype": "uint16", "n_tokens": int(stream.size),
         "sources": stats, "target_tokens": target_tokens, "shuffle_seed": seed,
-        "tokenizer": _rel(tokenizer_path), "tokenizer_sha256": file_sha256(tokenizer_path),
+        "tokenizer": _rel(tokenizer_path), "tokenizer_sha256": sha256_file(tokenizer_path),
         "vocab_size": tok.get_vocab_size(), "eos_id": EOS_ID,
-        "corpus_manifest_sha256": (file_sha256(corpus_dir / "manifest.json")
+        "corpus_manifest_sha256": (sha256_file(corpus_dir / "manifest.json")
                                    if (corpus_dir / "manifest.json").is_file() else None),
         "seconds": round(time.time() - t0, 1),
     }

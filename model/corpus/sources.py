@@ -72,7 +72,8 @@ class Document:
 # ----------------------------------------------------------------------------- utilities
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """The file's SHA-256, read in 1 MiB blocks so that a large file is never held whole."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

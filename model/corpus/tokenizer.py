@@ -15,7 +15,6 @@ plus generated training stories (``model/corpus/stories.py``).
 
 from __future__ import annotations
 
-import hashlib
 import random
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -86,10 +85,6 @@ def encode(tok: Tokenizer, text: str, add_bos: bool = False, add_eos: bool = Fal
 def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
     """Text of ``ids``; special tokens are kept as their literal strings (exact round trip)."""
     return tok.decode(list(ids), skip_special_tokens=False)
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ----------------------------------------------------------------------------- training sample
