@@ -8,10 +8,11 @@ nothing is a typed-in table, so the same code explains the full config and the r
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from model import V41Config, layer_map
-from model.layer_map import LayerSpec
+from model.layer_map import LayerSpec, describe
 
 ROLE_WORDS = {"SWA": "window-only", "Full": "Full", "Reuse": "Reuse", "Reindex": "Reindex"}
 
@@ -364,6 +365,17 @@ def bounded_note(cfg: V41Config) -> str:
             "windows of the first replayed rows are cut at the start of that segment, so those rows cannot read the "
             "older rows that exact prefill would let them read; the difference can travel up through the decoder "
             f"to the last row. Only a prompt that fits in the {w}-row segment loses nothing.")
+
+
+def describe_layer(spec, num=lambda i: i) -> str:
+    """model.layer_map.describe's sentence with every layer number in the reader's numbering (`num` maps a 0-based
+    layer to it)."""
+
+    def n(i):
+        return None if i is None else num(i)
+
+    return describe(dataclasses.replace(spec, index=num(spec.index), kv_source=n(spec.kv_source),
+                                        index_source=n(spec.index_source)))
 
 
 def map_line(cfg: V41Config, one_based: bool = False) -> str:
