@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from model import V41Config, layer_map
 from model.layer_map import LayerSpec, describe
 
+from .sources import EXPLAINER_1
+
 ROLE_WORDS = {"SWA": "window-only", "Full": "Full", "Reuse": "Reuse", "Reindex": "Reindex"}
 
 
@@ -152,7 +154,7 @@ def engram_sentence(cfg: V41Config) -> str:
     if not z:
         return "This config has no Engram layers."
     return (f"Engram enters at {_and(z)} counting from 0 (as the code and the report do), "
-            f"which is {_and(o)} counting from 1 (as the first seed does).")
+            f"which is {_and(o)} counting from 1 (as {EXPLAINER_1} does).")
 
 
 def _and(xs: list[int]) -> str:
