@@ -480,6 +480,13 @@ COMPARE_INTRO = (
     "token** versus a **fixed-size state** updated as tokens arrive."
 )
 
+LINEAGE = (
+    "Where V4.1 comes from, in the order " + EXPLAINER_2 + " suggests following it: DeepSeek-V2; DeepSeek-V3.2, "
+    "whose layers each keep one MLA latent per token and whose indexer picks the top 2,048 tokens a query reads; "
+    "DeepSeek-V4, which packs several tokens into each cache entry along the sequence (each layer keeping its "
+    "own); and V4.1, which also shares those entries between layers."
+)
+
 UNKNOWN_NOTE = (
     "Only the DeepSeek layouts here come from released configs and serving code. The Gemma-4-like, "
     "Qwen3.8-Flash-Next-like and looped designs follow published patterns with placeholder sizes, and each says "

@@ -113,7 +113,8 @@ m[3].metric("Persistent, per context", human_bytes(per.total),
             help=f"{per.total:,} bytes in host memory or on SSD for one saved context, as our engine's prefix cache "
                  "saves it; a separate budget")
 st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
-           "figure are two separate results; adding them would say nothing about either memory.")
+           "figure are two separate results; adding them would say nothing about either memory. The release, too, "
+           "reports its savings against V4-Flash for accelerator memory and for the persistent cache separately.")
 
 reproduce(snippets.cache_calculator(preset, knobs, keep_windows), f"cache-{preset}")
 
