@@ -182,8 +182,9 @@ def _far_noise(r: dict, base: dict) -> float:
 
 
 def far_context_note(rows: list[dict]) -> str | None:
-    """Do these weights use context beyond the window at all? Measured: the full model's far recall against the
-    window-only configuration's, with the noise of the two rates. None when either row is missing."""
+    """Do these weights use the compressed branch, the direct road past the window? Measured: the full model's far
+    recall against the window-only configuration's, with the noise of the two rates. None when either row is
+    missing."""
     full = next((r for r in rows if r["configuration"] == "full model"), None)
     win = next((r for r in rows if r["configuration"] == "window only"), None)
     if full is None or win is None or math.isnan(full.get("recall_far", math.nan)):

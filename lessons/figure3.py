@@ -517,8 +517,8 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
         head = (f"Stands for layers {', '.join(str(n(i)) for i in box.layers)}: one drawing, "
                 f"{len(box.layers)} separate layers with their own weights. " if many else "")
         if s.role == "SWA":
-            body = (f"Window-only attention: each row reads the last {f['W']} raw rows of this layer, nothing "
-                    "older and nothing packed.")
+            body = (f"Window-only attention: each row reads the last {f['W']} raw rows of this layer and nothing "
+                    "packed; nothing older is read directly, only what those rows already carry from layers below.")
         elif s.role == "Full":
             pack = "one entry per token" if s.compress_ratio == 1 else f"one entry per {s.compress_ratio} tokens"
             src = (" Its input here is the encoder's final states, so the whole decoder reads memory the "
