@@ -21,6 +21,7 @@ The ablation lab page reuses `evaluate`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -151,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-stories", type=int, default=None)
     ap.add_argument("--max-natural-tokens", type=int, default=None)
     ap.add_argument("--only", nargs="*", default=None, help="ablation names to run (default: all)")
+    ap.add_argument("--record", action="store_true",
+                    help="write the last line's figures into the weights' training.json ('measured'), where the "
+                         "Far fact panel reads them")
     a = ap.parse_args(argv)
     if not (Path(a.weights) / "model.safetensors").exists():
         print(f"no trained weights at {a.weights}", file=sys.stderr)
@@ -197,7 +201,23 @@ def main(argv: list[str] | None = None) -> int:
           f"recall_far_heldout_templates={held:.3f} "
           f"copy_near={copy_near:.3f} copy_far={copy_far:.3f} copy_far_window_only={copy_far_wo:.3f} "
           f"copy_first={seen_once:.3f} fact_in_pool={in_pool:.3f}")
+    if a.record:
+        figures = {"recall_far": full.recall.get("far") if full else None,
+                   "recall_far_window_only": wo.recall.get("far") if wo else None,
+                   "recall_far_heldout_templates": held, "copy_near": copy_near, "copy_far": copy_far,
+                   "copy_far_window_only": copy_far_wo, "copy_first": seen_once, "fact_in_pool": in_pool,
+                   "loss": full.loss if full else None, "unigram_loss": unigram_loss}
+        record_measured(Path(a.weights), figures, "python -m bench.quality " + " ".join(argv or sys.argv[1:]))
     return 0 if full and math.isfinite(full.loss) else 1
+
+
+def record_measured(weights: Path, figures: dict, command: str) -> None:
+    """Keep the figures in the weights' training.json under "measured" (None values left out)."""
+    path = weights / "training.json"
+    info = json.loads(path.read_text()) if path.exists() else {}
+    info["measured"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
+                        **{k: round(v, 4) for k, v in figures.items() if v is not None}}
+    path.write_text(json.dumps(info, indent=1) + "\n")
 
 
 if __name__ == "__main__":

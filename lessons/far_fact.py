@@ -98,7 +98,22 @@ def weights_note(weights: str, record: dict | None) -> str | None:
     when = f" (their last phase: {steps:,} training tokens on a CPU)" if isinstance(steps, int) else ""
     return (f"What these weights do: at the end of their training{when} they recalled {100 * far:.0f}% of held-out "
             "far facts" + (f" ({', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
-            f"{len(COLOURS)} colours). {verdict}")
+            f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
+
+
+def measured_note(record: dict | None) -> str:
+    """The figures `bench.quality --record` measured on these weights (their training.json "measured"): far
+    recall with the global branch off, and how often the far fact's entry is in the candidate pool at the answer
+    row. Empty when they were not measured."""
+    m = (record or {}).get("measured") or {}
+    parts = []
+    if "recall_far" in m and "recall_far_window_only" in m:
+        parts.append(f"far recall {100 * m['recall_far']:.0f}% with everything on and "
+                     f"{100 * m['recall_far_window_only']:.0f}% with nothing older than the window read directly")
+    if "fact_in_pool" in m:
+        parts.append(f"the fact's entry in the candidate pool at the answer row for {100 * m['fact_in_pool']:.0f}% "
+                     "of far stories")
+    return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
 
 
 # --------------------------------------------------------------------------------------------------
