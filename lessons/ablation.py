@@ -1,7 +1,7 @@
 """The ablation lab: remove one component at a time and compare answer quality, time and cache memory.
 
 Follows the first seed's closing advice in our words (measure quality next to time and memory at a
-comparable budget, then switch one piece off) and ARCHITECTURE.md §3 (the switches are
+comparable budget, then switch one piece off) and docs/design/architecture.md §3.8 (the switches are
 `model.arch.context.Ablation`, applied at inference time to the trained weights). Answer quality comes from
 bench/quality.py's `evaluate` (held-out loss, recall by distance bucket), so the page and the benchmark
 report the same numbers for the same settings.
@@ -18,6 +18,9 @@ import torch
 
 from model.arch.context import Ablation
 from model.inference.engine import decode_step, prefill
+
+from .calculator import Knobs, calculate, human_bytes
+from .designs import v41_design
 
 INTRO = (
     "Does each part of the design earn its place? One way to ask: switch one part off in the trained model, "
@@ -224,9 +227,6 @@ def reading(rows: list[dict]) -> list[str]:
 def memory_note(cfg, tokens: int) -> str:
     """The memory side of the trade-offs: the cache calculator's bytes for the running model at this prompt
     length, in each prefill mode (the engine holds exactly these; tests/test_calculator.py)."""
-    from .calculator import Knobs, calculate, human_bytes
-    from .designs import v41_design
-
     out = {}
     for mode in ("exact", "bounded"):
         k = Knobs(context=tokens, mode=mode, window=cfg.sliding_window, bits=4, layers=max(16, cfg.num_hidden_layers))

@@ -1,6 +1,6 @@
 """The Figure 3 walkthrough: the drawing's layout, the story steps, and what each box does.
 
-Follows ARCHITECTURE.md §2 (layer map) and reference-brief.md §5 (CED, CSA2, hierarchical indexer,
+Follows docs/design/architecture.md §2 (layer map) and docs/design/equations.md §3-12 (CSA2, hierarchical indexer,
 mHC, MoE, Engram, DSpark). The drawing is GENERATED from `layer_map(cfg)`: the same function lays
 out the released 40-layer config and the running tiny model. The story follows the first seed's
 path (the job, why change attention, a fresh question, the two halves, the other boxes, recurrence,
@@ -12,12 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from PIL import Image, ImageDraw
 
 from model import V41Config, layer_map
 from model.layer_map import LayerSpec
 from model.quant import LATENT_FMT
 
-from .layers import Run, stack_runs
+from .dspark import block_sentence
+from .layers import MODES, Run, bounded_note, stack_runs
+from .shares import TOY_QUERIES, fmt, two_value_mix
 from .sources import REPORT
 
 KIND_COLORS = {"vision": "#c9b3e6", "embed": "#dddddd", "states": "#eeeeee", "head": "#dddddd",
@@ -372,10 +375,6 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
           total_params: int | None = None) -> list[Step]:
     """The story. `engram_params` / `total_params` (from model.count_params, computed by the caller) let the
     Engram step say how much memory its tables take; without them it counts the tables from the config."""
-    from .dspark import block_sentence
-    from .layers import MODES, bounded_note
-    from .shares import TOY_QUERIES, fmt, two_value_mix
-
     f = facts(cfg)
     n = lambda i: _num(i, one_based)  # noqa: E731
     enc_runs = " + ".join(r.formula() for r in f["runs"]["encoder"])
@@ -551,8 +550,6 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
     if box.kind == "head":
         return "Collapses the streams, normalises, and scores every token of the vocabulary as the next one."
     if box.kind == "drafter":
-        from .dspark import block_sentence
-
         return (f"DSpark: reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
                 f"several tokens in one go; the main model verifies them together. "
                 + block_sentence(f['draft_block']))
@@ -613,8 +610,6 @@ def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:
 
 def sample_image(size: int = 64):
     """A small synthetic picture (four coloured quadrants and a diagonal) for the vision box."""
-    from PIL import Image, ImageDraw
-
     img = Image.new("RGB", (size, size), (240, 240, 240))
     d = ImageDraw.Draw(img)
     h = size // 2

@@ -1,4 +1,4 @@
-"""DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (ARCHITECTURE.md §4)."""
+"""DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (docs/design/architecture.md §4)."""
 
 from .accounting import count_params
 from .arch.context import Ablation

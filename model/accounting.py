@@ -10,7 +10,7 @@ of each MoE, and (N-1) x heads rows of each Engram table it passes.
 
 `cache_bytes(cfg, ...)` predicts, from the config alone, the bytes `model.inference.cache.Cache` holds: the
 second seed's entries x numbers per entry x stored layer copies x bits per number, plus block
-scales and pending rows (ARCHITECTURE.md §3.2).
+scales and pending rows (docs/design/architecture.md §3.2 and §6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-layer role map, derived from the config (ARCHITECTURE.md §2); never a hard-coded table.
+"""The per-layer role map, derived from the config (docs/design/architecture.md §2); never a hard-coded table.
 
 Roles: "SWA" (ratio 0: sliding window only), "Full" (KV source: makes compressed entries and
 index keys, and selects), "Reindex" (index source without a compressor: selects again among its

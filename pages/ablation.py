@@ -12,12 +12,12 @@ from lessons import reproduce as snippets
 from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, memory_note, reading, run_config
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
-from ui.common import cached_with_progress, qp_get, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, arrived, qp_choice, qp_int_or_none, seed
+from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
 sess = sidebar()

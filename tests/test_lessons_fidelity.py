@@ -1,4 +1,4 @@
-"""Issue 17, teaching fidelity: every corrected claim is checked against numbers computed here independently
+"""Teaching fidelity: every corrected claim is checked against numbers computed here independently
 (from the config, the engine, or arithmetic in the test), never against the text it replaced."""
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def test_waterfall_runs_from_v4_flash_to_v41_and_pooling_less_costs_bytes():
 
 
 # ---- no internal citation reaches a reader ---------------------------------------------------------------------
-INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "[3P", "[DOC", "[INF", "[REC")
+INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
 
 
 def test_reader_visible_sources_are_public_with_a_sureness_marker():

@@ -1,4 +1,5 @@
-"""Released-layout checkpoints (issue 6): FP8 / MXFP4 formats, sharded loading, layer streaming, errors.
+"""Released-layout checkpoints (docs/design/checkpoints.md §3, §5): FP8 / MXFP4 formats, sharded loading, layer
+streaming, errors.
 
 Tolerance of a quantized checkpoint against the unquantized model, as derived here:
 - per element, from the formats: FP8 E4M3 (3 mantissa bits, round-to-nearest) errs by at most

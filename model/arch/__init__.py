@@ -1,4 +1,4 @@
-"""The architecture: nn.Modules and forward maths only (reference-brief.md §5, ARCHITECTURE.md §4).
+"""The architecture: nn.Modules and forward maths only (docs/design/equations.md §1-12, docs/design/architecture.md §2).
 
 norm, rope, mhc, moe, engram, compressor, indexer, attention, block, backbone (the text model's
 forward), drafter (DSpark's modules), vision (tower and aligner); context, csa_state and protocols

@@ -1,6 +1,7 @@
 """CSA2 attention: a 128-row local window plus sparsely selected, shared compressed entries.
 
-Follows reference-brief.md §4.3 (attention core) and §5.2 (CSA2 modes).
+Follows docs/design/equations.md §3 (attention core) and §5 (CSA2 modes); the layer's role comes from its
+`LayerSpec` (docs/design/architecture.md §2).
 - Low-rank query: q = wq_b(q_norm(wq_a(x))) split into H heads of head_dim; RoPE on the trailing
   qk_rope_head_dim channels (`main` kind for window-only layers, `compress` otherwise).
 - One K = V latent head: kv = fp8(rope(kv_norm(wkv(x)))); a query at t sees window rows (t-W, t].

@@ -1,8 +1,8 @@
 """The text backbone of DeepSeek-V4.1-Flash: embed, hash, run the layers, collapse, project.
 
-Follows ARCHITECTURE.md §4 and reference-brief.md §5. The forward embeds the ids into `hc_mult`
-identical streams, hashes the n-grams for the Engram layers once, runs the layers with a one-hot
-initial `pre`, collapses with the last FFN site's `pre`, normalises and projects to logits.
+Follows docs/design/architecture.md §2 and §4 and docs/design/equations.md §3-10. The forward embeds the ids into
+`hc_mult` identical streams, hashes the n-grams for the Engram layers once, runs the layers with a one-hot initial
+`pre`, collapses with the last FFN site's `pre`, normalises and projects to logits.
 
 The same code serves three callers: a one-shot forward (training, parity), a forward through a
 cache (chunked prefill and decode, model/inference/engine.py) and a traced forward

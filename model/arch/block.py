@@ -1,6 +1,6 @@
 """One V4.1 layer: [Engram] -> attention site -> MoE site, on four mHC residual streams.
 
-Follows reference-brief.md §5.5 (single-pass mHC order). Engram (on its layers) adds its gated
+Follows docs/design/equations.md §8 (single-pass mHC order). Engram (on its layers) adds its gated
 lookup to the streams before the attention site. Each site computes (pre, post, comb) from the
 streams it receives; the site's sublayer input is the collapse with the PREVIOUS site's `pre`.
 """

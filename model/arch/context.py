@@ -1,6 +1,6 @@
 """Per-forward context: positions, cache, per-forward CSA2 state, trace recorder, ablations.
 
-The CSA2 state (reference-brief.md §5.2, model/arch/csa_state.py) lives here for the length of one
+The CSA2 state (docs/design/equations.md §5-6, model/arch/csa_state.py) lives here for the length of one
 forward call: the current KV group's entries and index keys, the last published top-k selection,
 and the candidate pool. Persistent state (window rows, compressed entries, pending rows) lives in
 the cache (model/inference/cache.py); the context only points at it, through the protocols of

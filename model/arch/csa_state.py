@@ -1,6 +1,6 @@
 """The CSA2 state one forward hands from layer to layer, and what one layer reads from it.
 
-Follows reference-brief.md §5.2 (CSA2 modes: a KV source publishes entries and index keys, an index
+Follows docs/design/equations.md §5-6 (CSA2 modes: a KV source publishes entries and index keys, an index
 source selects among them, Reuse layers keep the last selection, the candidate source narrows the
 pool for later index sources) and §3.3 (the indexer's KL training signal). Nothing here persists
 past one forward call: entries that outlive it live in the cache (model/inference/cache.py), which

@@ -1,7 +1,8 @@
 """The DSpark drafter: its modules and its parallel forward (architecture only).
 
-Follows reference-brief.md §5.8 (config fields), §5.10 (tensor names) and §8.4 (DSpark). The
-drafter is registered on the target as `model.mtp` (Backbone.set_part), so its tensors are `mtp.{i}.*`:
+Follows docs/design/architecture.md §1 (config fields), docs/design/checkpoints.md §4 (tensor names) and
+docs/design/equations.md §12 (DSpark). The drafter is registered on the target as `model.mtp` (Backbone.set_part),
+so its tensors are `mtp.{i}.*`:
 - context: the target's `dspark_target_layer_ids` taps (attention inputs, mean over mHC streams)
   are concatenated and projected, h_ctx = main_norm(main_proj([h_k1; h_k2; ...])), one row per
   context position; every draft layer turns them into extra K = V rows with its own wkv/kv_norm;

@@ -1,9 +1,8 @@
 """What the layers need from the objects passed into a forward: the cache, the trace recorder, a layer source.
 
-Not a design section of its own: the interfaces between the forward maths (ARCHITECTURE.md §4,
-reference-brief.md §5) and the inference code that implements them (model/inference/cache.py,
-model/inference/trace.py, the layer streamer of model/checkpoint/streaming.py). Typing against these
-keeps arch/ free of imports from the packages above it.
+Not a design section of its own: the interfaces between the forward maths (docs/design/equations.md §3-10) and the
+inference code that implements them (model/inference/cache.py, model/inference/trace.py, the layer streamer of
+model/checkpoint/streaming.py). Typing against these keeps arch/ free of imports from the packages above it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints on disk (reference-brief.md §5.10, issue 6): loader.py assembles a model from a directory.
+"""Checkpoints on disk (docs/design/checkpoints.md): loader.py assembles a model from a directory.
 
 native.py: the native format (model.safetensors, strict state dict, save). Release layout: policy.py
 (fp32 tensors, optional-part prefixes, ignored keys), quantization.py (quantization_config, FP8 / MXFP4

@@ -1,7 +1,8 @@
 """The memory the weights may use: parse '2G', read free GPU memory or MemAvailable, apply V41_MEMORY_BUDGET.
 
-Follows issue 6: when a release checkpoint would not fit the budget (argument, env `V41_MEMORY_BUDGET`
-like "2G", or 80% of free memory / 90% of free GPU memory) its layers are streamed (streaming.py).
+Follows docs/design/checkpoints.md §5: when a release checkpoint would not fit the budget (argument, env
+`V41_MEMORY_BUDGET` like "2G", or 80% of free memory / 90% of free GPU memory) its layers are streamed
+(streaming.py).
 """
 
 from __future__ import annotations

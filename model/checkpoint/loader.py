@@ -1,6 +1,6 @@
 """The one place a model is assembled from disk: `load(path)` for native and release-layout checkpoints.
 
-Follows reference-brief.md §5.10 (native tensor names) and issue 6. `load` reads and checks
+Follows docs/design/checkpoints.md §1 (native tensor names), §3 and §5. `load` reads and checks
 config.json, tells the layout apart (release: a `quantization_config` or a sharded index; native:
 `model.safetensors`), builds the V41Model, attaches the optional parts the checkpoint has (parts.py),
 fills it (native.py's strict state dict, or release.py's plans with layer streaming), binds

@@ -1,6 +1,6 @@
 """Engram tables read from the memory-mapped shard, row by row, in a layer-streamed model.
 
-Follows reference-brief.md §5.10 (engram.embed.{weight,scale}) and issue 6: the released tables have
+Follows docs/design/checkpoints.md §1 (engram.embed.{weight,scale}) and §5: the released tables have
 ~3.8e8 rows, and a forward reads only the rows its n-gram hashes name, so a streamed Engram layer
 never materializes its table; `MappedEngramTable` dequantizes just those rows, to the values the
 resident (dequantized) table holds.

@@ -1,6 +1,6 @@
 """Optional parts (the DSpark drafter, the vision tower) attached to a model being loaded, as its checkpoint has them.
 
-Follows reference-brief.md §5.8 (drafter, `mtp.*`) and §5.9 (vision tower, aligner and image markers,
+Follows docs/design/checkpoints.md §4 (drafter, `mtp.*`; vision tower, aligner and image markers,
 `vision.*`, `aligner.*`, `image_*`). A part is attached when the checkpoint holds its tensors and the
 config describes it (policy.py names both); what cannot be attached is noted, never raised, so a part
 never stops the backbone from loading (a strict native load still refuses the tensors left over).

@@ -1,7 +1,7 @@
 """What a loader keeps in float32, which tensors belong to optional parts, which it may ignore: policy as data.
 
-Follows reference-brief.md §4.10 (the release keeps some tensors in float32, like Hugging Face's
-`_keep_in_fp32_modules_strict`) and §5.10 (native tensor names). The loaders (native.py, release.py,
+Follows docs/design/checkpoints.md §2 (the release keeps some tensors in float32, like Hugging Face's
+`_keep_in_fp32_modules_strict`) and §1 (native tensor names). The loaders (native.py, release.py,
 loader.py) read these tables; they hold no rule of their own about names.
 """
 
@@ -28,7 +28,7 @@ IGNORED_SUFFIXES = ("_scale_inv", ".weight_scale")
 
 
 def fp32_critical(name: str) -> bool:
-    """Tensors the release keeps in float32 (HF `_keep_in_fp32_modules_strict`, brief §4.10)."""
+    """Tensors the release keeps in float32 (HF `_keep_in_fp32_modules_strict`, docs/design/checkpoints.md §2)."""
     last = name.rsplit(".", 1)[-1]
     return last.startswith(KEEP_IN_FP32_PREFIXES) or last in KEEP_IN_FP32_LEAVES or name.endswith(
         KEEP_IN_FP32_SUFFIXES)

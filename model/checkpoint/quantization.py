@@ -1,7 +1,7 @@
 """How a release checkpoint stores each tensor: the `quantization_config` and the per-tensor formats.
 
-Follows reference-brief.md §4.10 and §5.10 (native tensor names), §9 (FP8 128x128 block scales, MXFP4
-experts) and issue 6. `QuantSpec` is the parsed `quantization_config`, with the field names of the
+Follows docs/design/checkpoints.md §1-3 (native tensor names, fp32 tensors, FP8 128x128 block scales, MXFP4
+experts). `QuantSpec` is the parsed `quantization_config`, with the field names of the
 released config (as vLLM's DeepseekV4FP8Config reads them):
 
     quant_method       "fp8"             linear weights may be stored FP8 with block scales

@@ -1,7 +1,7 @@
 """Released DeepSeek-V4.1-Flash checkpoints: the steps that fill a model from sharded FP8 / MXFP4 safetensors.
 
-Follows reference-brief.md §4.10 and §5.10 (native tensor names), §9 (FP8 block scales, MXFP4 experts)
-and issue 6. loader.py reads a directory through these steps when its config has a
+Follows docs/design/checkpoints.md §1-3 (native tensor names, fp32 tensors, FP8 block scales, MXFP4 experts)
+and §5. loader.py reads a directory through these steps when its config has a
 `quantization_config` or it has a `model.safetensors.index.json`.
 
 Directory layout (what writer.py writes and these steps read):

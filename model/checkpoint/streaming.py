@@ -1,6 +1,6 @@
 """Layer streaming: backbone layers materialized from the shards as the forward reaches them.
 
-Follows issue 6. `LayerStreamer.layer(i)` builds Block i on the meta device, materializes it with
+Follows docs/design/checkpoints.md §5. `LayerStreamer.layer(i)` builds Block i on the meta device, materializes it with
 `to_empty` and copies its dequantized tensors from the shards, dropping the least recently used layer
 first; a streamed Engram layer reads its table rows from the memory-mapped shard (mapped_engram.py).
 Hooked into the model with `Backbone.set_layer_source`. Streamed and resident logits are bitwise equal.

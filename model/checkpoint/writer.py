@@ -1,9 +1,9 @@
 """Writing a model in the release layout (sharded safetensors, FP8 / MXFP4) and summarising such a directory.
 
-Follows reference-brief.md §4.10 and §5.10 (native tensor names), §9 (FP8 block scales, MXFP4 experts)
-and issue 6. `write_release` writes the composite config.json with its `quantization_config`, the
-shards (each tensor's scale in the same shard as the tensor) and the index, in the layout release.py
-describes; `describe` reads a directory's headers only. A streamed model is written one layer at a time.
+Follows docs/design/checkpoints.md §1-3 (native tensor names, fp32 tensors, FP8 block scales, MXFP4 experts).
+`write_release` writes the composite config.json with its `quantization_config`, the shards (each tensor's scale in
+the same shard as the tensor) and the index, in the layout release.py describes; `describe` reads a directory's
+headers only. A streamed model is written one layer at a time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`python -m model <command>`: the table of commands and the dispatcher (STYLE.md: "command lines live
-apart", one thin `main(argv)` per command; ARCHITECTURE.md §4 names `python -m model info`).
+"""`python -m model <command>`: the table of commands and the dispatcher (docs/design/style.md §2 and §5:
+command lines live apart, one thin `main(argv)` per command).
 
 Each command is a module of this package with a thin `main(argv) -> int`; the dispatcher imports
 only the one asked for (importlib), so `--help` stays quick and a command's heavy imports (torch

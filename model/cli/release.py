@@ -1,6 +1,6 @@
 """`python -m model.release export|info`: write a checkpoint in the release layout, or summarise one.
 
-Follows issue 6 (release-layout checkpoints: sharded FP8 / MXFP4 safetensors); the format and the
+Follows docs/design/checkpoints.md §3 (release-layout checkpoints: sharded FP8 / MXFP4 safetensors); the format and the
 writing live in model/checkpoint/ (quantization.py, writer.py), loading in model/checkpoint/loader.py.
 """
 

@@ -1,6 +1,6 @@
 """`python -m model train-vision` (also `python -m model.train_vision`): train the vision tower, aligner and
 span markers on generated box scenes with the text model frozen, then write them into the weights
-(model/training/vision.py; reference-brief.md §5.10)."""
+(model/training/vision.py; docs/design/architecture.md §3.6 and §5)."""
 
 from __future__ import annotations
 

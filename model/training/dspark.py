@@ -1,6 +1,6 @@
 """Training the DSpark drafter against a frozen target, evaluating it, writing it into a checkpoint.
 
-Follows reference-brief.md §8.4 (DSpark training): the target is frozen; the loss is 0.1 CE +
+Follows docs/design/equations.md §12 (DSpark training): the target is frozen; the loss is 0.1 CE +
 0.9 TV + 1.0 confidence BCE with position weights exp(-(j-1)/gamma), on continuations the target
 itself generated (`build_pool`). The drafter is model/arch/drafter.py; `evaluate_drafter` measures
 acceptance with model/inference/generate.py's `speculative_generate`. `python -m model.dspark train`
