@@ -360,7 +360,7 @@ def fp4_sentence(cfg: V41Config) -> str:
 def notation(cfg: V41Config, one_based: bool = False) -> str:
     """The report's notation next to the drawing's labels, with this config's numbers."""
     ratios = sorted({s.compress_ratio for s in layer_map(cfg) if s.compress_ratio}, reverse=True)
-    pool_layer = cfg.candidate_source_layer_id
+    pool_layer = next((s.index for s in layer_map(cfg) if s.candidate_source), None)
     r = " and ".join(f"r{x}" for x in ratios) or "none"
     return ("Notation. The report writes a layer's attention as CSA2(r, ...): r is the compress ratio, how many "
             "tokens are packed into one global entry, so CSA2(2, ...) packs pairs of tokens and a ratio of 1 means "

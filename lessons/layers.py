@@ -124,7 +124,7 @@ def count_table(cfg: V41Config) -> list[CountRow]:
 def reference_numbers(cfg: V41Config, one_based: bool = False) -> list[dict]:
     """The implementation details the first seed lists under its reference table, read from the config."""
     pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
-    cand = cfg.candidate_source_layer_id
+    cand = next((s.index for s in layer_map(cfg) if s.candidate_source), None)
     dec = cfg.decoder_start
     return [
         {"item": "candidate pool (positions, at most)", "value": f"{pool:,}",

@@ -21,7 +21,7 @@ from lessons.pools import (
     summary_rows,
     trace_for_pools,
 )
-from model import V41Config
+from model import V41Config, layer_map
 from ui.common import cached_with_progress, clean_prompt, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
@@ -40,8 +40,7 @@ st.title("Indexer pools")
 st.write(INTRO)
 model = require_model(sess)
 cfg = model.cfg
-if cfg.candidate_source_layer_id is None or not any(
-        i > cfg.candidate_source_layer_id for i in cfg.index_source_layer_ids):
+if not any(s.uses_candidates for s in layer_map(cfg)):
     st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
     st.stop()
 with st.expander("Definitions", expanded=False):

@@ -17,6 +17,7 @@ import torch
 
 from ..config import V41Config
 from ..errors import InputError
+from ..layer_map import layer_map
 from .block import Block
 from .context import Ablation, Context
 from .engram import NgramHasher
@@ -49,7 +50,7 @@ class Backbone(torch.nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.embed = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = torch.nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.layers = torch.nn.ModuleList(Block(cfg, spec) for spec in layer_map(cfg))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rotary = Rotary(cfg)

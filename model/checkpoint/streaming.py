@@ -17,6 +17,7 @@ import torch
 
 from ..arch.block import Block
 from ..config import V41Config
+from ..layer_map import layer_map
 from .mapped_engram import MappedEngramTable
 from .plans import TensorPlan, fill
 from .policy import cast_params
@@ -43,6 +44,7 @@ class LayerStreamer:
                  dtype: torch.dtype, block: int, capacity: int = 1,
                  on_layer: Callable[[LayerLoad], None] | None = None):
         self.cfg, self.ck = cfg, ck
+        self.specs = layer_map(cfg)
         self.plans: dict[int, dict[str, TensorPlan]] = {}  # layer -> its plans
         for name, p in plans.items():
             self.plans.setdefault(int(name.split(".", 2)[1]), {})[name] = p
@@ -69,7 +71,7 @@ class LayerStreamer:
             self._live.popitem(last=False)
         t0 = time.perf_counter()
         with torch.device("meta"):
-            blk = Block(self.cfg, i)
+            blk = Block(self.cfg, self.specs[i])
         plans = dict(self.plans.get(i, {}))
         table = plans.get(f"layers.{i}.engram.embed.weight")
         if table is not None:  # never materialize the table: rows are read from the shard on use
