@@ -232,12 +232,8 @@ def test_model_imports_no_package_root_and_loads_lazily_only_in_cli():
     assert model_import_habits() == []
 
 
-# the Ablation lab's evaluator still lives in bench/quality.py until it moves to model/training/evaluation.py
-MOVING = ("lessons/ablation.py",)
-
-
 def test_the_app_imports_point_down():
-    assert [v for v in app_violations() if not v.startswith(MOVING)] == []
+    assert app_violations() == []
 
 
 def test_the_walk_sees_every_kind_of_import(tmp_path):
