@@ -2,8 +2,7 @@
 
 from .accounting import count_params
 from .arch.context import Ablation
-from .checkpoint.loader import load
-from .checkpoint.shipped import random_tiny, shipped_weights
+from .checkpoint.loader import load, random_tiny, shipped_weights
 from .config import ConfigError, V41Config
 from .errors import CheckpointError
 from .inference.engine import decode_step, prefill

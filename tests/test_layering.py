@@ -29,14 +29,14 @@ RANKS = {
     "corpus": 1,
     "arch": 2,
     "inference": 3,
-    "model": 4, "accounting": 4, "footprint": 4,
+    "model": 4, "accounting": 4,
     "checkpoint": 5,
     "training": 6,
     "cli": 7,
     # the command-line entry point and the public API sit on top of everything
     "__main__": 8, "__init__": 8, "train": 8, "train_vision": 8, "dspark": 8, "release": 8, "dataset": 8,
 }
-ARCH_BANS = {"inference", "checkpoint", "training", "corpus", "cli", "model", "accounting", "footprint"}
+ARCH_BANS = {"inference", "checkpoint", "training", "corpus", "cli", "model", "accounting"}
 
 # the app's layers, lowest first; bench/ is outside them (it may import any of them, none imports it)
 APP = {"model": 0, "lessons": 1, "ui": 2, "pages": 3, "app": 4}

@@ -32,10 +32,9 @@ from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
 from model.checkpoint import parts
-from model.checkpoint.budget import parse_bytes
-from model.checkpoint.mapped_engram import MappedEngramTable
 from model.checkpoint.native import save_checkpoint
 from model.checkpoint.shards import INDEX, read_header
+from model.checkpoint.streaming import MappedEngramTable, parse_bytes
 from model.checkpoint.writer import write_release
 from model.cli.release import main
 from model.quant import (

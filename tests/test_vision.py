@@ -353,7 +353,7 @@ def test_scenes_are_deterministic_and_consistent():
 
 def test_write_tensors_round_trip(tmp_path, micro_v):
     from model.checkpoint.native import save_checkpoint
-    from model.training.records import write_json_entry
+    from model.training.state import write_json_entry
     from model.training.vision import write_tensors
 
     text_only = random_model("micro", seed=3)

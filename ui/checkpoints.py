@@ -29,8 +29,8 @@ from typing import Callable
 import torch
 
 from model import V41Config
-from model.checkpoint.budget import available_memory, parse_bytes
-from model.footprint import human, resident_footprint
+from model.accounting import human, resident_footprint
+from model.checkpoint.streaming import available_memory, parse_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOTS = "V41_CHECKPOINT_ROOTS"

@@ -28,8 +28,7 @@ from ..fusion import fusable, fusing
 from ..layer_map import LayerSpec
 from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
-from .context import Context
-from .csa_state import CompressedRead, EntryTable, KLInputs
+from .context import CompressedRead, Context, EntryTable, KLInputs
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
 from .rope import RopeTables, apply_rope

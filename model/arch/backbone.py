@@ -19,11 +19,10 @@ from ..config import V41Config
 from ..errors import InputError
 from ..layer_map import layer_map
 from .block import Block
-from .context import Ablation, Context
+from .context import Ablation, Context, LayerCache, LayerSource, Recorder
 from .engram import NgramHasher
 from .mhc import collapse, one_hot_pre
 from .norm import RMSNorm
-from .protocols import LayerCache, LayerSource, Recorder
 from .rope import RopeTables, Rotary
 
 

@@ -17,14 +17,14 @@ from typing import Callable
 import torch
 from tokenizers import Tokenizer
 
-from ..arch.engram import NgramHasher
+from ..arch.engram import NgramHasher, compressed_token_map
 from ..arch.rope import Rotary
 from ..config import ConfigError, V41Config
+from ..corpus.tokenizer import load_tokenizer
 from ..errors import CheckpointError
 from ..model import V41Model
 from .native import default_device, load_state_dict, shard_map
-from .parts import attach_parts
-from .policy import cast_params
+from .parts import attach_parts, cast_params
 from .quantization import QuantSpec
 from .release import (
     check_complete,
@@ -37,6 +37,25 @@ from .release import (
 )
 from .shards import ReleaseCheckpoint
 from .streaming import LayerLoad
+
+# The weights that ship with the project, found from the package itself (never from the working folder).
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shipped_weights() -> Path:
+    """The shipped trained tiny weights' directory (config.json, model.safetensors, tokenizer.json)."""
+    return ROOT / "data" / "weights" / "tiny"
+
+
+def random_tiny(seed: int = 0, device: str | torch.device | None = None):
+    """The tiny preset with random weights (`init_weights(seed)`) and the shipped tokenizer bound."""
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tok = load_tokenizer(shipped_weights() / "tokenizer.json")
+    _, n = compressed_token_map(tok)
+    cfg = V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()
+    torch.manual_seed(seed)
+    m = V41Model(cfg).init_weights(seed).to(dev).eval()
+    return m.bind_tokenizer(tok)
 
 
 def load(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from ..config import V41Config
 from ..errors import CheckpointError
-from .policy import IGNORED_SUFFIXES
+from .parts import IGNORED_SUFFIXES
 
 
 def shard_map(path: Path) -> dict[str, Path]:

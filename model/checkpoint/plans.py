@@ -16,7 +16,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..quant import dequantize_fp8_weight, dequantize_mxfp4_weight
-from .policy import fp32_critical
+from .parts import fp32_critical
 from .quantization import ENGRAM_TABLE, EXPERT, MXFP4_BLOCK, QuantSpec, scale_names, scale_values
 from .shards import DENSE, ReleaseCheckpoint, TensorInfo
 

@@ -17,10 +17,9 @@ import torch
 from safetensors.torch import save_file
 
 from ..config import V41Config
-from .budget import GIB
-from .mapped_engram import MappedEngramTable
 from .quantization import QuantSpec, release_tensors
 from .shards import INDEX, ReleaseCheckpoint
+from .streaming import GIB, MappedEngramTable
 
 
 def _model_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:

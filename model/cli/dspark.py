@@ -16,7 +16,7 @@ import torch
 from ..checkpoint.loader import load
 from ..corpus.dataset import TokenStream
 from ..training.dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
-from ..training.records import write_json_entry
+from ..training.state import write_json_entry
 from .options import add_config_options, config_from
 
 

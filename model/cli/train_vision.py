@@ -16,7 +16,7 @@ import torch
 from ..arch.vision import MARKERS
 from ..checkpoint.loader import load
 from ..corpus.scenes import HELDOUT_SEED_BASE, TRAIN_SEED_BASE
-from ..training.records import rounded, write_json_entry
+from ..training.state import rounded, write_json_entry
 from ..training.vision import VisionTrainConfig, evaluate, prepare, train_loop, write_tensors
 from .options import add_config_options, config_from
 

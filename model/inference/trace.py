@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..arch.csa_state import CompressedRead
+from ..arch.context import CompressedRead
 from ..arch.indexer import topk_mask
 from ..arch.mhc import Mix
 from ..arch.rope import apply_rope

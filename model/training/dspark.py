@@ -27,7 +27,7 @@ from ..inference.engine import decode_step, prefill
 from ..inference.generate import speculative_generate
 from ..inference.sampling import Sampler
 from ..model import V41Model
-from .records import rounded
+from .state import rounded
 
 
 @dataclass
@@ -290,7 +290,7 @@ def evaluate_drafter(m: V41Model, prompts: list, max_new_tokens: int = 48, draft
 
 
 # ================================================================================================
-# Writing the drafter into a shipped checkpoint (its record: records.write_json_entry)
+# Writing the drafter into a shipped checkpoint (its record: state.write_json_entry)
 # ================================================================================================
 
 def write_drafter(model: Backbone, path: str | Path) -> Path:
