@@ -7,7 +7,8 @@ import streamlit as st
 import torch
 
 from lessons import reproduce as snippets
-from lessons.figure3 import box_choices, box_text, layout, live_layer, notation, picked_box, sample_image, steps
+from lessons.figure3 import box_text, live_layer, notation, sample_image, steps
+from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
 from model import V41Config
 from ui.common import sidebar

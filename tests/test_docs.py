@@ -57,6 +57,13 @@ def test_no_source_cites_an_issue_number_or_a_folder_outside_the_repository():
     assert bad == []
 
 
+def test_no_source_file_over_600_lines_and_no_model_file_name_twice():
+    files = [REPO / f for f in sources()] + [REPO / f for f in PENDING]
+    long = [f"{p.relative_to(REPO)}: {n}" for p in files if (n := len(p.read_text().splitlines())) > 600]
+    names = [p.name for p in (REPO / "model").rglob("*.py") if p.name != "__init__.py"]
+    assert long == [] and sorted({n for n in names if names.count(n) > 1}) == []
+
+
 def test_the_readme_names_the_design_notes():
     readme = (REPO / "README.md").read_text()
     layout = readme[readme.index("## How the code is laid out"):]

@@ -34,7 +34,7 @@ RANKS = {
     "training": 6,
     "cli": 7,
     # the command-line entry point and the public API sit on top of everything
-    "__main__": 8, "__init__": 8, "train": 8, "train_vision": 8, "dspark": 8, "release": 8, "dataset": 8,
+    "__main__": 8, "__init__": 8,
 }
 ARCH_BANS = {"inference", "checkpoint", "training", "corpus", "cli", "model", "accounting"}
 

@@ -39,7 +39,8 @@ def test_never_checked_rows_get_no_keep_chance_and_a_hypothetical_one_with_the_a
 
 def test_block_is_the_anchor_plus_at_most_four_drafts_everywhere():
     from lessons.dspark import block_sentence
-    from lessons.figure3 import Box, box_text, steps
+    from lessons.figure3 import box_text, steps
+    from lessons.figure3_layout import Box
     from model import V41Config
 
     cfg = V41Config.preset("v4.1-flash")

@@ -36,7 +36,7 @@ from model.checkpoint.native import save_checkpoint
 from model.checkpoint.shards import INDEX, read_header
 from model.checkpoint.streaming import MappedEngramTable, parse_bytes
 from model.checkpoint.writer import write_release
-from model.cli.release import main
+from model.cli.release_layout import main
 from model.quant import (
     FP4_VALUES,
     dequantize_fp8_weight,

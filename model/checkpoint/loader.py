@@ -75,7 +75,7 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
     if is_release(path, cfg):
         model = _load_release(path, cfg, device, dtype or torch.float32, strict, budget_bytes, stream, progress)
     elif stream:
-        raise ValueError(f"{path}: layer streaming needs the release layout (python -m model.release export)")
+        raise ValueError(f"{path}: layer streaming needs the release layout (python -m model release export)")
     else:
         model = _load_native(path, cfg, device, dtype, strict)
     _bind_tokenizer(model, path / "tokenizer.json")

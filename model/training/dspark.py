@@ -3,8 +3,8 @@
 Follows docs/design/equations.md §12 (DSpark training): the target is frozen; the loss is 0.1 CE +
 0.9 TV + 1.0 confidence BCE with position weights exp(-(j-1)/gamma), on continuations the target
 itself generated (`build_pool`). The drafter is model/arch/drafter.py; `evaluate_drafter` measures
-acceptance with model/inference/generate.py's `speculative_generate`. `python -m model.dspark train`
-(model/cli/dspark.py) runs train, evaluate and write in one command.
+acceptance with model/inference/generate.py's `speculative_generate`. `python -m model dspark train`
+(model/cli/train_drafter.py) runs train, evaluate and write in one command.
 """
 
 from __future__ import annotations
