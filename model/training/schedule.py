@@ -1,9 +1,9 @@
 """The settings of a language-model training run (`TrainConfig`) and the schedules read from them per
 step: learning rate (warm-up then cosine), the staged training window and copy gap, the batch seed.
 
-Follows docs/design (training: dense warm-up of the indexer, then sparse training) and the look-back
-curriculum of docs/training.md: step-staged windows and gaps (`window_stages`, `copy_gap_stages`), and gated
-stages (`curriculum`: each rung held until its copy probe passes `gate`, model/training/curriculum.py).
+Follows docs/design/equations.md §13 (dense warm-up of the indexer, then sparse training) and the look-back
+curriculum of docs/training.md §3: step-staged windows and gaps (`window_stages`, `copy_gap_stages`), and gated
+stages (`curriculum`, `Stage`: each rung held until its copy probe passes `gate`; model/training/run.py).
 """
 
 from __future__ import annotations

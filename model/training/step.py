@@ -1,5 +1,6 @@
 """One optimisation step of the language model: the losses, their gradients, the update and the
-balancing rule (docs/design: indexer training, load balancing).
+balancing rule (docs/design/equations.md §13 training the indexer,
+§9 MoE routing and its balancing).
 
 - language-model loss: next-token cross entropy, the look-back answers weighted `answer_weight`;
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
