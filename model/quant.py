@@ -1,6 +1,6 @@
 """FP8 / FP4 block quantisation, as fake-quant (model forward) and as packed bytes (the cache).
 
-Follows reference-brief.md §5.4 and §9. Three formats are part of the V4.1 model itself:
+Follows docs/design/equations.md §7. Three formats are part of the V4.1 model itself:
 
 | tensor                      | element     | block | scale                          |
 |-----------------------------|-------------|-------|--------------------------------|

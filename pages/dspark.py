@@ -28,14 +28,14 @@ from lessons.dspark import (
     summary_rows,
 )
 from lessons.inspect import encode_prompt, load_samples
-from ui.common import cached_with_progress, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, sample_or_text, seed
+from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, qp_set, sample_or_text, seed
 from ui.text import plain
 
 sess = sidebar()

@@ -4,12 +4,12 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE, next_token_table
-from ui.common import clean_prompt, qp_get, require_model, sidebar
+from ui.common import clean_prompt, require_model, sidebar
 from ui.figures import top_tokens_bar
 from ui.limits import PROMPT_CHARS
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, prompt_to_url, seed
+from ui.state import KEEP, prompt_to_url, qp_get, seed
 
 sess = sidebar()
 sources_footer()

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import streamlit as st
 import torch
 
-from ui.common import ROOT, Session, clean_prompt, qp_get, qp_set
+from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
-from ui.state import arrived, prompt_to_url, qp_int_or_none, seed
+from ui.state import arrived, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 MAX_TOKENS = LIVE_TOKENS  # keeps a traced forward under a second on CPU for the tiny model
