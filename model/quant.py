@@ -226,7 +226,7 @@ def unpack(values: torch.Tensor, scales: torch.Tensor, fmt: Format, dim: int) ->
 
 
 # ------------------------------------------------------------------------------------------------
-# Weight formats of released checkpoints (issue: real weights): FP8 128x128 blocks, MXFP4 experts
+# Weight formats of released checkpoints (docs/design/checkpoints.md): FP8 128x128 blocks, MXFP4 experts
 # ------------------------------------------------------------------------------------------------
 
 def quantize_fp8_weight(w: torch.Tensor, block: int = 128, ue8m0: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,7 +53,7 @@ try:
     from model.arch.drafter import Drafter
     from model.inference.generate import generate, speculative_generate
     from model.inference.speculative import SpecStats, expected_tokens_per_pass, start, verify_step
-except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
+except ImportError as e:  # a build without the drafter modules: say so instead of failing
     st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
     st.stop()
 from model.inference.sampling import Sampler  # noqa: E402
