@@ -420,6 +420,7 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     from safetensors import safe_open
     with safe_open(str(tmp_path / "stages" / "stage1" / "model.safetensors"), "pt") as f:
         assert f.get_tensor("embed.weight").dtype == torch.bfloat16
+    assert load(tmp_path / "stages" / "stage1", device="cpu").tokenizer is not None   # a loadable checkpoint
     finish(run, tmp_path / "out", "test", 1.0)
     rec = json.loads((tmp_path / "out" / "training.json").read_text())
     assert [p["stage"] for p in rec["curriculum"]["passed"]] == [0, 1]

@@ -147,7 +147,8 @@ def _gate(run: Run, ts: TrainConfig, step: int, rec: dict) -> None:
     entry = {"stage": run.stage, "settings": run.stages[run.stage].settings, "passed_at_step": step + 1,
              "steps_in_stage": done, **{k: v for k, v in rec.items() if k.startswith("probe")}}
     if run.tc.stage_dir:
-        entry["weights"] = str(save_weights_bf16(run.model, Path(run.tc.stage_dir) / f"stage{run.stage}", entry))
+        entry["weights"] = str(save_weights_bf16(run.model, Path(run.tc.stage_dir) / f"stage{run.stage}", entry,
+                                                 run.tc.tokenizer))
     run.passed.append(entry)
     print(f"  stage {run.stage} passed at step {step + 1}", file=sys.stderr)
     run.stage, run.stage_start = run.stage + 1, step + 1

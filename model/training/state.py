@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def read_meta(path: Path) -> dict:
     return json.loads(f.read_text()) if f.exists() else {}
 
 
-def save_weights_bf16(m: V41Model, path: Path, record: dict) -> Path:
+def save_weights_bf16(m: V41Model, path: Path, record: dict, tokenizer: str | Path | None = None) -> Path:
     """The weights only, in bfloat16 (about a sixth of a training checkpoint with its AdamW moments), with
     config.json and stage.json (`record`): what a curriculum commits at each stage boundary, so a later
     sitting on another machine resumes from the repository (`--init-from` it, fresh optimizer moments)."""
@@ -93,6 +94,8 @@ def save_weights_bf16(m: V41Model, path: Path, record: dict) -> Path:
     save_file(t, str(tmp), metadata={"format": "pt", "dtype": "bfloat16"})
     os.replace(tmp, path / "model.safetensors")
     (path / "stage.json").write_text(json.dumps(record, indent=1) + "\n")
+    if tokenizer is not None:          # a loadable checkpoint (model.load, the app, the benchmarks)
+        shutil.copy(tokenizer, path / "tokenizer.json")
     return path
 
 
