@@ -23,7 +23,7 @@ import torch
 
 from model.inference.engine import decode_step, prefill
 from model.inference.sampling import Sampler
-from model.inference.trace import LayerRecord, Trace, Tracer
+from model.inference.trace import LAZY, LayerRecord, LensChoice, Trace, Tracer
 from model.layer_map import describe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,14 +134,16 @@ class Run:
 
 def run_prompt(model, ids: list[int], mode: str = "bounded", new_tokens: int = 0, temperature: float = 0.0,
                seed: int = 0, chunk_size: int = 512, lens_topk: int = 5,
-               progress: Callable[[float, str], None] | None = None) -> Run:
+               progress: Callable[[float, str], None] | None = None, lens: LensChoice = LAZY) -> Run:
     """Prefill `ids` with the tracer on, then decode `new_tokens` one at a time into the same trace. Every
-    generated token is fed back once, so it has a record in every layer (its lens shows the next prediction)."""
+    generated token is fed back once, so it has a record in every layer (its lens shows the next prediction).
+    The logit lens is computed for the layer and token a view draws when it draws them (`lens`: see
+    model.inference.trace.lens_plan; True computes every layer during the run)."""
     if mode not in ("bounded", "exact"):
         raise ValueError(f"prefill mode must be 'bounded' or 'exact', got {mode!r}")
     if not 0 <= new_tokens <= MAX_NEW_TOKENS:
         raise ValueError(f"generate between 0 and {MAX_NEW_TOKENS} tokens")
-    tracer = Tracer(lens_topk=lens_topk, keep_scores=True)
+    tracer = Tracer(lens_topk=lens_topk, keep_scores=True, lens=lens)
     total = 1.0 + new_tokens
 
     def pf_progress(f: float, msg: str) -> None:
@@ -359,10 +361,7 @@ def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, mod
     if rec.router_scores is not None:
         router = RouterView(scores=rec.router_scores[0, row].tolist(), experts=rec.router_experts[0, row].tolist(),
                             weights=rec.router_weights[0, row].tolist(), n_shared=cfg.n_shared_experts)
-    lens = []
-    if rec.lens_ids is not None:
-        lens = [(int(i), run_decode(model, run, int(i)), float(p))
-                for i, p in zip(rec.lens_ids[0, row].tolist(), rec.lens_probs[0, row].tolist())]
+    lens = [(i, run_decode(model, run, i), p) for i, p in rec.lens_at(row)]   # a lazy lens computes this row only
     return LayerView(layer=layer, pos=pos, role=rec.spec.role, stack=rec.spec.stack, description=describe(rec.spec),
                      attention=attention_view(rec, pos, row, head), selection=selection_view(run, layer, pos),
                      router=router, engram=engram_view(cfg, run, rec, pos, row), hc=hc, lens=lens,

@@ -86,7 +86,7 @@ def _trace(weights_label: str, text: str, _model) -> LiveTrace:
     truncated = len(ids) > MAX_TOKENS
     ids = ids[-MAX_TOKENS:]
     with torch.no_grad():
-        tr = _model.trace(torch.tensor([ids]))
+        tr = _model.trace(torch.tensor([ids]), lens="lazy")   # the lens of the rows a page draws, when drawn
     tokens = [show_token(_model.decode([i])) for i in ids]
     return LiveTrace(tr, tokens, len(ids), truncated, text)
 

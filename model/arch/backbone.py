@@ -153,7 +153,7 @@ class Backbone(torch.nn.Module):
         for i in range(lo, hi):
             streams, pre_mix = self.layer(i)(streams, pre_mix, ctx, rope, hash_ids)
             if ctx.trace is not None and not ctx.publish_only:
-                ctx.trace.after_layer(i, streams, pre_mix, self.finish)
+                ctx.trace.after_layer(i, streams, pre_mix, self)
             if progress is not None:
                 progress(i)
         return streams, pre_mix
@@ -170,6 +170,16 @@ class Backbone(torch.nn.Module):
             streams, pre_mix = streams[:, -1:], pre_mix[:, -1:]
         hidden = self.norm(collapse(streams, pre_mix))
         return hidden, self.head(hidden).float()
+
+    # the logit lens (model/inference/trace.py) splits `finish` in two: the collapse when a layer ends, the
+    # norm and head only for the rows a reader asks for
+    def collapse(self, streams: torch.Tensor, pre_mix: torch.Tensor) -> torch.Tensor:
+        """The streams collapsed with the last FFN site's `pre`, before the final norm: [B, S, D]."""
+        return collapse(streams, pre_mix)
+
+    def project(self, collapsed: torch.Tensor) -> torch.Tensor:
+        """Final norm and head on collapsed rows -> fp32 logits (`finish` = project(collapse(...)))."""
+        return self.head(self.norm(collapsed)).float()
 
     def forward(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,

@@ -8,7 +8,7 @@ keeps arch/ free of imports from the packages above it.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -51,6 +51,14 @@ class LayerCache(Protocol):
     def advance(self, n: int) -> None: ...
 
 
+class LensHead(Protocol):
+    """The model's output end, split for the logit lens: collapse when a layer ends, norm + head when read."""
+
+    def collapse(self, streams: torch.Tensor, pre_mix: torch.Tensor) -> torch.Tensor: ...  # [B, S, D]
+
+    def project(self, collapsed: torch.Tensor) -> torch.Tensor: ...  # fp32 logits [..., V]
+
+
 class Recorder(Protocol):
     """The trace hooks a forward calls (only when a recorder is passed)."""
 
@@ -65,8 +73,7 @@ class Recorder(Protocol):
     def block(self, layer: int, a: Mix, f: Mix, y: torch.Tensor, out: torch.Tensor, routing: Routing,
               new: torch.Tensor) -> None: ...
 
-    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor,
-                    finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> None: ...
+    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor, head: "LensHead") -> None: ...
 
     def end(self, hidden: torch.Tensor, logits: torch.Tensor) -> None: ...
 
