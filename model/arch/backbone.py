@@ -181,6 +181,22 @@ class Backbone(torch.nn.Module):
         """Final norm and head on collapsed rows -> fp32 logits (`finish` = project(collapse(...)))."""
         return self.head(self.norm(collapsed)).float()
 
+    def full(self, input_ids: torch.Tensor, *, lengths: list[int] | None = None, last_only: bool = False,
+             trace: Recorder | None = None, ablation: Ablation | None = None) -> ModelOutput:
+        """One forward over whole prompts, no cache. `lengths`: rows right-padded to the longest (each row's
+        results are its own: model/inference/batch.py); with `last_only`, each row's logits at its own last
+        token [B, 1, V]."""
+        streams, pre_mix, ctx, rope, hash_ids = self.prepare(input_ids, None, trace=trace, ablation=ablation)
+        streams, pre_mix = self.run_layers(streams, pre_mix, 0, self.cfg.num_hidden_layers, ctx, rope, hash_ids)
+        if last_only and lengths is not None:
+            rows = torch.arange(streams.shape[0], device=streams.device)
+            last = torch.as_tensor(lengths, device=streams.device) - 1
+            streams, pre_mix = streams[rows, last].unsqueeze(1), pre_mix[rows, last].unsqueeze(1)
+        hidden, logits = self.finish(streams, pre_mix, last_only)
+        if trace is not None:
+            trace.end(hidden, logits)
+        return ModelOutput(logits=logits, hidden=hidden, taps=ctx.taps, routings=ctx.routings)
+
     def forward(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
                 image_mask: torch.Tensor | None = None, last_only: bool = False, tap_layers=(),
