@@ -129,7 +129,7 @@ def picked_trace(sess: Session, label: str = "Prompt") -> LiveTrace:
 
 # ---- forwards shared with every other visitor: batched, cached, bounded -------------------------------------------
 KINDS = ("next", "logits", "trace")   # next-token logits [V]; every position's logits [n, V]; an exact trace
-RESULTS_KEPT = {"next": 512, "logits": 64, "trace": 16}
+RESULTS_KEPT = {"next": 512, "logits": 8, "trace": 8}   # a next-token row is 16 KB; a trace up to tens of MB
 
 
 def run_forward(kind: str, context, payloads: list) -> list:
