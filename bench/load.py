@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -111,7 +112,7 @@ class Client:
         await self.ws.close()
 
     async def rerun(self, widgets: list | None = None, timeout: float = 600.0, fragment_id: str = "",
-                    page_hash: str = "") -> Run:
+                    page_hash: str = "", page_name: str = "") -> Run:
         """Send rerun_script (query string + widget states), collect elements until script_finished. A widget
         drawn inside a fragment reruns that fragment only: the browser then sends its `fragment_id` (and the
         page's script hash), and so does this client."""
@@ -124,6 +125,8 @@ class Client:
             msg.rerun_script.fragment_id = fragment_id
         if page_hash:
             msg.rerun_script.page_script_hash = page_hash
+        if page_name:
+            msg.rerun_script.page_name = page_name       # a page's URL path, as the browser sends on arrival
         for w in widgets or []:
             msg.rerun_script.widget_states.widgets.append(w)
         t0 = time.perf_counter()
@@ -224,6 +227,12 @@ async def _drive(port: int, query: str, n: int, prompts: int, timeout: float, sr
     sampler = asyncio.create_task(sample_memory())
     # open the page once first (the model load and the default prompt), as a teacher does before the class
     warm = await session(-1, port, query, 0, timeout)
+    # the server then draws every page once at its defaults (ui/warmup.py); the class comes after that
+    from ui.warmup import DONE_LINE
+
+    deadline = time.monotonic() + 600
+    while DONE_LINE not in srv.log() and time.monotonic() < deadline and os.environ.get("V41_WARMUP") != "0":
+        await asyncio.sleep(0.5)
     OPENED[0] = 0
     start = asyncio.Event()
     tasks = [asyncio.create_task(session(i, port, query, prompts, timeout, retries, start=start)) for i in range(n)]
@@ -347,7 +356,8 @@ def main() -> None:
         serial = run_load(a.sessions, a.prompts, a.timeout, weights, batch_rows=1, queue_limit=a.queue_limit,
                           retries=a.retries)
         reports.append(serial)
-    print(f"{a.sessions} sessions x {a.prompts} prompt run(s), each mode on a fresh server")
+    print(f"{a.sessions} sessions x {a.prompts} prompt run(s), each mode on a fresh server; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if rep.opens:
         print(f"page open (the model is loaded by a first visit before): p50 {percentile(rep.opens, .5):.2f} s, "
               f"max {max(rep.opens):.2f} s")
