@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -142,8 +143,11 @@ def run_forward(kind: str, context, payloads: list) -> list:
     fns = {"next": lambda rows: batch.next_logits(model, rows, ablation),
            "logits": lambda rows: batch.row_logits(model, rows, ablation),
            "trace": lambda rows: batch.traces(model, rows, ablation, lens=lens)}
-    get_logger(__name__).info("Batched forward: kind=%s rows=%d", kind, len(payloads))  # bench.load counts them
-    return run_rows(fns[kind], payloads)
+    t0 = time.perf_counter()
+    out = run_rows(fns[kind], payloads)
+    get_logger(__name__).info("Batched forward: kind=%s rows=%d seconds=%.3f", kind, len(payloads),
+                              time.perf_counter() - t0)   # bench.load counts them
+    return out
 
 
 @st.cache_resource(show_spinner=False)
