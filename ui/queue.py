@@ -119,7 +119,8 @@ def heavy_run(what: str, show: Callable[[str | None], None] | None = None,
 
 BATCH_ROWS = int(os.environ.get("V41_BATCH_ROWS", "32"))         # rows in one forward (1: one at a time)
 QUEUE_LIMIT = int(os.environ.get("V41_QUEUE_LIMIT", "48"))       # requests waiting or running, at most
-WINDOW_S = float(os.environ.get("V41_BATCH_WINDOW_S", "0.02"))   # how long the first request waits for company
+WINDOW_S = float(os.environ.get("V41_BATCH_WINDOW_S", "0.02"))   # a gap this long ends the collection window
+MAX_WAIT_S = 0.25
 BATCH_TOKENS = 8192
 
 
@@ -165,17 +166,19 @@ Runner = Callable[[str, Any, list], list]   # (kind, context, payloads) -> a res
 
 @dataclass
 class BatchWorker:
-    """One thread owns the forward passes. Requests that arrive within `window_s` of each other (or while a batch
-    runs) and share a group run as one batch of up to `max_rows` rows; groups take turns in arrival order of
-    their oldest request. At most `limit` requests wait or run: past it `submit` raises Busy at once. A
-    cancelled request (its visitor left) is dropped before it runs; a row that fails fails only its own request
-    (the runner retries the rows of a failed batch one by one)."""
+    """One thread owns the forward passes. Requests that arrive within `window_s` of each other (up to `max_wait_s`
+    after the first), or while a batch runs, and share a group run as one batch of up to `max_rows` rows (and
+    `max_tokens` padded tokens); groups take turns in arrival order of their oldest request. At most `limit`
+    requests wait or run: past it `submit` raises Busy at once. A cancelled request (its visitor left) is
+    dropped before it runs; a row that fails fails only its own request (the runner retries the rows of a
+    failed batch one by one)."""
 
     run: Runner
     max_rows: int = BATCH_ROWS
     limit: int = QUEUE_LIMIT
     window_s: float = WINDOW_S
     max_tokens: int = BATCH_TOKENS                 # padded tokens in one forward (rows x the longest row)
+    max_wait_s: float = MAX_WAIT_S                 # the longest a first request waits for company
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _queue: list = field(default_factory=list)
     _running: list = field(default_factory=list)
@@ -254,6 +257,20 @@ class BatchWorker:
             self._running = take
             return take
 
+    def _collect(self) -> None:
+        """The collection window: wait while requests keep arriving (each within `window_s` of the last), at most
+        `max_wait_s`, or until a full batch is there; the others of this moment then run with the first."""
+        deadline = time.monotonic() + self.max_wait_s
+        while True:
+            with self._cond:
+                n = len(self._queue)
+                if n >= self.max_rows:
+                    return
+            time.sleep(self.window_s)
+            with self._cond:
+                if len(self._queue) == n or time.monotonic() >= deadline:
+                    return
+
     def _loop(self) -> None:
         while True:
             with self._cond:
@@ -261,7 +278,7 @@ class BatchWorker:
                     self._cond.wait()
                 fresh = not self._running
             if fresh and self.window_s > 0 and self.max_rows > 1:
-                time.sleep(self.window_s)          # the collection window: let the others of this moment arrive
+                self._collect()
             take = self._take()
             if not take:
                 continue
