@@ -13,13 +13,15 @@ Measures, on held-out data shipped in data/heldout (no download needed):
 - far recall on stories whose names, objects and fact/question templates never occur in training
   (data/heldout/stories_heldout_templates.jsonl): retrieval, not template matching.
 Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…
-recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=…`.
+recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=… fact_in_pool=…`
+(the share of far held-out stories whose fact entry is in the candidate pool at the answer row).
 The ablation lab page reuses `evaluate`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -150,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-stories", type=int, default=None)
     ap.add_argument("--max-natural-tokens", type=int, default=None)
     ap.add_argument("--only", nargs="*", default=None, help="ablation names to run (default: all)")
+    ap.add_argument("--record", action="store_true",
+                    help="write the last line's figures into the weights' training.json ('measured'), where the "
+                         "Far fact panel reads them")
     a = ap.parse_args(argv)
     if not (Path(a.weights) / "model.safetensors").exists():
         print(f"no trained weights at {a.weights}", file=sys.stderr)
@@ -174,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
     from model.corpus.dataset import heldout_natural_tokens
-    from model.training.evaluation import copy_accuracy
+    from model.training.evaluation import copy_accuracy, fact_in_pool
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))
@@ -185,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{seen_once:.1%}")
     held = story_recall(model, a.max_stories, path=HELDOUT_TEMPLATES)[0].get("far", float("nan"))
     print(f"far recall on stories whose names, objects and templates were never trained on: {held:.1%}")
+    in_pool = fact_in_pool(model, model.tokenizer)
+    print(f"far held-out stories whose fact entry is in the candidate pool at the answer row: {in_pool:.1%}")
     full = results.get("full model")
     wo = results.get("window only")
     nan = float("nan")
@@ -193,8 +200,24 @@ def main(argv: list[str] | None = None) -> int:
           f"recall_far_window_only={wo.recall.get('far', nan) if wo else nan:.3f} "
           f"recall_far_heldout_templates={held:.3f} "
           f"copy_near={copy_near:.3f} copy_far={copy_far:.3f} copy_far_window_only={copy_far_wo:.3f} "
-          f"copy_first={seen_once:.3f}")
+          f"copy_first={seen_once:.3f} fact_in_pool={in_pool:.3f}")
+    if a.record:
+        figures = {"recall_far": full.recall.get("far") if full else None,
+                   "recall_far_window_only": wo.recall.get("far") if wo else None,
+                   "recall_far_heldout_templates": held, "copy_near": copy_near, "copy_far": copy_far,
+                   "copy_far_window_only": copy_far_wo, "copy_first": seen_once, "fact_in_pool": in_pool,
+                   "loss": full.loss if full else None, "unigram_loss": unigram_loss}
+        record_measured(Path(a.weights), figures, "python -m bench.quality " + " ".join(argv or sys.argv[1:]))
     return 0 if full and math.isfinite(full.loss) else 1
+
+
+def record_measured(weights: Path, figures: dict, command: str) -> None:
+    """Keep the figures in the weights' training.json under "measured" (None values left out)."""
+    path = weights / "training.json"
+    info = json.loads(path.read_text()) if path.exists() else {}
+    info["measured"] = {"command": command, "date": time.strftime("%Y-%m-%d"),
+                        **{k: round(v, 4) for k, v in figures.items() if v is not None}}
+    path.write_text(json.dumps(info, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from model.layer_map import layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format
 
 from .calculator import CalcError, Design, Knobs, Part, Store, validate_knobs
-from .sources import marker
+from .sources import EXPLAINER_1, EXPLAINER_2, marker
 
 MIB = 1 << 20
 
@@ -61,14 +61,22 @@ def _owners(n_layers: int, group: int) -> tuple[int, ...]:
 # DeepSeek-V4.1 from a config
 # ------------------------------------------------------------------------------------------------
 
-V41_SHARES = {
-    "prepared data": "Yes: Reuse and Reindex layers read the compressed latents and index keys made by their "
-                     "group's Full layer (4 stored copies serve 38 layers).",
-    "selection": "Partly: Reuse layers keep the last selection; Reindex layers choose again inside the pool.",
-    "update rule (weights)": "No: every layer has its own weights.",
-    "per-token state": "Compressed latents + index keys (grow with the context); every layer's own 128-row window "
-                       "(fixed).",
-}
+def v41_shares(specs, window: int) -> dict[str, str]:
+    """What a V4.1 layout shares, counted from its layer map and the window in use."""
+    full = sum(1 for s in specs if s.role == "Full")
+    readers = sum(1 for s in specs if s.kv_source is not None)
+    return {
+        "prepared data": f"Yes: Reuse and Reindex layers read the compressed latents and index keys made by their "
+                         f"group's Full layer ({full} stored cop{'y' if full == 1 else 'ies'} serve {readers} "
+                         "compressed layers).",
+        "selection": "Partly: Reuse layers keep the last selection; Reindex layers choose again inside the pool.",
+        "update rule (weights)": "No: every layer has its own weights.",
+        "per-token state": f"Compressed latents + index keys (grow with the context); every layer's own {window}-row "
+                           "window (fixed).",
+    }
+
+
+V41_SHARES = v41_shares(layer_map(V41Config.preset("v4.1-flash")), V41Config.preset("v4.1-flash").sliding_window)
 
 
 def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: str = "DeepSeek-V4.1-Flash",
@@ -136,19 +144,29 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
                             note="DSpark's sliding-window layers; format assumed equal to the backbone window; "
                                  "not held by our engine's Cache; rebuilt from the target's taps"))
     full = cfg.name in ("v4.1-flash",)
+    n_full = sum(1 for s in specs if s.role == "Full")
+    enc_r = sorted({s.compress_ratio for s in specs if s.role == "Full" and s.stack == "encoder"})
+    dec_r = sorted({s.compress_ratio for s in specs if s.role == "Full" and s.stack == "decoder"})
+
+    def pooled(rs: list[int]) -> str:
+        return " and ".join("keeps one latent per token" if r == 1 else f"pools {r} tokens per latent" for r in rs)
+
+    latent_name = "FP4" if bits == 4 else f"{bits}-bit"
     return Design(
         key=key, label=label, stores=stores, n_layers=n, roles=roles, layer_names=names,
         short=label.replace("DeepSeek-", ""),
-        summary=("CSA2: every layer keeps a 128-row FP8 window; four Full layers make FP4 latents + index keys "
-                 "that Reuse/Reindex layers share; the encoder pools pairs of tokens, the decoder keeps one latent per "
-                 "token made once from the encoder's output."),
+        summary=(f"CSA2: every layer keeps a {window}-row FP8 window; {n_full} Full layer{'s' if n_full != 1 else ''} "
+                 f"make {latent_name} latents + index keys that Reuse/Reindex layers share"
+                 + (f"; the encoder {pooled(enc_r)}" if enc_r else "")
+                 + (f", the decoder {pooled(dec_r)}, made once from the encoder's output" if dec_r else "") + "."),
         status="config" if full else "config (our preset)",
         sources=[f"Hugging Face transformers' DeepSeek-V4.1 config and modeling code: layer schedule, sharing, FP4 "
-                 f"and FP8 storage formats ({marker('code')})",
+                 f"and FP8 storage formats ({marker('port')})",
                  f"this explorer's engine: the bytes its cache holds, packed as those formats ({marker('measured')})"],
         unknowns=["The deployed system's exact cache layout (paging, padding, alignment) is not public; these are the "
                   "bytes of our faithful engine.", "The drafter's cache format is assumed."] if full else [],
-        shares=V41_SHARES, knobs_used=("context", "batch", "bits", "window", "replay", "rollback", "mode"),
+        shares=v41_shares(specs, window),
+        knobs_used=("context", "batch", "bits", "window", "replay", "rollback", "mode"),
         has_replay=dec < n, decoder_layers=tuple(range(dec, n)))
 
 
@@ -191,11 +209,12 @@ def v4_flash(k: Knobs) -> Design:
     return Design(
         key="v4-flash", label="DeepSeek-V4-Flash", short="V4-Flash", stores=stores, n_layers=n, roles=roles,
         layer_names={n: "MTP"},
-        summary="Hybrid attention: 21 CSA layers (pool 4 tokens, select top-512) and 20 HCA layers (pool 128, read "
-                "all), each storing its own compressed entries; a 128-row window on every layer.",
+        summary=f"Hybrid attention: {len(csa)} CSA layers (pool 4 tokens, select top-512) and {len(hca)} HCA layers "
+                f"(pool 128, read all), each storing its own compressed entries; a {k.window}-row window on every "
+                "layer.",
         status="published formats",
         sources=[f"published DeepSeek-V4-Flash configs: the layer schedule ({marker('third-party')})",
-                 f"vLLM's DeepSeek-V4 serving code: 584 B cache entries, 132 B indexer keys ({marker('code')})",
+                 f"vLLM's DeepSeek-V4 serving code: 584 B cache entries, 132 B indexer keys ({marker('third-party')})",
                  f"about 3.85 KB per token at 1M tokens, from those formats ({marker('inference')})"],
         unknowns=["Compressor state of incomplete groups is not counted (small).",
                   "Whether V4 itself stores entries in FP4 is open; vLLM uses FP8 + BF16 RoPE."],
@@ -223,7 +242,7 @@ def v32(k: Knobs) -> Design:
         summary="Every layer stores one MLA latent (512 + 64 numbers) per token and an FP8 indexer key; sparse "
                 "attention reads the top-2048 tokens.",
         status="published formats",
-        sources=[f"DeepSeek-V3.2-Exp's released config and inference code ({marker('code')})"],
+        sources=[f"DeepSeek-V3.2-Exp's released config and inference code ({marker('deepseek')})"],
         unknowns=["The MTP layer's cache is not counted.", "Serving engines may store the latent in FP8."],
         shares={"prepared data": "No: each layer stores its own latent.", "selection": "No: each layer selects.",
                 "update rule (weights)": "No.", "per-token state": "MLA latent + indexer key in every layer."},
@@ -231,7 +250,7 @@ def v32(k: Knobs) -> Design:
 
 
 # ------------------------------------------------------------------------------------------------
-# Uniform designs: the seed's teaching example and plain per-layer K/V
+# Uniform designs: the explainer's teaching example and plain per-layer K/V
 # ------------------------------------------------------------------------------------------------
 
 def _uniform(key: str, label: str, n: int, parts: tuple[Part, ...], k: Knobs, summary: str, status: str,
@@ -253,13 +272,40 @@ def _uniform(key: str, label: str, n: int, parts: tuple[Part, ...], k: Knobs, su
                           "per-token state": "K/V entries in every stored copy."})
 
 
+def teaching_summary(k: Knobs) -> str:
+    """The teaching example's sentence, formatted from the knobs in use (it follows every change)."""
+    entries = k.context // k.ratio
+    share = (f"groups of {k.group} layers share one copy" if k.group > 1 else
+             "every layer keeps its own copy")
+    per = f" (one entry per {k.ratio} tokens)" if k.ratio > 1 else ""
+    return (f"{k.layers:,} layers, each storing {entries:,} entries{per} of {k.numbers:,} numbers at {k.bits} bits; "
+            f"{share}.")
+
+
+SHARING_BUTTON = "Share as the explainer does: each group of four layers keeps one copy"
+
+
+def sharing_help(k: Knobs) -> str:
+    """The sharing button's help, with the bytes of the sizes in use before and after groups of four."""
+    from .calculator import calculate, human_bytes
+
+    if k.layers < 4:
+        return f"Groups of four layers need at least four layers; there are {k.layers} now."
+    now = calculate(teaching(k), k).hbm.total
+    k4 = dataclasses.replace(k, group=4)
+    four = calculate(teaching(k4), k4).hbm.total
+    return (f"Sets 'Layers sharing one copy' to 4. With the sizes above that turns {human_bytes(now)} "
+            f"({now:,} bytes, at {k.group} layer{'s' if k.group != 1 else ''} per copy) into {human_bytes(four)} "
+            f"({four:,} bytes). The explainer's own example, 16 layers of 4,096 entries of 128 numbers at 8 bits, "
+            "goes from 8 MiB to 2 MiB.")
+
+
 def teaching(k: Knobs) -> Design:
-    return _uniform("teaching", "Seed's teaching example (uniform)", k.layers,
+    return _uniform("teaching", "Teaching example (uniform)", k.layers,
                     (Part("numbers", k.numbers, k.bits, "kv"),), k,
-                    "Sixteen layers, each storing 4,096 entries of 128 numbers at 8 bits; then groups of four layers "
-                    "sharing one copy.", "illustrative",
-                    [f"a teaching example with made-up uniform sizes: 8,388,608 bytes, 2 MiB with groups of four "
-                     f"({marker('inference')})"],
+                    teaching_summary(k), "illustrative",
+                    [f"{EXPLAINER_2}, with made-up uniform sizes: as it states it, 16 layers of 4,096 entries of 128 "
+                     f"numbers at 8 bits take 8,388,608 bytes, and 2 MiB with groups of four ({marker('explainer')})"],
                     "made-up uniform sizes")
 
 
@@ -267,7 +313,8 @@ def gqa(k: Knobs) -> Design:
     return _uniform("gqa", "Plain per-layer K/V (GQA, 80 layers)", 80,
                     (Part("K (8 heads x 128)", 1024, k.bits, "kv"), Part("V (8 heads x 128)", 1024, k.bits, "kv")), k,
                     "A dense transformer with grouped-query attention: every layer stores its own K and V for every "
-                    "token (80 layers, 8 KV heads of 128 dims, BF16: Llama-3-70B-like sizes).", "illustrative",
+                    f"token (80 layers, 8 KV heads of 128 dims, {k.bits}-bit numbers: Llama-3-70B-like sizes, which "
+                    "store BF16).", "illustrative",
                     ["GQA arithmetic: 80 x 8 x 128 x 2 (K and V) x 2 bytes = 327,680 B/token"],
                     "8 KV heads x 128 dims, K and V")
 
@@ -314,7 +361,7 @@ def gemma4_like(k: Knobs) -> Design:
                 "15 layers compute no K/V and reuse an earlier layer's (cross-layer KV sharing).",
         status="illustrative",
         sources=["Hugging Face transformers' Gemma 3, 3n and 4 configs: 5:1 pattern, window 512/1024, global head "
-                 f"dim 512 with K=V, num_kv_shared_layers in E2B/E4B ({marker('code')})"],
+                 f"dim 512 with K=V, num_kv_shared_layers in E2B/E4B ({marker('third-party')})"],
         unknowns=["Layer count (35), KV head counts (2 local, 1 global) and sharing count (15) are placeholders "
                   "taken from the small variants; larger Gemma 4 models differ.",
                   "Gemma's per-layer embeddings and other memory are not counted."],
@@ -347,8 +394,9 @@ def qwen_next_like(k: Knobs) -> Design:
                 "updated token by token instead of a growing K/V cache.",
         status="illustrative",
         sources=["Hugging Face transformers' Qwen3-Next config: 48 layers, 3:1, 2 KV heads x 256, 16 key / 32 value "
-                 f"heads of 128, conv kernel 4 ({marker('code')})", "the published description of Qwen3.8-Flash-Next: "
-                 "three Gated DeltaNet layers per sparse-attention layer (as our source texts cite it)"],
+                 f"heads of 128, conv kernel 4 ({marker('third-party')})",
+                 "the published description of Qwen3.8-Flash-Next: three Gated DeltaNet layers per sparse-attention "
+                 f"layer ({marker('explainer')})"],
         unknowns=["Qwen3.8-Flash-Next's own sizes and its sparse-attention indexer (and any keys it stores) are not "
                   "established here; the sizes are Qwen3-Next's.", "State precision (fp32 here) varies by engine."],
         shares={"prepared data": "No.", "selection": "Attention layers select what to read (sizes unknown).",
@@ -390,7 +438,7 @@ def looped(k: Knobs) -> Design:
 
 FULL_CONTEXT = 1 << 20
 DESIGNS: dict[str, tuple[str, Callable[[Knobs], Design], Knobs]] = {
-    "teaching": ("Seed's teaching example", teaching, Knobs(context=4096, layers=16, numbers=128, bits=8)),
+    "teaching": ("Teaching example (uniform sizes)", teaching, Knobs(context=4096, layers=16, numbers=128, bits=8)),
     "v4.1-flash": ("DeepSeek-V4.1-Flash", flash_v41, Knobs(context=FULL_CONTEXT, bits=4, window=128, replay=128)),
     "v4-flash": ("DeepSeek-V4-Flash", v4_flash, Knobs(context=FULL_CONTEXT, window=128)),
     "v3.2": ("DeepSeek-V3.2 (MLA + indexer)", v32, Knobs(context=FULL_CONTEXT, bits=16)),
@@ -432,12 +480,19 @@ COMPARE_INTRO = (
     "token** versus a **fixed-size state** updated as tokens arrive."
 )
 
+LINEAGE = (
+    "Where V4.1 comes from, in the order " + EXPLAINER_2 + " suggests following it: DeepSeek-V2; DeepSeek-V3.2, "
+    "whose layers each keep one MLA latent per token and whose indexer picks the top 2,048 tokens a query reads; "
+    "DeepSeek-V4, which packs several tokens into each cache entry along the sequence (each layer keeping its "
+    "own); and V4.1, which also shares those entries between layers."
+)
+
 UNKNOWN_NOTE = (
     "Only the DeepSeek layouts here come from released configs and serving code. The Gemma-4-like, "
     "Qwen3.8-Flash-Next-like and looped designs follow published patterns with placeholder sizes, and each says "
-    "what is not known. Public remarks about deployed models (such as the discussions the first seed cites) do "
-    "not establish their architectures, and a model's behaviour, such as a long pause or a long explanation, "
-    "cannot reveal which mechanism it uses."
+    "what is not known. Public remarks about OpenAI's deployed models, such as the Parameter Golf discussion and "
+    "the essay 'An Alien Mind' that " + EXPLAINER_1 + " points to, do not establish those models' architectures, "
+    "and a model's behaviour, such as a long pause or a long explanation, cannot reveal which mechanism it uses."
 )
 
 
@@ -503,5 +558,7 @@ WATERFALL_NOTE = (
     "Why is V4.1's cache about a quarter of V4-Flash's although V4.1 pools fewer tokens into each entry? The chart "
     "changes one thing at a time in the part of the cache that grows with the context (bytes per token). Pooling "
     "less costs bytes; sharing one stored copy among many layers, FP4 entries and smaller index keys save more. "
-    "The intermediate bars are what-ifs, not real models, and the fixed-size windows are left out."
+    "The intermediate bars are what-ifs, not real models, and the fixed-size windows are left out. The first step "
+    "changes two things at once (sharing copies, and dropping the ratio-128 layers' own entries), and the size of "
+    "each bar depends on the order of the steps; only the two end points do not."
 )

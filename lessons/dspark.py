@@ -15,14 +15,21 @@ import torch
 from model.inference.speculative import SpecStats, StepLog, expected_tokens_per_pass, residual, verify
 
 INTRO = (
-    "Producing text one token per pass leaves most of a big model's arithmetic idle: each pass reads every "
-    "weight to make a single token. DSpark lets a small drafter guess the next few tokens at once, and the big "
-    "model then checks all the guesses in one pass. A guess the big model keeps is not free: it saves one "
+    "Producing text one token per pass leaves most of a big model's arithmetic idle: each pass reads all the "
+    "weights that token uses from memory (in a mixture-of-experts model, the active ones: the shared parts and "
+    "the chosen experts) to make a single token. DSpark lets a small drafter guess the next few tokens at once, "
+    "and the big model then checks all the guesses in one pass. A guess the big model keeps is not free: it saves one "
     "sequential pass of the big model, but it was paid for with drafter work and with a wider checking pass "
     "(one row per guess). Whether that nets out faster is measured, not assumed: the whole run at the bottom "
     "of this page times both ways. The first guess the big model disagrees with is replaced by a token of its "
     "own, and the guesses after it are thrown away, together with the cache rows they wrote."
 )
+
+
+def active_sentence(active_decode: int, backbone: int) -> str:
+    """The size of one decode pass's reads in the release (count_params), beside the stored backbone."""
+    return (f"For DeepSeek-V4.1-Flash that is about {active_decode / 1e9:.1f}B active parameters per decoded token, "
+            f"out of {backbone / 1e9:.0f}B stored in the backbone (counted from the released config).")
 
 
 def block_sentence(block_size: int) -> str:

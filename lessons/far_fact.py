@@ -46,17 +46,74 @@ FAR_RULE = (
 INTRO = (
     "A fact stated far back: the story puts an object in a coloured container, then talks about other things "
     "for hundreds of tokens, then asks where the object is. The token just before the answer has to predict the "
-    "colour, and the fact lies far outside its window of recent tokens. The only road back is the global branch: "
-    "the compressed entries that pack the fact's tokens, found by the indexer. Below, for that one token, how much "
-    "attention went to the fact's entries in each compressed layer, whether the candidate pool and the top-k "
-    "selection contain them, and what the model answers with the global branch switched off. Measured on the "
-    "loaded weights, whatever they do."
+    "colour, and the fact lies outside its window of recent tokens, so no layer reads the fact's tokens directly "
+    "there. The direct road back is the global branch: the compressed entries that pack the fact's tokens, found "
+    "by the indexer. It is not the only road: each layer's window passes along what the rows in it already hold, "
+    "so stacked windows can relay the fact hop by hop, and the entries of later tokens can carry it once those "
+    "tokens have absorbed it. Below, for that one token, how much attention went to the fact's entries in each "
+    "compressed layer, whether the candidate pool and the top-k selection contain them, and what the model "
+    "answers with the global branch switched off (which tests whether these weights use the direct road)."
 )
 
 OWN_HELP = (
     "Write a story that ends right before the word the model should predict (for example '... Where is the key? "
     "The key is in the'), and copy the fact from it (a word or the whole sentence) into the second box."
 )
+
+
+def window_reach(layers: int, window: int) -> int:
+    """How far back stacked windows alone can relay a token: each of `layers` layers reads `window` rows (its own
+    position and window - 1 before it), and a row that read a token passes it on to the next layer's window, so
+    the reach is layers x (window - 1) positions. Nothing older than one window is ever read directly."""
+    return max(0, layers) * max(0, window - 1)
+
+
+def reach_sentence(layers: int, window: int) -> str:
+    """The direct-road rule with the reach computed from a layer count and a window (one wording everywhere)."""
+    return (f"Beyond the {window}-token window no layer reads a token directly: the compressed entries that pack it "
+            f"are the direct road. Indirectly it can still arrive, hop by hop through the stacked windows (each of "
+            f"the {layers} layers adds {window - 1} positions: up to {layers} x {window - 1} = "
+            f"{window_reach(layers, window):,} positions back), or inside entries of later tokens whose rows already "
+            "absorbed it.")
+
+
+def weights_note(weights: str, record: dict | None) -> str | None:
+    """What the loaded weights do on far recall, said before any measurement on this page: for the shipped
+    weights, the held-out far recall recorded in their training.json (`record`, its "final" entry); for random
+    weights, that nothing is learned. None for a checkpoint without a record."""
+    chance = f"{100 * CHANCE:.1f}%"
+    if weights == "random":
+        return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
+                f"colours: {chance}). The panel shows the machinery, not a behaviour.")
+    final = (record or {}).get("final") or {}
+    far = final.get("recall_far")
+    if far is None:
+        return None
+    other = [f"{100 * final[k]:.0f}% {name}" for k, name in (("recall_inside", "inside the window"),
+                                                              ("recall_just_past", "just past it")) if k in final]
+    verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
+               "be missed; the panel shows where it is missed." if far <= 2 * CHANCE else
+               "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
+    steps = (record or {}).get("tokens")
+    when = f" (their last phase: {steps:,} training tokens on a CPU)" if isinstance(steps, int) else ""
+    return (f"What these weights do: at the end of their training{when} they recalled {100 * far:.0f}% of held-out "
+            "far facts" + (f" ({', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
+            f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
+
+
+def measured_note(record: dict | None) -> str:
+    """The figures `bench.quality --record` measured on these weights (their training.json "measured"): far
+    recall with the global branch off, and how often the far fact's entry is in the candidate pool at the answer
+    row. Empty when they were not measured."""
+    m = (record or {}).get("measured") or {}
+    parts = []
+    if "recall_far" in m and "recall_far_window_only" in m:
+        parts.append(f"far recall {100 * m['recall_far']:.0f}% with everything on and "
+                     f"{100 * m['recall_far_window_only']:.0f}% with nothing older than the window read directly")
+    if "fact_in_pool" in m:
+        parts.append(f"the fact's entry in the candidate pool at the answer row for {100 * m['fact_in_pool']:.0f}% "
+                     "of far stories")
+    return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -350,6 +407,7 @@ class Answer:
     p_right: float | None          # probability of the right answer token (None: unknown)
     top_colour: str | None         # the most probable colour word
     right: bool | None
+    colour_share: float | None = None   # p(right answer) / p(all colour words): like for like with CHANCE
 
 
 def colour_ids(tokenizer) -> dict[str, int]:
@@ -367,9 +425,12 @@ def read_answer(logits: torch.Tensor, answer_id: int | None, decode, colours: di
     p = torch.softmax(logits.float(), -1)
     top = int(p.argmax())
     top_colour = max(colours, key=lambda c: float(p[colours[c]])) if colours else None
+    mass = sum(float(p[i]) for i in colours.values())
+    share = (float(p[answer_id]) / mass if answer_id is not None and answer_id in colours.values() and mass > 0
+             else None)
     return Answer(label=label, token=decode([top]), token_id=top, p_top=float(p[top]),
                   p_right=None if answer_id is None else float(p[answer_id]), top_colour=top_colour,
-                  right=None if answer_id is None else top == answer_id)
+                  right=None if answer_id is None else top == answer_id, colour_share=share)
 
 
 @dataclass
@@ -381,6 +442,12 @@ class FarFact:
     answers: list[Answer]          # [everything on, global branch off]
     token_texts: list[str]         # decoded text of every input token
     derivation: list[str] = field(default_factory=list)
+    n_layers: int = 0              # layers of the model (for the stacked-window reach; 0: not known)
+
+    @property
+    def reach(self) -> int:
+        """Positions stacked windows can relay a token back (`window_reach`)."""
+        return window_reach(self.n_layers, self.window)
 
     @property
     def past_window(self) -> int:
@@ -388,7 +455,7 @@ class FarFact:
 
     @property
     def far(self) -> bool:
-        """The fact's colour lies outside the answer token's window (only the global branch can reach it)."""
+        """The fact's colour lies outside the answer token's window (no layer reads it directly there)."""
         return self.tokens.colour_positions[-1] < self.tokens.query - (self.window - 1)
 
 
@@ -423,10 +490,15 @@ def analyse(model, story: FactStory, tokens: FactTokens, trace=None, off_logits:
         "Pool: the candidate source layer's recorded pool at that row; top-k: the selection the layer reads (its own "
         "if it selects, else its index source's); rank: the fact entry's place in the index scores (1 = highest).",
         "Global branch off: the same input with Ablation(window_only=True): every layer ignores its compressed "
-        "entries and reads only its window and the sink.",
+        "entries and reads only its window and the sink, so nothing older than the window is read directly; what "
+        "the stacked windows relay remains.",
+        f"Stacked-window reach: {model.cfg.num_hidden_layers} layers x ({w} - 1) = "
+        f"{window_reach(model.cfg.num_hidden_layers, w):,} positions.",
+        "Colour share: the right colour's probability divided by the probability of all the colour words, so it "
+        f"compares like with like with chance (1 in {len(COLOURS)}).",
     ]
     return FarFact(story=story, tokens=tokens, window=w, layers=layers, answers=answers, token_texts=texts,
-                   derivation=derivation)
+                   derivation=derivation, n_layers=model.cfg.num_hidden_layers)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -451,13 +523,24 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
     colour = "".join(ff.token_texts[p] for p in t.colour_positions).strip()
     out = []
     if ff.far:
-        out.append(f"The fact's colour '{colour}' is {t.distance} tokens before the answer: {ff.past_window} past the "
-                   f"{ff.window}-token window, so only the compressed entries can bring it back.")
+        head = (f"The fact's colour '{colour}' is {t.distance} tokens before the answer: {ff.past_window} past the "
+                f"{ff.window}-token window, so no layer reads it directly; the direct road is the compressed entries "
+                "that pack it.")
+        if not ff.n_layers:
+            tail = ""
+        elif t.distance <= ff.reach:
+            tail = (f" It is within the {ff.reach:,} positions that the {ff.n_layers} stacked windows can relay hop "
+                    f"by hop ({ff.n_layers} x {ff.window - 1}), so it can also arrive indirectly.")
+        else:
+            tail = (f" It is farther back than the {ff.n_layers} stacked windows can relay ({ff.n_layers} x "
+                    f"{ff.window - 1} = {ff.reach:,} positions), so besides those entries only entries of later "
+                    "tokens that absorbed it could carry it.")
+        out.append(head + tail)
     else:
         out.append(f"The fact's marked text ends inside the answer token's {ff.window}-token window ({t.distance} "
                    "tokens back), so the window itself can read it; the compressed entries are a second road.")
     if not ff.layers:
-        out.append("This model has no compressed layers: nothing reaches past the window.")
+        out.append("This model has no compressed layers: nothing older than the window is read directly.")
     else:
         best = max(ff.layers, key=lambda lf: lf.best_head[1])
         h, s = best.best_head
@@ -484,12 +567,21 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
     ans = ff.story.answer
     if ans is not None and on.p_right is not None:
         colour = ans.lower() in COLOURS
-        chance = f"; chance among {len(COLOURS)} colours is {_pct(CHANCE)}" if colour else ""
+
+        def among(a: Answer) -> str:
+            if not colour or a.colour_share is None:
+                return ""
+            top = "" if a.top_colour is None else (
+                f"; the most likely colour, '{a.top_colour}', is {'right' if a.top_colour == ans.lower() else 'wrong'}")
+            return f", {_pct(a.colour_share)} of the probability on the {len(COLOURS)} colours{top}"
+
+        chance = (f"; chance: 1 in {len(COLOURS)} colours, {_pct(CHANCE)}"
+                  if colour and on.colour_share is not None else "")
         out.append(f"Answer with everything on: '{on.token.strip()}' (the right {'colour' if colour else 'answer'} "
-                   f"'{ans}' gets {_pct(on.p_right)}{chance}).")
+                   f"'{ans}' gets {_pct(on.p_right)}{among(on)}{chance}).")
         same = "same" if off.token_id == on.token_id else "different"
         out.append(f"Answer with the global branch switched off: '{off.token.strip()}' ({same}; '{ans}' gets "
-                   f"{_pct(off.p_right)}).")
+                   f"{_pct(off.p_right)}{among(off)}).")
     else:
         out.append(f"Answer with everything on: '{on.token.strip()}' ({_pct(on.p_top)}); with the global branch "
                    f"switched off: '{off.token.strip()}' ({_pct(off.p_top)}).")

@@ -408,8 +408,10 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "prompt, preparing and reading every earlier position in every layer is the expensive part. This "
              "design trims it four ways at once: a window (each layer reads only its last "
              f"{f['W']} raw rows), packing ({f['enc_ratio']} tokens squeezed into one entry in the left half), "
-             f"picking (a query reads at most {f['topk']} packed entries), and preparing once for several "
-             "layers. Packing means fewer entries to keep; picking means fewer entries touched by each query.",
+             f"picking (a query reads at most {f['topk']} global entries), and preparing once for several "
+             "layers. Packing means fewer entries to keep; picking means fewer entries touched by each query. "
+             "These counts do not say by themselves how much faster the whole model runs: that has to be "
+             "measured.",
              frozenset({"layer"}), None, levers(cfg), read_along=read_along("§2.3")),
         Step("fresh", "Same information, a fresh question",
              "Keys decide how relevant a stored position is; values are what gets mixed in. A layer's query "
@@ -463,7 +465,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
         Step("engram", "Engram: look up a short pattern",
              f"At {engram}, the last few token ids (up to {f['ngram']} in a row) are hashed into addresses "
              "of large learned tables. The rows found there are gated into the state before attention runs. "
-             "A lookup is cheap in arithmetic but not in memory: the tables hold "
+             "The lookup itself is only a few table rows per token, but projecting those rows into the streams "
+             "is ordinary matrix work at each Engram layer, and the tables are large in memory: they hold "
              f"{big}{share}, learned like any other weight.",
              frozenset({"engram"}), None, read_along=read_along("§2.4.2")),
         Step("mhc", "mHC: several residual paths",
@@ -483,14 +486,20 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
         Step("drafter", "DSpark: draft, then verify",
              f"A small drafter reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
              f"several tokens at once. {block_sentence(f['draft_block'])} The main model then checks the drafted "
-             "tokens in one pass and keeps the longest prefix it agrees with, so good drafts save sequential steps "
-             "without changing what the model would have produced.",
+             "tokens in one pass and keeps them up to the first one its acceptance rule refuses (an exact match "
+             "with its own top token under greedy decoding, a min(1, p/q) draw under sampling). So the output "
+             "follows what the main model alone would produce (the same tokens under greedy decoding, the same "
+             "distribution under sampling), and good drafts save sequential steps.",
              frozenset({"drafter"}), "drafter", read_along=read_along("§2.4.3")),
         Step("check", "Check the idea",
              "If a Reuse layer reads the same entries at the same positions as its source, why is its output "
              "different? Try to answer before opening the Attention shares page, where the answer is one click "
              "away. Then ask what would show that these shortcuts pay off: quality, time and memory compared at "
-             "equal budgets, and ablations that switch one piece off.",
+             "equal budgets, and ablations that switch one piece off. Two cautions while reading the release: "
+             "image input, the Engram lookup, the mixing of residual streams and drafting are separate "
+             "components, so a gain from one of them should not be credited to cache sharing; and the "
+             "encoder-decoder split moves work between reading the prompt and writing the answer rather than "
+             "making every token cheaper (each generated token still climbs both halves).",
              frozenset({"Reuse", "selects"}), None, read_along=read_along(None)),
     ]
 
@@ -508,8 +517,8 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
         head = (f"Stands for layers {', '.join(str(n(i)) for i in box.layers)}: one drawing, "
                 f"{len(box.layers)} separate layers with their own weights. " if many else "")
         if s.role == "SWA":
-            body = (f"Window-only attention: each row reads the last {f['W']} raw rows of this layer, nothing "
-                    "older and nothing packed.")
+            body = (f"Window-only attention: each row reads the last {f['W']} raw rows of this layer and nothing "
+                    "packed; nothing older is read directly, only what those rows already carry from layers below.")
         elif s.role == "Full":
             pack = "one entry per token" if s.compress_ratio == 1 else f"one entry per {s.compress_ratio} tokens"
             src = (" Its input here is the encoder's final states, so the whole decoder reads memory the "
@@ -532,8 +541,9 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
                 f"best {f['per_tok']}, plus {f['shared']} shared expert that always runs. Present in every layer.")
     if box.kind == "engram":
         return (f"Engram: hashes of the last 2 to {f['ngram']} token ids address learned tables; a gate per "
-                "stream decides how much of the looked-up row is added before attention. Cheap in arithmetic "
-                "(a few rows per token), large in memory (the tables).")
+                "stream decides how much of the looked-up row is added before attention. The lookup is a few rows "
+                "per token; projecting them into the streams is ordinary matrix work; the tables are large in "
+                "memory.")
     if box.kind == "mhc":
         return (f"{f['hc']} residual streams per row. At every site, `pre` coefficients collapse them into the "
                 "sublayer's input, `post` coefficients write the output back, and a doubly stochastic `comb` matrix "

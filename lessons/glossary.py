@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from model import V41Config
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
+from .far_fact import reach_sentence
 from .sources import marker
 
 
@@ -27,46 +28,78 @@ class Term:
 def terms(cfg: V41Config | None = None) -> list[Term]:
     c = cfg or V41Config.preset("v4.1-flash")
     pool = c.candidate_topk_blocks * c.candidate_block_size
+    engram = [i for i in c.engram_layer_ids if i < c.num_hidden_layers]
     return [
         Term("CSA2(r, ...)", "The report's name for a layer's attention: Compressed Sparse Attention 2 with compress "
              "ratio r. r tokens are packed into one global entry; CSA2(2, ...) packs pairs, and a ratio of 1 means no "
              "packing (one entry per token). The drawings label these r2 and r1.", "report"),
         Term("window", f"The last {c.sliding_window} raw key/value rows every layer keeps for itself, read "
-             "directly, nothing packed. A window-only layer reads nothing else.", "code"),
-        Term("compressed entry", "One stored row of global information, made by a Full layer by pooling r tokens "
-             "(or one token at ratio 1). Later layers of its group read it instead of making their own.", "code"),
+             "directly, nothing packed. 'Window only' means that nothing older than the window is read directly. "
+             + reach_sentence(c.num_hidden_layers, c.sliding_window), "port"),
+        Term("sink", "A learned number per attention head that joins the softmax as one extra place to put weight; "
+             "it is not a token and carries no value, so the weight it takes is weight the head does not spend on "
+             "any row.", "port"),
+        Term("compressed entry", "One stored row of global information, made by a Full layer as a learned, gated "
+             "weighted sum of r tokens' rows (one token at ratio 1). Later layers of its group read it instead of "
+             "making their own.", "port"),
         Term("K=V", "The same stored row serves as the key (what a query scores) and as the value (what gets mixed "
-             "in), so it is stored once.", "code"),
+             "in), so it is stored once.", "port"),
         Term("Full / Reuse / Reindex", "The three CSA2 modes. Full makes its group's entries and chooses which to "
              "read; Reuse keeps both the entries and the last choice; Reindex keeps the entries but chooses again. "
              "Every mode still computes its own query, window and attention output.", "report"),
+        Term("indexer, index scores", "The indexer is a small scorer beside attention: from the query row it scores "
+             "every visible compressed entry against that entry's index key (a short key stored for this purpose). "
+             "Those numbers are the index scores; the highest ones decide which entries attention reads.", "port"),
+        Term("candidate source", f"The layer whose index scores build the candidate pool: in the release the first "
+             f"decoder layer, {c.candidate_source_layer_id} counting from 0 ({c.candidate_source_layer_id + 1} "
+             "counting from 1).", "port"),
         Term("candidate pool", f"At the first decoder layer the indexer scores every visible entry, groups them in "
              f"blocks of {c.candidate_block_size} and keeps the best {c.candidate_topk_blocks:,} blocks (up to "
-             f"{pool:,} positions); later Reindex layers choose only inside it.", "code"),
+             f"{pool:,} positions), always including the block that holds the query's newest entry; later Reindex "
+             "layers choose only inside it. In our engine, as in the port, they still score every visible entry and "
+             "then mask to the pool.", "port"),
         Term("top-k", f"The number of entries one query reads after selection: at most {c.index_topk} in the "
-             "release.", "code"),
+             "release.", "port"),
         Term("far fact, fact entries", "Our recall test (the far-fact panel): a story states a fact (an object in "
-             "a coloured container) far more tokens back than the window reaches, then asks for it. The fact entries "
+             "a coloured container) more tokens back than the window covers, then asks for it. The fact entries "
              "are the compressed entries that pack the fact's tokens (position p is in entry p // r at ratio r); "
-             "only through them can the answer token reach the fact.", "measured"),
+             "they are the direct road from the answer token to the fact. Indirect roads remain: stacked windows "
+             "relay it hop by hop, and entries of later tokens can carry it.", "ours"),
         Term("FP4, E4M3, UE8M0 block scales", f"FP4 (E2M1) stores a number in 4 bits; a block of numbers shares one "
              f"scale. Compressed entries use blocks of {LATENT_FMT.block} with an 8-bit E4M3 scale; index keys use "
              f"blocks of {INDEX_FMT.block} with a UE8M0 scale (a power of two); window rows are 8-bit FP8 with a "
-             f"UE8M0 scale per {WINDOW_FMT.block}.", "code"),
+             f"UE8M0 scale per {WINDOW_FMT.block}.", "port"),
         Term("bounded replay", f"Bounded prefill reads a long prompt through the encoder, publishes the decoder's "
              f"global entries for every row, and runs the decoder only over the last {c.sliding_window} rows. It is "
-             "an approximation: the windows of the first replayed rows are cut at the start of that segment.",
+             "an approximation: the windows of the first replayed rows are cut at the start of that segment. That it "
+             "exists and is approximate is the report's; the mechanism described is our implementation's.",
              "report"),
+        Term("prefill, decode", "Prefill reads the tokens already in the input and prepares the cache; many tokens "
+             "go through together. Decode then makes new tokens one at a time, each a full pass through the model "
+             "that must wait for the previous one.", "release"),
+        Term("HBM, persistent cache", "HBM is the fast memory on the accelerator that holds the cache while a "
+             "request runs. A persistent cache is a copy kept in the host's memory or on SSD so a later request can "
+             "reuse the work; the release reports its savings against V4-Flash for the two separately.", "release"),
+        Term("router, shared expert", f"In each MoE layer a router scores the {c.n_routed_experts} routed experts "
+             f"for a token and runs the best {c.num_experts_per_tok}, weighted by their scores; {c.n_shared_experts} "
+             "shared expert runs for every token. Experts that are not chosen still take storage.", "port"),
+        Term("logit lens", "Our inspection device: a layer's hidden state is sent through the model's final norm "
+             "and output head as if it were the last layer, to see which tokens it already points to. The model "
+             "itself never does this.", "ours"),
         Term("mHC", f"Manifold-constrained hyper-connections: each row travels as {c.hc_mult} residual streams. "
              "Per-token coefficients, computed from the streams by learned projections, say how the streams feed "
-             "each sublayer, take its output back, and mix (the mixing matrix is doubly stochastic).", "code"),
-        Term("Engram", "A lookup of learned tables addressed by hashes of the last few token ids, gated into the "
-             "streams before attention at two encoder layers: little arithmetic, a lot of memory.", "code"),
+             "each sublayer, take its output back, and mix (the mixing matrix is made doubly stochastic by a few "
+             "normalisation rounds, so its rows and columns sum to about 1).", "port"),
+        Term("Engram", f"A lookup of learned tables addressed by hashes of the last few token ids, gated into the "
+             f"streams before attention at {len(engram)} encoder layers. The lookup itself is a few table rows; "
+             "projecting them into the streams is ordinary matrix work, and the tables are large in memory.", "port"),
+        Term("anchor", "The first position of a DSpark block: the last token the main model itself produced. The "
+             "drafter guesses the tokens that follow it.", "deepseek"),
         Term("DSpark block", f"{c.dspark_block_size} positions: the anchor (the last token the main model produced) "
-             f"plus up to {c.dspark_block_size - 1} tokens the drafter guesses in one pass.", "code"),
+             f"plus up to {c.dspark_block_size - 1} tokens the drafter guesses in one pass.", "deepseek"),
         Term("acceptance", "The share of drafted tokens the main model keeps. Greedy: a guess is kept when it is the "
              "main model's top token. Sampling: kept with chance min(1, p/q); on a refusal the replacement is drawn "
-             "from norm(max(0, p - q)), so the output keeps the main model's distribution.", "code"),
+             "from norm(max(0, p - q)), so the output keeps the main model's distribution.", "deepseek"),
     ]
 
 

@@ -24,7 +24,8 @@ import torch
 from model.inference.engine import decode_step, prefill
 from model.inference.sampling import Sampler
 from model.inference.trace import LAZY, LayerRecord, LensChoice, Trace, Tracer
-from model.layer_map import describe
+
+from .layers import describe_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "data" / "prompts.json"
@@ -180,15 +181,16 @@ def covered_rows(run: Run) -> np.ndarray:
     return m
 
 
-def absent_reason(run: Run, layer: int, pos: int) -> str:
-    """Why layer `layer` has no record for token `pos` (always a sentence, never an error)."""
+def absent_reason(run: Run, layer: int, pos: int, num: Callable[[int], int] = lambda i: i) -> str:
+    """Why layer `layer` has no record for token `pos` (always a sentence, never an error); `num` maps a 0-based
+    layer to the reader's numbering."""
     if pos >= run.n_prompt and pos == run.n - 1 and run.generated:
         return ("This is the last generated token: it was sampled from the previous step's scores but not fed back "
                 "through the model yet, so no layer has processed it.")
     if run.mode == "bounded" and layer >= run.decoder_start and pos < run.replay_start:
-        return ABSENT_BOUNDED.format(layer=layer, pos=pos, w=run.window, start=run.replay_start,
+        return ABSENT_BOUNDED.format(layer=num(layer), pos=pos, w=run.window, start=run.replay_start,
                                      end=run.n_prompt - 1)
-    return f"Layer {layer} has no record for token {pos}."
+    return f"Layer {num(layer)} has no record for token {pos}."
 
 
 # --------------------------------------------------------------------------------------------------
@@ -294,7 +296,7 @@ def attention_view(rec: LayerRecord, pos: int, row: int, head: int | None = None
                          sink=float(sel(sh.sink)), heads=sh.window.shape[2])
 
 
-def selection_view(run: Run, layer: int, pos: int) -> SelectionView | None:
+def selection_view(run: Run, layer: int, pos: int, num: Callable[[int], int] = lambda i: i) -> SelectionView | None:
     rec = run.layer(layer)
     spec = rec.spec
     if spec.compress_ratio == 0:
@@ -318,13 +320,14 @@ def selection_view(run: Run, layer: int, pos: int) -> SelectionView | None:
         if crow is not None:
             pool = cand.candidates[0, crow, :visible].nonzero().flatten().tolist()
     if spec.selects:
-        note = (f"Layer {layer} scored the {visible} visible entries with its own indexer query and kept the top "
-                f"{len(selected)}" + (" inside the candidate pool." if spec.uses_candidates else "."))
+        note = (f"Layer {num(layer)} scored the {visible} visible entries with its own indexer query and kept the "
+                f"top {len(selected)}" + (" inside the candidate pool (entries outside it were scored, then masked "
+                                          "out)." if spec.uses_candidates else "."))
         if spec.candidate_source:
             note += " Its block scores also chose the candidate pool that later Reindex layers search."
     else:
-        note = (f"Layer {layer} is a Reuse layer: it owns no indexer and reads the entries layer "
-                f"{spec.index_source} selected for this token, with its own query.")
+        note = (f"Layer {num(layer)} is a Reuse layer: it owns no indexer and reads the entries layer "
+                f"{num(spec.index_source)} selected for this token, with its own query.")
     return SelectionView(selects=spec.selects, source=spec.index_source, visible=visible, selected=selected,
                          pool=pool, scores=scores, note=note)
 
@@ -343,16 +346,19 @@ def engram_view(model_cfg, run: Run, rec: LayerRecord, pos: int, row: int) -> En
     return EngramView(ngrams=grams, gate=rec.engram_gate[0, row].tolist())
 
 
-def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, model=None) -> LayerView | str:
-    """Everything recorded for one layer at one token, or the sentence saying why there is nothing."""
+def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, model=None,
+               num: Callable[[int], int] = lambda i: i) -> LayerView | str:
+    """Everything recorded for one layer at one token, or the sentence saying why there is nothing. `num` maps a
+    0-based layer to the reader's numbering in every sentence (the description, the selection note, the absence
+    message)."""
     if not 0 <= layer < run.n_layers:
-        return f"There is no layer {layer}; this model has layers 0-{run.n_layers - 1}."
+        return f"There is no layer {num(layer)}; this model has layers {num(0)}-{num(run.n_layers - 1)}."
     if not 0 <= pos < run.n:
         return f"There is no token {pos}; this run has tokens 0-{run.n - 1}."
     rec = run.layer(layer)
     row = _row(rec, pos)
     if row is None:
-        return absent_reason(run, layer, pos)
+        return absent_reason(run, layer, pos, num)
     hc = None
     if rec.hc_attn is not None:
         hc = {site: {"pre": m.pre[0, row].numpy(), "post": m.post[0, row].numpy(), "comb": m.comb[0, row].numpy()}
@@ -362,8 +368,9 @@ def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, mod
         router = RouterView(scores=rec.router_scores[0, row].tolist(), experts=rec.router_experts[0, row].tolist(),
                             weights=rec.router_weights[0, row].tolist(), n_shared=cfg.n_shared_experts)
     lens = [(i, run_decode(model, run, i), p) for i, p in rec.lens_at(row)]   # a lazy lens computes this row only
-    return LayerView(layer=layer, pos=pos, role=rec.spec.role, stack=rec.spec.stack, description=describe(rec.spec),
-                     attention=attention_view(rec, pos, row, head), selection=selection_view(run, layer, pos),
+    return LayerView(layer=layer, pos=pos, role=rec.spec.role, stack=rec.spec.stack,
+                     description=describe_layer(rec.spec, num),
+                     attention=attention_view(rec, pos, row, head), selection=selection_view(run, layer, pos, num),
                      router=router, engram=engram_view(cfg, run, rec, pos, row), hc=hc, lens=lens,
                      stream_norms=rec.stream_norms[0, row].tolist() if rec.stream_norms is not None else [])
 

@@ -8,10 +8,13 @@ nothing is a typed-in table, so the same code explains the full config and the r
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from model import V41Config, layer_map
-from model.layer_map import LayerSpec
+from model.layer_map import LayerSpec, describe
+
+from .sources import EXPLAINER_1
 
 ROLE_WORDS = {"SWA": "window-only", "Full": "Full", "Reuse": "Reuse", "Reindex": "Reindex"}
 
@@ -151,7 +154,7 @@ def engram_sentence(cfg: V41Config) -> str:
     if not z:
         return "This config has no Engram layers."
     return (f"Engram enters at {_and(z)} counting from 0 (as the code and the report do), "
-            f"which is {_and(o)} counting from 1 (as the first seed does).")
+            f"which is {_and(o)} counting from 1 (as {EXPLAINER_1} does).")
 
 
 def _and(xs: list[int]) -> str:
@@ -224,7 +227,10 @@ SEPARATE_DECISIONS = (
     "**index scores** column. Sharing the entries saves storage: a layer that reads entries made below it stores "
     "none of its own, which the **latents** column shows as 'read ... made below'. A Reindex layer takes one without "
     "the other: it reads the shared entries (no storage of its own) but computes its own index scores (search work "
-    "of its own)."
+    "of its own). The candidate pool does not shrink that work in this engine: as in the Hugging Face port, a "
+    "Reindex layer scores every visible entry and then masks out those outside the pool, so the column counts both "
+    "the scores computed and the ones kept inside the pool. A production kernel could score only the pool; that "
+    "saving is not measured here."
 )
 
 
@@ -239,12 +245,14 @@ class Computed:
     window_rows: int          # window K/V rows the layer wrote (one per processed row)
     entries_made: int         # compressed entries this layer made (KV sources only)
     entries_in_group: int     # entries of the group it reads (made here or by its KV source)
-    index_scores: int         # finite index scores computed (0: the indexer did not run here)
+    index_scores: int         # finite index scores (kept: visible, and inside the pool where one applies)
     selection: str            # "made" | "reused" | "none"
     same_as_source: bool | None  # for reused selections: identical to the source's picks (checked)
     read_last: int            # entries read by the last row's query
     visible_last: int         # entries the last row could have read
     pool_last: int | None     # candidate pool size for the last row (where a pool applied)
+    index_visible: int = 0    # index scores computed: every visible entry of every row (0: no indexer here)
+    pooled: bool = False      # a candidate pool masked this layer's scores
 
 
 def computed_by_layer(trace) -> list[Computed]:
@@ -274,11 +282,15 @@ def computed_by_layer(trace) -> list[Computed]:
         pool = None
         if r.index_scores is not None and (s.candidate_source or s.uses_candidates) and r.index_scores.shape[-1]:
             pool = int(torch.isfinite(r.index_scores[0, -1]).sum())
+        scored = 0
+        if r.index_scores is not None and s.compress_ratio:
+            cap = group or r.index_scores.shape[-1]
+            scored = int(torch.clamp((r.positions + 1) // s.compress_ratio, max=cap).sum())
         out.append(Computed(layer=s.index, role=s.role, stack=s.stack, queries=rows,
                             window_rows=int(sh.window.shape[1]) if sh is not None else 0, entries_made=made,
                             entries_in_group=group, index_scores=n_scores, selection=sel, same_as_source=same,
                             read_last=read_last, visible_last=min(visible, group) if group else visible,
-                            pool_last=pool))
+                            pool_last=pool, index_visible=scored, pooled=s.uses_candidates))
     return out
 
 
@@ -302,11 +314,22 @@ def computed_rows(comp: list[Computed], one_based: bool = False) -> list[dict]:
         rows.append({
             "layer": n(c.layer), "role": c.role, "new query rows": c.queries, "window K/V rows": c.window_rows,
             "latents": latents,
-            "index scores": f"{c.index_scores:,} computed" if c.index_scores else "not computed",
+            "index scores": index_cell(c),
             "selection": sel,
             "last query reads": (f"{c.read_last} of {c.visible_last} entries" if c.role != "SWA" else "-"),
         })
     return rows
+
+
+def index_cell(c: Computed) -> str:
+    """The index-scores cell: how many scores the layer computed, and for a pool-restricted layer how many of them
+    the pool kept (the rest were computed, then masked out)."""
+    if not c.index_scores:
+        return "not computed"
+    scored = max(c.index_visible, c.index_scores)
+    if c.pooled:
+        return f"{scored:,} computed, {c.index_scores:,} kept inside the pool"
+    return f"{scored:,} computed"
 
 
 @dataclass
@@ -364,6 +387,17 @@ def bounded_note(cfg: V41Config) -> str:
             "windows of the first replayed rows are cut at the start of that segment, so those rows cannot read the "
             "older rows that exact prefill would let them read; the difference can travel up through the decoder "
             f"to the last row. Only a prompt that fits in the {w}-row segment loses nothing.")
+
+
+def describe_layer(spec, num=lambda i: i) -> str:
+    """model.layer_map.describe's sentence with every layer number in the reader's numbering (`num` maps a 0-based
+    layer to it)."""
+
+    def n(i):
+        return None if i is None else num(i)
+
+    return describe(dataclasses.replace(spec, index=num(spec.index), kv_source=n(spec.kv_source),
+                                        index_source=n(spec.index_source)))
 
 
 def map_line(cfg: V41Config, one_based: bool = False) -> str:

@@ -42,9 +42,11 @@ from model.quant import fake_latent
 
 INTRO = (
     "A long prompt leaves many compressed entries to choose from. V4.1 narrows the search in two steps: the "
-    "first decoder layer scans every entry once, keeps the best blocks as a candidate pool, and the later "
-    "Reindex layers choose their entries only inside that pool. That saves scoring work, but a useful entry "
-    "left outside the pool cannot be chosen by the restricted search. This page measures how often that "
+    "first decoder layer scores every visible entry, for every query, and keeps the best blocks as a candidate "
+    "pool; the later Reindex layers choose their entries only inside that pool. A kernel that scored only the "
+    "pool could save scoring work there, but this engine, like the Hugging Face port, still scores every visible "
+    "entry and then masks to the pool, so no saving is measured here. The cost is the same either way: a useful "
+    "entry left outside the pool cannot be chosen by the restricted search. This page measures how often that "
     "happens and how much attention those entries would have received."
 )
 
@@ -54,7 +56,8 @@ DEFINITIONS = [
     ("Recall", "|restricted ∩ exhaustive| / |exhaustive|: 1 means the pool lost nothing for this query."),
     ("Dropped entries", "exhaustive picks outside the pool (any pick inside the pool is also a restricted pick)."),
     ("Indexer mass", "the dropped entries' share of softmax(index scores) over the visible entries: the "
-                     "indexer's own estimate of their attention. Live from the cached scores."),
+                     "indexer's own estimate of their attention, if the indexer is trained to match attention "
+                     "(as V3.2's was, and as our training does). Live from the cached scores."),
     ("Attention mass", "the share of this layer's attention (mean over heads) the dropped entries would get if "
                        "this one layer read the exhaustive selection instead. Needs the layer's attention logits "
                        "for entries it never read: recomputed once per prompt from the recorded hidden states "

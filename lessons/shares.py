@@ -26,12 +26,25 @@ TOY_POINT = (
 
 CHECK_QUESTION = ("A Reuse layer reads exactly the entries its source picked, at the same positions. "
                   "How can its output differ from the source's?")
-CHECK_ANSWER = (
-    "Because it asks its own question. Its query comes from its own input and its own weights, so the "
-    "same entries get different shares, as the 10 and 30 above gave 14 for one query and 28 for another. "
-    "On top of that it reads its own window of recent rows, has its own sink, and runs its own MoE "
-    "update. Only the prepared entries and the list of picked positions are shared."
-)
+def check_answer(results: list[float] | None = None) -> str:
+    """The answer to the check question, quoting what the toy's queries read now (`results`, one per query in
+    TOY_QUERIES; the defaults' results when None), so it follows the sliders."""
+    if results is None:
+        results = [two_value_mix(round(share * 100)).result for _, share in TOY_QUERIES]
+    vals = " and ".join(fmt(v) for v in TOY_VALUES)
+    got = ", ".join(f"{fmt(r)} for {name}" for (name, _), r in zip(TOY_QUERIES, results))
+    same = len({round(r, 6) for r in results}) == 1
+    toy = (f"as the {vals} above gave {got}" if not same else
+           f"as the {vals} above would if the sliders gave the queries different shares (now both read "
+           f"{fmt(results[0])})")
+    return (
+        "Because it asks its own question. Its query comes from its own input and its own weights, so the "
+        f"same entries get different shares, {toy}. "
+        "On top of that it reads its own window of recent rows, has its own sink, and runs its own MoE "
+        "update. Only the prepared entries and the list of picked positions are shared."
+    )
+
+
 CHECK_FOLLOWUP = (
     "Would this make the model better? The layout only promises less work. Whether the trade is worth it "
     "is an experiment: compare answer quality, time and memory at equal budgets, and switch one piece off "

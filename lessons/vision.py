@@ -16,10 +16,18 @@ import torch
 from model.config import VisionConfig
 from model.inference.images import ImageGrid, plan_grid
 
+
+def _vision_layers(preset: str) -> int:
+    from model import V41Config
+
+    return V41Config.preset(preset).vision_config.num_hidden_layers
+
+
 INTRO = (
     "A picture cannot go through the tokenizer. It takes a side entrance instead: a separate network, the "
-    "vision encoder, cuts the picture into small square patches, lets the patches exchange information for "
-    "a few layers, and then merges neighbouring patches so that fewer vectors come out. A small projector, "
+    "vision encoder, cuts the picture into small square patches, lets the patches exchange information through "
+    f"its own transformer layers ({_vision_layers('v4.1-flash')} in the release, {_vision_layers('tiny')} in the "
+    "tiny model), and then merges neighbouring patches so that fewer vectors come out. A small projector, "
     "the aligner, turns each merged vector into a row of the same width as a word's row. From there on the "
     "language model treats those rows like any other positions in the text."
 )

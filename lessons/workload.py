@@ -221,6 +221,15 @@ V41_SPLIT = (
     "attention and MoE included, runs only over the last rows. A generated token passes all 40 layers."
 )
 
+RELEASE_ACTIVE = (
+    "The release itself states about 8 billion active parameters per token during prefill and 16 billion during "
+    "decode, not the 552 billion stored in the backbone; the counts above agree with it. What the count includes: "
+    "per prompt token, one embedding row, the encoder's layers (the shared expert plus the chosen routed experts in "
+    "each) and the projection of the decoder's first layer that publishes the shared entries; per generated token, "
+    "one embedding row, all the layers and the output head (which only decode needs). The Engram tables add only "
+    "the few rows a token looks up."
+)
+
 CLAIM_NOTE = (
     "The same model can be in either situation: when long tool results pile up, reading input and reusing the "
     "cache can dominate; when a short question gets a long answer, writing can dominate instead. So a performance "

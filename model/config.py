@@ -458,6 +458,21 @@ def _tiny() -> V41Config:
     )
 
 
+def _tiny8() -> V41Config:
+    """The tiny widths on micro's 8-layer map, every role kept: 0-1 window only (Engram on 1), 2 Full
+    ratio 2 (encoder KV and index source), 3 Reuse, 4 Full ratio 1 (candidate source, decoder start),
+    5 Reuse, 6 Reindex, 7 Reuse. The fallback of the far-recall curriculum (docs/training.md): micro
+    forms a look-back through the entries where tiny's 12 layers have not yet."""
+    cfg = _tiny()
+    cfg.num_hidden_layers = 8
+    cfg.compress_ratios = [0, 0, 2, 2, 1, 1, 1, 1]
+    cfg.kv_source_layer_ids = [2, 4]
+    cfg.index_source_layer_ids = [2, 4, 6]
+    cfg.candidate_source_layer_id = 4
+    cfg.dspark_target_layer_ids = [5, 6, 7]
+    return cfg
+
+
 def _small() -> V41Config:
     """A benchmark preset at the released 40-layer depth and layer map, with narrow widths, so prefill
     of 2K-32K tokens runs on CPU and bounded vs exact prefill shows the real 20/20 split."""
@@ -539,6 +554,7 @@ PRESETS = {
     "v4.1-flash": _flash,
     "micro": _micro,
     "tiny": lambda: _fill_engram_rows(_tiny()),
+    "tiny8": lambda: _fill_engram_rows(_tiny8()),
     "small": lambda: _fill_engram_rows(_small()),
 }
 

@@ -9,11 +9,22 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.ablation import CAVEAT, CONFIGS, INTRO, ablation_table, label, memory_note, reading, run_config
+from lessons.ablation import (
+    CAVEAT,
+    CONFIGS,
+    INTRO,
+    ablation_table,
+    config_rows,
+    label,
+    memory_note,
+    reading,
+    run_config,
+)
+from lessons.far_fact import weights_note
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
 from ui.common import cached_with_progress, qp_get, qp_set, require_model, sidebar
-from ui.far_fact import far_fact_panel
+from ui.far_fact import far_fact_panel, training_record
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
@@ -30,10 +41,14 @@ cfg = model.cfg
 if sess.weights != "trained":
     st.warning("These are not the trained weights: with random weights every configuration scores near chance, so "
                "the table shows the machinery, not the model's behaviour.")
+else:
+    note = weights_note(sess.weights, training_record())
+    if note:
+        st.info(note)
 
 with st.expander("What each configuration switches off", expanded=False):
-    st.dataframe(pd.DataFrame([(n, CONFIGS[n][1], CONFIGS[n][2]) for n in CONFIGS],
-                              columns=["configuration", "prefill", "what changes"]), hide_index=True)
+    st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),
+                 hide_index=True)
     st.caption(bounded_note(cfg))
 st.caption(map_line(cfg, sess.one_based))
 

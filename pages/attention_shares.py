@@ -6,13 +6,13 @@ import streamlit as st
 from lessons import reproduce as snippets
 from lessons.layers import map_line
 from lessons.shares import (
-    CHECK_ANSWER,
     CHECK_FOLLOWUP,
     CHECK_QUESTION,
     TOY_INTRO,
     TOY_POINT,
     TOY_QUERIES,
     TOY_VALUES,
+    check_answer,
     fmt,
     reuse_comparison,
     share_view,
@@ -135,5 +135,5 @@ seed("sh_answer", qp_bool("answer"), False)
 show_answer = st.toggle("Show the answer", key="sh_answer", persist_state=KEEP)
 qp_set(answer="1" if show_answer else None)
 if show_answer:
-    st.success(CHECK_ANSWER)
+    st.success(check_answer([r.result for _, r in results]))
     st.write(CHECK_FOLLOWUP)

@@ -16,7 +16,7 @@ from lessons.calculator import (
     replay_verdict,
     windows_persist,
 )
-from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults
+from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, defaults, sharing_help
 from lessons.layers import map_line
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
@@ -83,14 +83,16 @@ keep_windows = c[3].toggle("Persist windows", key=f"{P}_keepwin", persist_state=
                                 "input and bounded replay recomputes the decoder's windows. "
                                 "Exact prefill always keeps the windows.")
 
+knobs = read_knobs(P)
 if preset == "teaching":
     def _seed_sharing() -> None:
         st.session_state[f"{P}_group"] = 4
 
-    st.button("The seed's sharing: each group of four layers keeps one copy", key=f"{P}_seed4", on_click=_seed_sharing,
-              help="The teaching example: sixteen layers, 4,096 entries of 128 numbers at 8 bits; sharing one "
-                   "copy per four layers turns 8 MiB into 2 MiB.")
-knobs = read_knobs(P)
+    try:
+        share_help = sharing_help(knobs)
+    except CalcError as e:
+        share_help = plain(e)
+    st.button(SHARING_BUTTON, key=f"{P}_seed4", on_click=_seed_sharing, help=share_help)
 try:
     design = build(preset, knobs)
     calc = calculate(design, knobs, keep_windows=keep_windows)
@@ -111,7 +113,8 @@ m[3].metric("Persistent, per context", human_bytes(per.total),
             help=f"{per.total:,} bytes in host memory or on SSD for one saved context, as our engine's prefix cache "
                  "saves it; a separate budget")
 st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
-           "figure are two separate results; adding them would say nothing about either memory.")
+           "figure are two separate results; adding them would say nothing about either memory. The release, too, "
+           "reports its savings against V4-Flash for accelerator memory and for the persistent cache separately.")
 
 reproduce(snippets.cache_calculator(preset, knobs, keep_windows), f"cache-{preset}")
 

@@ -11,6 +11,7 @@ from lessons.designs import (
     COMPARE_DEFAULT,
     COMPARE_INTRO,
     DESIGNS,
+    LINEAGE,
     UNKNOWN_NOTE,
     WATERFALL_NOTE,
     build,
@@ -93,6 +94,7 @@ chart(compare_bar([(c.design.short or c.design.label, c.hbm) for c in calcs],
 chart(role_strip([c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
 
 st.subheader("From V4-Flash to V4.1: one change at a time")
+st.write(LINEAGE)
 st.markdown(WATERFALL_NOTE)
 fall = v4_to_v41_waterfall()
 chart(waterfall_figure(fall, "Bytes per token, V4-Flash to V4.1-Flash"), f"{P}_waterfall", fmt, "v4-to-v41")

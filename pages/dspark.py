@@ -18,6 +18,7 @@ from lessons.dspark import (
     SIM_P,
     SIM_Q,
     SIM_TEXT,
+    active_sentence,
     block_sentence,
     cache_rows,
     position_rows,
@@ -31,6 +32,7 @@ from ui.common import cached_with_progress, qp_set, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
+from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
 from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, sample_or_text, seed
@@ -40,6 +42,8 @@ sess = sidebar()
 sources_footer()
 st.title("DSpark: draft, then verify")
 st.write(INTRO)
+_pc = param_counts("v4.1-flash")
+st.caption(active_sentence(_pc["active_decode"], _pc["backbone"]))
 model = require_model(sess)
 cfg = model.cfg
 st.caption(block_sentence(cfg.dspark_block_size))

@@ -52,8 +52,8 @@ story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_par
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 with top[2]:
-    st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}); layers numbered "
-               f"{'from 1, as the first seed counts' if sess.one_based else 'from 0, as the code and report do'}.")
+    counted = "from 1, as the explainer we follow counts" if sess.one_based else "from 0, as the code and report do"
+    st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}); layers numbered {counted}.")
 
 url_step = qp_int_or_none("step", 1, len(story), "showing step 1")
 seed("fig3_step", None if url_step is None else url_step - 1, 0)

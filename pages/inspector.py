@@ -163,7 +163,7 @@ qp_set(layer=layer, token=pos, head=head)
 kind = "generated" if pos >= run.n_prompt else "prompt"
 st.subheader(f"Layer {sess.num(layer)} · {roles[layer]} · {run.layer(layer).spec.stack}, {kind} token {pos}")
 st.code(show_token(run.tokens[pos]), language=None)
-view = layer_view(run, layer, pos, cfg, head=head, model=model)
+view = layer_view(run, layer, pos, cfg, head=head, model=model, num=sess.num)
 if isinstance(view, str):
     st.warning(view)
 else:
@@ -228,7 +228,8 @@ else:
         else:
             st.write("Four residual streams. `pre` weights the streams into the sublayer input (used one site "
                      "later), `post` writes the sublayer output back into each stream, `comb` mixes the streams "
-                     "(rows: from, columns: to; every row and column sums to 1).")
+                     f"(rows: from, columns: to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and "
+                     "column sums to about 1).")
             st.plotly_chart(comb_figure(view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
             df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
             df.index = [f"stream {i}" for i in range(len(df))]

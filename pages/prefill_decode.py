@@ -12,6 +12,7 @@ from lessons.layers import bounded_note
 from lessons.workload import (
     CLAIM_NOTE,
     MEASURE_TEXT,
+    RELEASE_ACTIVE,
     V41_SPLIT,
     WORK_NOT_TIME,
     WORKLOAD_INTRO,
@@ -75,6 +76,7 @@ st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['ac
             f"take part per prompt token and **{pc['active_decode']:,}** per generated token, out of "
             f"**{pc['backbone']:,}** stored in the backbone (plus {pc['engram']:,} in the Engram tables). Active "
             "counts are computation, not the memory needed to hold the weights.")
+st.caption(RELEASE_ACTIVE)
 st.caption(bounded_note(V41Config.preset("v4.1-flash")))
 
 a, b = st.columns(2)
@@ -141,5 +143,7 @@ if res is not None:
     st.markdown(f"On {res.device.upper()}, reading {res.read:,} tokens took **{res.prefill_s:.2f} s** and writing "
                 f"{res.written:,} took **{res.decode_s:.2f} s**: a generated token cost **{per:,.1f}x** the time of a "
                 f"prompt token, although it passes only {tiny['active_decode'] / max(1, tiny['active_prefill']):.1f}x "
-                "the active parameters. That gap is the parallel-versus-sequential difference, and the reason a "
-                "token-count ratio is a place to start measuring, not a prediction of total time.")
+                "the active parameters. On this small model the gap is mostly per-call overhead and the "
+                "one-token-at-a-time loop, the sequential side of the difference; on the full model, the memory "
+                "traffic of each decoded token dominates instead. Either way, a token-count ratio is a place to "
+                "start measuring, not a prediction of total time.")

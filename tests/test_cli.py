@@ -52,7 +52,7 @@ def test_python_dash_m_model_runs_a_command():
 
 def test_train_writes_weights_and_the_phase_record(tmp_path, monkeypatch):
     # quick_eval (held-out stories and copies) takes minutes on a shared CPU; its maths is tested in test_train.
-    monkeypatch.setattr(training_run, "quick_eval", lambda m, tok, seq_len: {"heldout_loss": 1.0})
+    monkeypatch.setattr(training_run, "quick_eval", lambda m, tok, seq_len, **kw: {"heldout_loss": 1.0})
     np.save(tmp_path / "s.npy", np.random.default_rng(0).integers(8, 4096, 5000).astype(np.uint16))
     args = ["--preset", "tiny", "--steps", "2", "--batch", "1", "--seq-len", "16", "--warmup-steps", "1",
             "--drafter-steps", "0", "--no-fast", "--stream", str(tmp_path / "s.npy")]

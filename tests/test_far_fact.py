@@ -280,3 +280,15 @@ def test_summary_names_a_non_colour_answer_plainly():
     res = _far(ff.layer_facts(_hand_trace(), 9, [2], [1, 2, 3]), answer="park")
     text = "\n".join(ff.summary(res))
     assert "(the right answer 'park' gets 25.0%)" in text and "chance" not in text
+
+
+def test_weights_note_adds_the_measured_window_only_recall_and_fact_in_pool_rate():
+    from lessons.far_fact import weights_note
+    rec = {"final": {"recall_far": 0.04}, "tokens": 1000}
+    plain = weights_note("trained", rec)
+    assert "candidate pool" not in plain
+    rec["measured"] = {"recall_far": 0.62, "recall_far_window_only": 0.07, "fact_in_pool": 0.83, "date": "2026-12-02"}
+    note = weights_note("trained", rec)
+    assert note.startswith(plain)
+    assert "62% with everything on" in note and "7% with nothing older than the window" in note
+    assert "candidate pool at the answer row for 83%" in note and "2026-12-02" in note

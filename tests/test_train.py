@@ -332,3 +332,100 @@ def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
         assert any(int(seq[r, c + 1]) == int(seq[r, c + 1 - back]) and int(seq[r, c]) == int(seq[r, c - back])
                    for back in range(9, 425) if c - back >= 0)
     assert 0.1 < float(answers.float().mean()) < 0.6
+
+
+def test_curriculum_stages_parse_typed_and_refuse_unknown_fields():
+    from model.training.schedule import parse_curriculum
+    st = parse_curriculum("seq_len=32 train_window=2 copy_gap=2; seq_len=64 copy_spread=1 copy_temper=0.5")
+    assert [s.settings for s in st] == [{"seq_len": 32, "train_window": 2, "copy_gap": 2},
+                                        {"seq_len": 64, "copy_spread": True, "copy_temper": 0.5}]
+    tc = st[1].apply(TrainConfig(seq_len=512, train_window=4))
+    assert (tc.seq_len, tc.train_window, tc.copy_spread) == (64, 4, True)   # a stage changes only what it says
+    for bad in ("weight_decay=0", "seq_len=abc", "seq_len"):
+        with pytest.raises(ValueError):
+            parse_curriculum(bad)
+
+
+def test_spread_copies_use_distances_over_the_whole_row_and_gap_min_holds():
+    from model.training.batches import copy_rows
+    ids = torch.arange(100, 400)
+
+    def first_gaps(x, y, answers):
+        # spans of 3: a row opens with span, gap, span; its first mark sits on the second copy's 2nd token
+        out = []
+        for r in range(len(x)):
+            row = x[r].tolist() + y[r, -1:].tolist()
+            gap = answers[r].tolist().index(True) - 3
+            assert row[gap + 3: gap + 6] == row[:3]     # the span really comes back after the gap
+            out.append(gap)
+        return out
+
+    x, y, answers = copy_rows(ids, 60, 32, torch.Generator().manual_seed(3), span_max=3, gap_max=0, spread=True)
+    gaps = first_gaps(x, y, answers)
+    assert max(gaps) >= 20 and min(gaps) <= 3 and max(gaps) <= 32 + 1 - 6   # near to far inside 32-token rows
+    x, y, answers = copy_rows(ids, 20, 64, torch.Generator().manual_seed(4), span_max=3, gap_max=30, gap_min=25)
+    assert all(25 <= g <= 30 for g in first_gaps(x, y, answers))
+
+
+def test_tempered_unigram_copy_ids_reach_rare_ids_but_never_special_ones():
+    from model.corpus.dataset import TokenStream
+    from model.training.batches import CopyIds
+    toks = np.array([7] * 900 + [9] * 90 + [11] * 10 + list(range(12, 60)), dtype=np.uint16)
+    s = TokenStream(tokens=toks, manifest={})
+    w = s.unigram_weights(0.5)
+    assert float(w[:5].sum()) == 0 and abs(float(w.sum()) - 1) < 1e-6
+    assert w[7] / w[11] == pytest.approx((901 / 11) ** 0.5, rel=1e-4)   # counts + 1, raised to the power
+    drawn = set(CopyIds(weights=w).draw(4000, torch.Generator().manual_seed(0)))
+    assert {7, 9, 11} <= drawn and len(drawn & set(range(12, 60))) > 30 and not drawn & set(range(5))
+    with pytest.raises(ValueError):
+        CopyIds()
+
+
+def test_train_only_freezes_every_other_parameter():
+    from model.training.step import freeze_except
+    stream = _stream()
+    tc, m, _ = _setup(steps=3)
+    tc.train_only = r"indexer\."
+    n = freeze_except(m, tc.train_only)
+    assert 0 < n < len(list(m.parameters()))
+    opt = make_optimizer(m, tc)
+    before = {k: v.detach().clone() for k, v in m.named_parameters()}
+    _run(tc, m, opt, stream, 0, 3)
+    for k, v in m.named_parameters():
+        changed = not torch.equal(before[k], v)
+        assert not changed or "indexer." in k, k            # the MoE balancing bias is frozen too
+    assert any(not torch.equal(before[k], v) for k, v in m.named_parameters() if "indexer." in k)
+    with pytest.raises(ValueError, match="no parameter"):
+        freeze_except(m, "no-such-name")
+
+
+def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_them(tmp_path):
+    """A stage whose gate is 0 passes at its first probe; each passed stage leaves bf16 weights a new run
+    loads strictly; after the last stage the run ends early and training.json records the stages."""
+    import json
+
+    from conftest import ROOT
+
+    from model.training.run import finish, start_run, train_steps
+    tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+    np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
+    tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, copy_frac=1.0, warmup_steps=1,
+                     stream=str(tmp_path / "stream.npy"), tokenizer=str(tok), eval_every=0, ckpt_every=100,
+                     drafter_steps=0, gate_every=2, gate_min_steps=2, stage_dir=str(tmp_path / "stages"),
+                     curriculum="train_window=2 copy_gap=2 gate=0; train_window=2 copy_spread=1 gate=0")
+    run = start_run(tc, torch.device("cpu"), tmp_path / "ckpt", resume=False)
+    train_steps(run)
+    assert [p["passed_at_step"] for p in run.passed] == [2, 4] and run.finished and run.end == 4
+    assert all(0 <= p["probe"] <= 1 and "probe_broad_sparse" in p for p in run.passed)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "stages" / "stage1" / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("embed.weight").dtype == torch.bfloat16
+    finish(run, tmp_path / "out", "test", 1.0)
+    rec = json.loads((tmp_path / "out" / "training.json").read_text())
+    assert [p["stage"] for p in rec["curriculum"]["passed"]] == [0, 1]
+    # the next sitting: a fresh run from stage 1's weights, at stage 1
+    tc2 = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "stages" / "stage1"), "start_stage": 1})
+    run2 = start_run(tc2, torch.device("cpu"), tmp_path / "ckpt2", resume=False)
+    assert run2.stage == 1 and run2.stage_config().copy_spread
+    w = run.model.state_dict()["embed.weight"].to(torch.bfloat16).float()
+    assert torch.equal(run2.model.state_dict()["embed.weight"], w)

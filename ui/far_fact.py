@@ -7,6 +7,8 @@ st.text_area, st.code, st.text, dataframes and escaped Plotly labels; messages n
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -21,10 +23,12 @@ from lessons.far_fact import (
     head_rows,
     marked_text,
     own_story,
+    reach_sentence,
     summary,
     table_rows,
+    weights_note,
 )
-from ui.common import cached_with_progress
+from ui.common import TINY_DIR, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.reproduce import reproduce
@@ -90,6 +94,15 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
     return fig
 
 
+@st.cache_data(show_spinner=False)
+def training_record() -> dict | None:
+    """The shipped weights' training.json (its final evaluation), or None when it cannot be read."""
+    try:
+        return json.loads((TINY_DIR / "training.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _sample(sess, model):
     return cached_with_progress("far_fact_sample", (sess.label, model.cfg.sliding_window),
                                 lambda progress: far_sample(model.tokenizer, model.cfg.sliding_window),
@@ -144,6 +157,10 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return
+    note = weights_note(sess.weights, training_record() if sess.weights == "trained" else None)
+    if note:
+        st.info(note)
+    st.caption(reach_sentence(model.cfg.num_hidden_layers, model.cfg.sliding_window))
     with st.expander("What this shows", expanded=False):
         st.write(INTRO)
         st.caption(FAR_RULE)

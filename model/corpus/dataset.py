@@ -183,6 +183,15 @@ class TokenStream:
             self._counts[prefix] = counts
         return torch.from_numpy(np.argsort(-self._counts[prefix], kind="stable")[:n].copy())
 
+    def unigram_weights(self, power: float, prefix: int = 2_000_000) -> torch.Tensor:
+        """Sampling weights over the vocabulary: each id's count in the first `prefix` tokens (plus one,
+        so every id can come up) raised to `power` (1 = the stream's own frequencies, 0 = uniform; special
+        ids < 5 never drawn)."""
+        self.frequent_ids(1, prefix)                     # fills the count cache
+        w = torch.from_numpy((self._counts[prefix] + 1.0) ** power)
+        w[:5] = 0
+        return w / w.sum()
+
     def batches(self, batch: int, seq_len: int, seed: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Endless deterministic batches from ``torch.Generator().manual_seed(seed)``."""
         g = torch.Generator().manual_seed(seed)

@@ -101,15 +101,43 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
     return _rows(rows, marks)
 
 
-def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generator, span_max: int,
-              gap_max: int, near_frac: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n rows of spans of shuffled familiar tokens, each said twice with 0..gap_max other shuffled
+class CopyIds:
+    """Where the copy spans' ids come from: uniformly from a set of ids (the most frequent text ids,
+    whose embeddings text training also uses), or i.i.d. from weights over the whole vocabulary (the
+    stream's unigram counts raised to a power < 1: rare ids come up too, frequent ones less often)."""
+
+    def __init__(self, ids: torch.Tensor | None = None, weights: torch.Tensor | None = None):
+        if (ids is None) == (weights is None):
+            raise ValueError("give either ids or weights")
+        self.ids, self.weights = ids, weights
+
+    def draw(self, n: int, generator: torch.Generator) -> list[int]:
+        if self.ids is not None:
+            return self.ids[torch.randint(0, len(self.ids), (n,), generator=generator)].tolist()
+        return torch.multinomial(self.weights, n, replacement=True, generator=generator).tolist()
+
+
+def copy_ids_for(tc: TrainConfig, stream) -> CopyIds:
+    """The copy id source of a run: `copy_temper` > 0 draws from the unigram^temper over the whole
+    vocabulary, else uniformly from the `copy_vocab` most frequent ids."""
+    if tc.copy_temper > 0:
+        return CopyIds(weights=stream.unigram_weights(tc.copy_temper))
+    return CopyIds(ids=stream.frequent_ids(tc.copy_vocab))
+
+
+def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator, span_max: int,
+              gap_max: int, near_frac: float = 0.0, gap_min: int = 0,
+              spread: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of spans of shuffled familiar tokens, each said twice with gap_min..gap_max other shuffled
     tokens between. Text order gives no hint here, so the only way to predict the second copy is to
     find the first: the sharpest training signal for the copy (induction) circuit, which a small
     model trained on natural text alone does not form within our CPU budget. Familiar tokens keep
     the trained embeddings in use. A share `near_frac` of the spans comes back at once (gap 0-2), so
-    the near skill keeps being practised while `gap_max` moves out. The answer marks sit on the
+    the near skill keeps being practised while `gap_max` moves out. `spread` makes the gap range the
+    whole row (0 .. seq_len + 1 - 2 x span): distances over everything a row can hold, the curriculum's
+    way to teach a look-back that does not depend on one distance. The answer marks sit on the
     second copy's tokens after its first (the only predictable tokens here)."""
+    source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
     rows, marks = [], []
     for _ in range(n):
         out: list[int] = []
@@ -117,8 +145,11 @@ def copy_rows(ids: torch.Tensor, n: int, seq_len: int, generator: torch.Generato
         while len(out) < seq_len + 1:
             span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
             near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
-            gap = int(torch.randint(0, (2 if near else gap_max) + 1, (1,), generator=generator))
-            pick = ids[torch.randint(0, len(ids), (span_len + gap,), generator=generator)].tolist()
+            hi = max(0, seq_len + 1 - 2 * span_len) if spread else gap_max
+            lo = 0 if near else min(gap_min, hi)
+            hi = min(2, hi) if near else hi
+            gap = int(torch.randint(lo, hi + 1, (1,), generator=generator))
+            pick = source.draw(span_len + gap, generator)
             out += pick[:span_len] + pick[span_len:] + pick[:span_len]
             mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
         rows.append(out[:seq_len + 1])
@@ -141,6 +172,6 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
     if n_rep:
         parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size(), tc.repeat_pieces))
     if n_copy:
-        parts.append(copy_rows(stream.frequent_ids(tc.copy_vocab), n_copy, tc.seq_len, g, tc.copy_span,
-                               copy_gap_at(tc, step), tc.copy_near_frac))
+        parts.append(copy_rows(copy_ids_for(tc, stream), n_copy, tc.seq_len, g, tc.copy_span,
+                               copy_gap_at(tc, step), tc.copy_near_frac, spread=tc.copy_spread))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

@@ -1,5 +1,10 @@
 """Evaluation during training: held-out loss, story recall by distance bucket and copy accuracy at
-three gaps (bench/quality.py has the full evaluation).
+three gaps, in the default (sparse) mode and with every visible entry attended (dense) side by side;
+the "fact in pool" rate (is the far fact's entry in the candidate pool at the answer row?); and the
+copy probe that gates a curriculum stage (bench/quality.py has the full evaluation).
+
+Dense numbers say whether the look-back circuit exists; sparse ones whether the indexer's selection
+delivers it (docs/training.md).
 """
 
 from __future__ import annotations
@@ -9,38 +14,102 @@ import torch
 from ..arch.context import Ablation
 from ..corpus.dataset import heldout_natural_batches, heldout_natural_tokens, heldout_story_batches
 from ..model import V41Model
+from .batches import CopyIds, copy_ids_for, copy_rows
+from .schedule import window_at
 from .step import set_window
 
-EVAL_KEYS = ("heldout", "recall", "copy")   # the prefixes of quick_eval's keys
+EVAL_KEYS = ("heldout", "recall", "copy", "fact_in_pool", "probe")   # the prefixes of evaluation keys
 
 
 @torch.no_grad()
-def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4) -> dict[str, float]:
-    """Held-out natural-text loss, recall accuracy per story bucket and copy accuracy at gaps 4, 40, 200
-    (full window; the model is left in train mode)."""
-    set_window(m, 0)
+def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, window: int = 0,
+               modes: tuple[str, ...] = ("sparse", "dense")) -> dict[str, float]:
+    """Held-out natural-text loss, recall accuracy per story bucket and copy accuracy at gaps 4, 40, 200,
+    at the sliding `window` (0: the config's), once per mode: "sparse" (the default selection; plain
+    keys) and "dense" (every visible entry attended; keys ending in `_dense`); then the fact-in-pool
+    rate. The model is left in train mode at the config's window."""
+    set_window(m, window)
     m.eval()
     natural = heldout_natural_tokens(tok)
-    tot, n = 0.0, 0
-    for i, (x, y) in enumerate(heldout_natural_batches(natural, 8, seq_len)):
-        if i >= max_batches:
-            break
-        lg = m(x).logits
-        tot += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="sum"))
-        n += y.numel()
-    correct = {}
-    for b in heldout_story_batches(tok, batch_size=25):
-        lg = m(b["input_ids"]).logits
-        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"]].argmax(-1)
-        for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
-            c = correct.setdefault(bucket, [0, 0])
-            c[0] += ok
-            c[1] += 1
-    copy = {f"copy_gap{gap}": copy_accuracy(m, natural, gap) for gap in (4, 40, 200)}
+    out: dict[str, float] = {}
+    for mode in modes:
+        ab = Ablation(dense_compressed=True) if mode == "dense" else None
+        suffix = "_dense" if mode == "dense" else ""
+        tot, n = 0.0, 0
+        for i, (x, y) in enumerate(heldout_natural_batches(natural, 8, seq_len)):
+            if i >= max_batches:
+                break
+            lg = _forward(m, x, ab).logits
+            tot += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1),
+                                                           reduction="sum"))
+            n += y.numel()
+        out[f"heldout_loss{suffix}"] = tot / max(1, n)
+        correct: dict[str, list[int]] = {}
+        for b in heldout_story_batches(tok, batch_size=25):
+            lg = _forward(m, b["input_ids"], ab).logits
+            pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"]].argmax(-1)
+            for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
+                c = correct.setdefault(bucket, [0, 0])
+                c[0] += ok
+                c[1] += 1
+        out.update({f"recall_{k}{suffix}": v[0] / v[1] for k, v in correct.items()})
+        out.update({f"copy_gap{gap}{suffix}": copy_accuracy(m, natural, gap, ablation=ab) for gap in (4, 40, 200)})
+    out["fact_in_pool"] = fact_in_pool(m, tok)
+    set_window(m, 0)
     m.train()
-    out = {"heldout_loss": tot / max(1, n)}
-    out.update({f"recall_{k}": v[0] / v[1] for k, v in correct.items()})
-    out.update(copy)
+    return out
+
+
+def _forward(m: V41Model, x: torch.Tensor, ablation: Ablation | None):
+    x = x.to(m.device)
+    return m(x) if ablation is None else m(x, ablation=ablation)
+
+
+@torch.no_grad()
+def fact_in_pool(m: V41Model, tok, bucket: str = "far", max_stories: int = 24) -> float:
+    """The share of held-out `bucket` stories whose fact entry (the fact's colour token's entry at the
+    candidate source's ratio) is in the candidate pool at the row that predicts the answer: the first
+    thing the hierarchical selection must get right to bring a far fact back (0 when the config has no
+    candidate pool). One exact traced forward per story, without the logit lens."""
+    hits = n = 0
+    for b in heldout_story_batches(tok, batch_size=1, bucket=bucket):
+        if n >= max_stories:
+            break
+        a, f = int(b["answer_pos"][0]), int(b["fact_pos"][0])
+        tr = m.trace(b["input_ids"][:, : a + 1].to(m.device), lens=False)
+        src = next((r for r in tr.layers if r.spec.candidate_source and r.candidates is not None), None)
+        if src is None:
+            return 0.0
+        pool = src.candidates[0, a]
+        entry = f // src.spec.compress_ratio
+        hits += int(entry < pool.shape[-1] and bool(pool[entry]))
+        n += 1
+    return hits / max(1, n)
+
+
+@torch.no_grad()
+def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: bool = False) -> dict[str, float]:
+    """The gate of a curriculum stage: copy accuracy on fresh synthetic copy rows made with the stage's
+    own settings (rows, span, ids) at its longest distances (the top quarter of a spread row's gaps, or
+    exactly `copy_gap`), read at the stage's training window, dense and sparse. `broad` draws the ids
+    from the unigram^0.5 over the whole vocabulary instead (does the copy carry to ids it was not drilled
+    on?). Keys: probe, probe_sparse (or probe_broad, probe_broad_sparse)."""
+    span = max(3, tc.copy_span)
+    top = max(0, tc.seq_len + 1 - 2 * span) if tc.copy_spread else tc.copy_gap
+    gap_min = (3 * top) // 4 if tc.copy_spread else tc.copy_gap
+    ids = CopyIds(weights=stream.unigram_weights(0.5)) if broad else copy_ids_for(tc, stream)
+    g = torch.Generator().manual_seed(seed)
+    x, y, answers = copy_rows(ids, n, tc.seq_len, g, span, top, gap_min=gap_min, spread=tc.copy_spread)
+    x, y, answers = x.to(m.device), y.to(m.device), answers.to(m.device)
+    set_window(m, window_at(tc, 0))
+    m.eval()
+    name = "probe_broad" if broad else "probe"
+    out = {}
+    for suffix, ab in (("", Ablation(dense_compressed=True)), ("_sparse", None)):
+        pred = _forward(m, x, ab).logits.argmax(-1)
+        out[name + suffix] = float((pred == y)[answers].float().mean()) if answers.any() else 0.0
+    set_window(m, 0)
+    m.train()
     return out
 
 

@@ -28,11 +28,11 @@ from ..corpus.tokenizer import load_tokenizer
 from ..model import V41Model
 from .batches import make_batch
 from .dspark import train_drafter
-from .evaluation import EVAL_KEYS, quick_eval
+from .evaluation import EVAL_KEYS, copy_probe, quick_eval
 from .records import rounded
-from .schedule import TrainConfig, window_at
-from .state import init_from, load_state, save_state
-from .step import build_model, make_optimizer, set_window, train_step
+from .schedule import Stage, TrainConfig, parse_curriculum, window_at
+from .state import init_from, load_state, read_meta, save_state, save_weights_bf16
+from .step import build_model, freeze_except, make_optimizer, set_window, train_step
 
 
 @dataclass
@@ -49,11 +49,29 @@ class Run:
     start: int = 0                       # the step this process started at (> 0 when resumed)
     log: list[dict] = field(default_factory=list)
     previous: dict | None = None         # the phase this run was initialised from (--init-from)
+    stages: list[Stage] = field(default_factory=list)   # the gated curriculum (empty: none)
+    stage: int = 0                       # the stage being trained
+    stage_start: int = 0                 # the step it started at
+    passed: list[dict] = field(default_factory=list)    # one record per stage passed (step, probe, weights)
+    finished: bool = False               # the last stage passed: nothing left to train
+
+    def stage_config(self) -> TrainConfig:
+        """The run's settings with the current stage's applied (the last stage's once all passed)."""
+        if not self.stages:
+            return self.tc
+        return self.stages[min(self.stage, len(self.stages) - 1)].apply(self.tc)
+
+    def where(self) -> dict:
+        """Where the curriculum stands, saved with each checkpoint."""
+        return {"stage": self.stage, "stage_start": self.stage_start, "passed": self.passed}
+
+    end_step: int = 0                    # set when the curriculum ends the run early
 
     @property
     def end(self) -> int:
-        """The last step of this process: `stop_at` cuts a run short keeping the schedule of `steps`."""
-        return min(self.tc.stop_at or self.tc.steps, self.tc.steps)
+        """The last step of this process: `stop_at` cuts a run short keeping the schedule of `steps`; a
+        finished curriculum ends it where its last stage passed."""
+        return self.end_step or min(self.tc.stop_at or self.tc.steps, self.tc.steps)
 
     @property
     def tokens_per_step(self) -> int:
@@ -64,12 +82,19 @@ def start_run(tc: TrainConfig, device: torch.device, ckpt_dir: Path, resume: boo
     """Build the model and optimizer, initialise from `tc.init_from`, resume from `ckpt_dir` if asked."""
     tok = load_tokenizer(tc.tokenizer)
     m = build_model(tc, tok).to(device)
-    run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc), device, ckpt_dir)
     if tc.init_from:
-        run.previous = init_from(m, Path(tc.init_from))
+        previous = init_from(m, Path(tc.init_from))
         print(f"initialised from {tc.init_from}", file=sys.stderr)
+    if tc.train_only:
+        print(f"training {freeze_except(m, tc.train_only)} tensors matching {tc.train_only!r}", file=sys.stderr)
+    run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc), device, ckpt_dir,
+              stages=parse_curriculum(tc.curriculum), stage=tc.start_stage)
+    run.previous = previous if tc.init_from else None
     if resume and (ckpt_dir / "ckpt.safetensors").exists():
         run.start, run.log = load_state(ckpt_dir, m, run.opt)
+        meta = read_meta(ckpt_dir)
+        run.stage, run.stage_start = meta.get("stage", run.stage), meta.get("stage_start", 0)
+        run.passed = meta.get("passed", [])
         print(f"resumed from {ckpt_dir} at step {run.start}", file=sys.stderr)
     return run
 
@@ -83,20 +108,51 @@ def train_steps(run: Run) -> float:
     print(f"training {tc.preset}: {n_params / 1e6:.2f}M parameters, {tc.steps} steps x {run.tokens_per_step} tokens "
           f"on {run.device} ({torch.get_num_threads()} threads)", file=sys.stderr)
     for step in range(run.start, run.end):
-        x, y, answers = make_batch(tc, run.stream, run.tok, step)
-        set_window(m, window_at(tc, step))
-        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), tc, step, answers)
+        ts = run.stage_config()
+        x, y, answers = make_batch(ts, run.stream, run.tok, step)
+        set_window(m, window_at(ts, step))
+        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), ts, step, answers)
         rec["step"] = step + 1
         _progress(run, rec, step, time.time() - t0)
-        if (step + 1) % tc.eval_every == 0 or step + 1 == run.end:
-            rec.update(quick_eval(m, run.tok, tc.seq_len))
+        if run.stages:
+            rec["stage"] = run.stage
+            _gate(run, ts, step, rec)
+        last = step + 1 == run.end or run.finished
+        if tc.eval_every and ((step + 1) % tc.eval_every == 0 or last):
+            rec.update(quick_eval(m, run.tok, tc.seq_len, window=window_at(ts, step) if run.stages else 0))
             print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(EVAL_KEYS)),
                   file=sys.stderr)
         run.log.append(rec)
-        if (step + 1) % tc.ckpt_every == 0 or step + 1 == run.end:
-            save_state(run.ckpt_dir, m, run.opt, step + 1, tc, run.log)
+        if (step + 1) % tc.ckpt_every == 0 or last:
+            save_state(run.ckpt_dir, m, run.opt, step + 1, tc, run.log, run.where())
+        if run.finished:
+            run.end_step = step + 1
+            break
     print(file=sys.stderr)
     return time.time() - t0
+
+
+def _gate(run: Run, ts: TrainConfig, step: int, rec: dict) -> None:
+    """Every `gate_every` steps of a stage (after its first `gate_min_steps`), probe copies at the stage's
+    longest distances; at `gate` or better the stage is passed: its weights are written (bf16, under
+    `stage_dir`), and the next stage starts (the run ends after the last)."""
+    done = step + 1 - run.stage_start
+    if done < ts.gate_min_steps or done % run.tc.gate_every:
+        return
+    rec.update(copy_probe(run.model, ts, run.stream))
+    rec.update(copy_probe(run.model, ts, run.stream, broad=True))
+    print(f"\n  stage {run.stage} step {step + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items()
+                                                            if k.startswith("probe")), file=sys.stderr)
+    if rec["probe"] < ts.gate:
+        return
+    entry = {"stage": run.stage, "settings": run.stages[run.stage].settings, "passed_at_step": step + 1,
+             "steps_in_stage": done, **{k: v for k, v in rec.items() if k.startswith("probe")}}
+    if run.tc.stage_dir:
+        entry["weights"] = str(save_weights_bf16(run.model, Path(run.tc.stage_dir) / f"stage{run.stage}", entry))
+    run.passed.append(entry)
+    print(f"  stage {run.stage} passed at step {step + 1}", file=sys.stderr)
+    run.stage, run.stage_start = run.stage + 1, step + 1
+    run.finished = run.stage >= len(run.stages)
 
 
 def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
@@ -152,6 +208,7 @@ def training_record(run: Run, command: str, train_seconds: float, drafter_info: 
         "final": {k: v for k, v in final.items() if isinstance(v, (int, float))},
         "drafter": drafter_info,
         "previous_phase": run.previous,
+        "curriculum": {"spec": tc.curriculum, "passed": run.passed, "stage_reached": run.stage} if run.stages else None,
         "phases": phases,
         "log_every_step": rounded(run.log),
     }

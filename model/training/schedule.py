@@ -1,14 +1,15 @@
 """The settings of a language-model training run (`TrainConfig`) and the schedules read from them per
 step: learning rate (warm-up then cosine), the staged training window and copy gap, the batch seed.
 
-Follows reference-brief.md §3.3 (dense warm-up of the indexer, then sparse training) and the look-back
-curriculum of issue 15 (`window_stages`, `copy_gap_stages`; model/training/batches.py).
+Follows docs/design/equations.md §13 (dense warm-up of the indexer, then sparse training) and the look-back
+curriculum of docs/training.md §3: step-staged windows and gaps (`window_stages`, `copy_gap_stages`), and gated
+stages (`curriculum`, `Stage`: each rung held until its copy probe passes `gate`; model/training/run.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -30,7 +31,7 @@ class TrainConfig:
     seed: int = 0
     threads: int = 0                    # 0 = all cores
     ckpt_every: int = 40
-    eval_every: int = 120
+    eval_every: int = 120               # quick evaluation every this many steps and at the end (0: never)
     drafter_steps: int = 300
     stream: str = ".cache/corpus/tokens_train.npy"
     tokenizer: str = "data/weights/tiny/tokenizer.json"
@@ -41,6 +42,8 @@ class TrainConfig:
     copy_span: int = 5                  # those spans are 3..copy_span tokens long
     copy_gap: int = 0                   # with 0..copy_gap other shuffled tokens between the two copies
     copy_vocab: int = 300               # drawn from this many most frequent tokens of the stream
+    copy_temper: float = 0.0            # >0: drawn instead from the unigram^temper over the whole vocabulary
+    copy_spread: bool = False           # gaps spread over the whole row (0 .. seq_len - 2 x span)
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     window_stages: str = ""             # "step:window,..." e.g. "0:8,300:16,600:0" (overrides train_window)
     copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages
@@ -50,6 +53,13 @@ class TrainConfig:
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
     stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
     fast: bool = False                  # compiled kernels, same maths (model/fusion.py); the command line turns it on
+    curriculum: str = ""                # gated stages: "field=value field=value; ..." (Curriculum below)
+    start_stage: int = 0                # resume the curriculum at this stage (with --init-from its weights)
+    gate: float = 0.6                   # a stage ends when its copy probe reaches this accuracy ...
+    gate_every: int = 50                # ... measured every this many steps ...
+    gate_min_steps: int = 50            # ... once the stage has run this many steps
+    stage_dir: str = ""                 # where each passed stage's weights go (bf16), e.g. runs/checkpoints/s1
+    train_only: str = ""                # regex: train only the parameters whose name matches (the rest frozen)
 
 
 def staged(spec: str, step: int, default: int) -> int:
@@ -82,3 +92,40 @@ def lr_at(tc: TrainConfig, step: int) -> float:
 
 def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(tc.seed * 1_000_003 + step)
+
+
+# Fields a curriculum stage may set: the data, the rows and the window; not the optimizer or the run.
+STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
+                "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "repeat_frac", "repeat_pieces",
+                "answer_weight", "dense_warmup_frac", "lr", "gate")
+
+
+@dataclass
+class Stage:
+    """One rung of a curriculum: the settings it changes, and the copy probe that gates leaving it."""
+
+    settings: dict
+
+    def apply(self, tc: TrainConfig) -> TrainConfig:
+        return replace(tc, **self.settings)
+
+
+def parse_curriculum(spec: str) -> list[Stage]:
+    """"seq_len=32 train_window=2 copy_gap=2; seq_len=32 copy_spread=1" -> stages, each a set of
+    TrainConfig fields (STAGE_FIELDS) typed like the field's default. A later stage starts from the run's
+    settings, not from the previous stage: every stage says all it changes."""
+    defaults = asdict(TrainConfig())
+    stages = []
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        settings: dict = {}
+        for item in part.split():
+            name, eq, value = item.partition("=")
+            if not eq or name not in STAGE_FIELDS:
+                raise ValueError(f"bad stage setting {item!r}: write field=value with a field among {STAGE_FIELDS}")
+            kind = type(defaults[name])
+            try:
+                settings[name] = bool(int(value)) if kind is bool else kind(value)
+            except ValueError:
+                raise ValueError(f"bad value in {item!r}: {name} takes a {kind.__name__}") from None
+        stages.append(Stage(settings))
+    return stages

@@ -18,8 +18,10 @@ from ..model import V41Model
 from .schedule import TrainConfig
 
 
-def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, tc: TrainConfig, log: list) -> None:
-    """Write ckpt.safetensors (model under `model.`, optimizer state under `opt.`, atomically) and ckpt.json."""
+def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, tc: TrainConfig, log: list,
+               extra: dict | None = None) -> None:
+    """Write ckpt.safetensors (model under `model.`, optimizer state under `opt.`, atomically) and ckpt.json
+    (with `extra`: e.g. where a curriculum stands)."""
     path.mkdir(parents=True, exist_ok=True)
     t = {f"model.{k}": v.detach().contiguous() for k, v in m.state_dict().items()}
     names = {id(p): n for n, p in m.named_parameters()}
@@ -34,7 +36,7 @@ def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, t
     tmp = path / "ckpt.safetensors.tmp"
     save_file(t, str(tmp))
     os.replace(tmp, path / "ckpt.safetensors")
-    (path / "ckpt.json").write_text(json.dumps({"step": step, "train": asdict(tc), "log": log}))
+    (path / "ckpt.json").write_text(json.dumps({"step": step, "train": asdict(tc), "log": log, **(extra or {})}))
 
 
 def model_state(t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -43,7 +45,8 @@ def model_state(t: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int, list]:
-    """Restore what save_state wrote (model strictly, optimizer state by parameter name) -> (step, log)."""
+    """Restore what save_state wrote (model strictly, optimizer state by parameter name) -> (step, log);
+    `read_meta` gives the rest of ckpt.json."""
     t = load_file(str(path / "ckpt.safetensors"))
     meta = json.loads((path / "ckpt.json").read_text())
     m.load_state_dict(model_state(t), strict=True)
@@ -56,6 +59,27 @@ def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int
     return meta["step"], meta.get("log", [])
 
 
+def read_meta(path: Path) -> dict:
+    """ckpt.json of a training checkpoint directory ({} when there is none)."""
+    f = path / "ckpt.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def save_weights_bf16(m: V41Model, path: Path, record: dict) -> Path:
+    """The weights only, in bfloat16 (about a sixth of a training checkpoint with its AdamW moments), with
+    config.json and stage.json (`record`): what a curriculum commits at each stage boundary, so a later
+    sitting on another machine resumes from the repository (`--init-from` it, fresh optimizer moments)."""
+    path.mkdir(parents=True, exist_ok=True)
+    m.cfg.save_json(path / "config.json")
+    t = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).contiguous().cpu()
+         for k, v in m.state_dict().items()}
+    tmp = path / "model.safetensors.tmp"
+    save_file(t, str(tmp), metadata={"format": "pt", "dtype": "bfloat16"})
+    os.replace(tmp, path / "model.safetensors")
+    (path / "stage.json").write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
 def init_from(m: V41Model, src: Path) -> dict:
     """Load the weights a new phase starts from: a training checkpoint (its model tensors, strict) or a
     weights directory (load_state_dict, not strict). Returns the record of that previous phase."""
@@ -64,5 +88,8 @@ def init_from(m: V41Model, src: Path) -> dict:
         meta = json.loads((src / "ckpt.json").read_text())
         return {"from": str(src), "step": meta["step"], "train_config": meta["train"],
                 "log_every_step": meta.get("log", [])}
+    if (src / "stage.json").exists():   # a curriculum stage's weights: every tensor must be there
+        load_state_dict(m, src, strict=True)
+        return {"from": str(src), "stage": json.loads((src / "stage.json").read_text())}
     load_state_dict(m, src, strict=False)
     return {"from": str(src)}

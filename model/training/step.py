@@ -1,5 +1,6 @@
 """One optimisation step of the language model: the losses, their gradients, the update and the
-balancing rule (reference-brief.md §3.3 indexer training, §8.1 load balancing).
+balancing rule (docs/design/equations.md §13 training the indexer,
+§9 MoE routing and its balancing).
 
 - language-model loss: next-token cross entropy, the look-back answers weighted `answer_weight`;
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
@@ -12,6 +13,8 @@ balancing rule (reference-brief.md §3.3 indexer training, §8.1 load balancing)
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -30,6 +33,20 @@ def set_window(m: V41Model, window: int) -> None:
         raise ValueError(f"a training window of {window} is wider than the config's {m.cfg.sliding_window}")
     for layer in m.layers:
         layer.attn.limit = window or m.cfg.sliding_window
+
+
+def freeze_except(m: V41Model, pattern: str) -> int:
+    """Train only the parameters whose name matches the regex `pattern` (e.g. the indexers' warm-up with
+    everything else frozen: `indexer\\.`); the rest get no gradient and no update. Returns how many
+    tensors stay trainable; none matching is an error, not a silent no-op."""
+    rx = re.compile(pattern)
+    n = 0
+    for name, p in m.named_parameters():
+        p.requires_grad_(p.requires_grad and bool(rx.search(name)))   # never unfreeze a fixed one
+        n += p.requires_grad
+    if not n:
+        raise ValueError(f"no parameter name matches {pattern!r}")
+    return n
 
 
 def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41Model:
@@ -96,9 +113,12 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
         g["lr"] = lr_at(tc, step)
     opt.zero_grad(set_to_none=True)
     lm, il, out = forward_backward(m, x, y, tc, dense, answers)
-    gn = torch.nn.utils.clip_grad_norm_(m.parameters(), tc.clip, foreach=tc.fast)
+    gn = torch.nn.utils.clip_grad_norm_([p for p in m.parameters() if p.requires_grad], tc.clip,
+                                        foreach=tc.fast)
     opt.step()
     for lid, idx in out.routings:
-        m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
+        # the balancing rule moves a bias outside gradient descent: frozen with the rest under train_only
+        if not tc.train_only or re.search(tc.train_only, f"layers.{lid}.ffn.gate.bias"):
+            m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
     return {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn),
             "lr": lr_at(tc, step), "dense": dense}
