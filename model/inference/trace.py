@@ -15,6 +15,7 @@ a trace can cover a prompt read in chunks and the tokens generated after it.
 from __future__ import annotations
 
 import threading
+import time
 from collections import abc, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -29,7 +30,8 @@ from ..arch.rope import apply_rope
 from ..config import V41Config
 from ..layer_map import LayerSpec, layer_map
 from ..quant import fake_latent
-from .engine import prefill
+from .engine import decode_step, prefill
+from .sampling import Sampler
 
 FULL = "full"
 SUMMARY = "summary"
@@ -396,11 +398,51 @@ def run_trace(model, input_ids, *, detail: str = SUMMARY, mode: str = "exact", a
             if detail == FULL:
                 _add_entries(model, input_ids, tr, ablation)
             return tr
-        pf = prefill(model, input_ids, mode, chunk_size=chunk_size or 256, progress=progress, ablation=ablation,
-                     trace=tracer)
-    tr = tracer.result(mode)
+    return trace_generate(model, input_ids, mode, 0, chunk_size=chunk_size or 256, lens=lens, lens_topk=lens_topk,
+                          keep_scores=keep_scores, ablation=ablation, progress=progress).trace
+
+
+@dataclass
+class TracedRun:
+    """A prompt read with the tracer on and the tokens generated after it, recorded into the same trace."""
+
+    trace: Trace
+    generated: list[int]          # the sampled tokens; every one but the last was fed back through the model
+    prefill_s: float
+    decode_s: float
+    step_s: list[float] = field(default_factory=list)
+
+
+def trace_generate(model, input_ids, mode: str = "bounded", new_tokens: int = 0, sampler: Sampler | None = None, *,
+                   chunk_size: int = 512, lens: LensChoice = True, lens_topk: int = 5, keep_scores: bool = True,
+                   ablation=None, progress: Callable[[float, str], None] | None = None,
+                   meta: dict | None = None) -> TracedRun:
+    """Prefill with the tracer on (the engine's chunked exact or bounded prefill), then decode `new_tokens`, each
+    sampled token fed back once so that it has a record in every layer. `progress(fraction, message)` covers
+    both. The one traced loop of the prompt inspector (lessons/inspect.py)."""
+    tracer = Tracer(lens_topk=lens_topk, keep_scores=keep_scores, lens=lens)
+    sampler = sampler or Sampler()
+    total = 1.0 + new_tokens
+
+    def pf_progress(f: float, msg: str) -> None:
+        if progress:
+            progress(f / total, msg)
+
+    pf = prefill(model, input_ids, mode, chunk_size=chunk_size, progress=pf_progress, trace=tracer, ablation=ablation)
+    logits, out, steps = pf.logits, [], []
+    t0 = time.perf_counter()
+    for i in range(new_tokens):
+        tok = sampler.sample(logits)
+        out.append(int(tok[0]))
+        ts = time.perf_counter()
+        logits = decode_step(model, pf.cache, tok.view(-1, 1), ablation=ablation, trace=tracer)[:, -1]
+        steps.append(time.perf_counter() - ts)
+        if progress:
+            progress((2 + i) / total, f"generated token {i + 1} of {new_tokens}")
+    decode_s = time.perf_counter() - t0
+    tr = tracer.result(mode, meta=meta)
     tr.meta["cache"] = pf.cache
-    return tr
+    return TracedRun(trace=tr, generated=out, prefill_s=pf.seconds, decode_s=decode_s, step_s=steps)
 
 
 def _add_entries(model, input_ids, tr: Trace, ablation) -> None:
