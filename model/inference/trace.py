@@ -262,18 +262,30 @@ class Tracer:
         self.ids.append(ids.detach().cpu())
         self.pos.append(positions.detach().cpu())
 
-    def record(self, layer: int, key: str, value, **meta) -> None:
-        if key in ("latent", "source_len"):
-            if key == "source_len":
-                self.data[layer]["source_len"].append(int(value))
-            elif self.full:
-                self.data[layer]["latent"].append(value.detach().float().cpu())
-            return
-        if key == "index_scores" and not self.keep_scores:
-            return
-        if key in ("engram_out",) and not self.full:
-            return
-        self.data[layer][key].append(value.detach().cpu())
+    def engram(self, layer: int, gate: torch.Tensor, hashes: torch.Tensor, out: torch.Tensor) -> None:
+        d = self.data[layer]
+        d["engram_gate"].append(gate.detach().cpu())
+        d["engram_hash"].append(hashes.detach().cpu())
+        if self.full:
+            d["engram_out"].append(out.detach().cpu())
+
+    def pool(self, layer: int, candidates: torch.Tensor, block_scores: torch.Tensor) -> None:
+        d = self.data[layer]
+        d["candidates"].append(candidates.detach().cpu())
+        d["block_scores"].append(block_scores.detach().cpu())
+
+    def selection(self, layer: int, scores: torch.Tensor, topk: torch.Tensor) -> None:
+        d = self.data[layer]
+        if self.keep_scores:
+            d["index_scores"].append(scores.detach().cpu())
+        d["topk"].append(topk.detach().cpu())
+
+    def latent(self, layer: int, latent: torch.Tensor, g0: int) -> None:
+        if self.full:
+            self.data[layer]["latent"].append(latent.detach().float().cpu())
+
+    def source_len(self, layer: int, n: int) -> None:
+        self.data[layer]["source_len"].append(int(n))
 
     def attention(self, layer: int, positions: torch.Tensor, probs: torch.Tensor, prev: torch.Tensor | None,
                   comp: CompressedRead | None, window: int) -> None:
