@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.trace")
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the bench shares the machine)")
     a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)   # an OpenMP team short of cores makes every op wait for its missing thread
     model, what = tiny_model()
     ids = random_ids(a.tokens, model.cfg.vocab_size)
     view_layer = min(model.cfg.decoder_start, model.cfg.num_hidden_layers - 1)   # the inspector's first view
