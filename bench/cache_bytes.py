@@ -4,7 +4,7 @@ full v4.1-flash cache per token at 1M tokens (formula) against V4-Flash's.
 Measured: a tiny-model cache after prefilling several lengths (exact and bounded, some leaving an
 incomplete group) and decoding a few tokens; every byte of every store is counted. Formula:
 model.accounting.cache_bytes from the config alone. They must be equal.
-V4-Flash reference per token (reference-brief.md §4.7): 21 CSA layers x (584 + 132) / 4 bytes +
+V4-Flash reference per token (docs/design/equations.md §14): 21 CSA layers x (584 + 132) / 4 bytes +
 20 HCA layers x 584 / 128 bytes, with vLLM's formats.
 """
 

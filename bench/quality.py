@@ -15,7 +15,8 @@ Measures, on held-out data shipped in data/heldout (no download needed):
 Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…
 recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=… fact_in_pool=…`
 (the share of far held-out stories whose fact entry is in the candidate pool at the answer row).
-The ablation lab page reuses `evaluate`.
+The held-out evaluation itself (`evaluate`, `natural_loss`, `story_recall`) is model/training/evaluation.py,
+which the Ablation lab runs too.
 """
 
 from __future__ import annotations
@@ -25,33 +26,16 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
+from model.training.evaluation import Quality, evaluate, natural_loss, story_recall
+
 ROOT = Path(__file__).resolve().parents[1]
-BUCKETS = ("inside", "just_past", "far")
 # python -m model stories --heldout-templates
 HELDOUT_TEMPLATES = ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"
-
-
-@dataclass
-class Quality:
-    loss: float                         # nats per token on held-out natural text
-    tokens: int
-    recall: dict[str, float]            # bucket -> accuracy
-    recall_n: dict[str, int]
-    seconds: float
-    extra: dict[str, float] = field(default_factory=dict)
-
-    def row(self) -> dict[str, float]:
-        out = {"loss": self.loss}
-        out.update({f"recall_{b}": self.recall.get(b, float("nan")) for b in BUCKETS})
-        out["seconds"] = self.seconds
-        return out
 
 
 # Ablations the lab offers: name -> (Ablation kwargs, prefill mode, one-line description)
@@ -77,71 +61,6 @@ def unigram_logprobs(vocab: int, heldout: np.ndarray) -> tuple[torch.Tensor, str
         source = "held-out text itself (optimistic)"
     p = (counts + 1.0) / (counts.sum() + vocab)
     return torch.log(torch.tensor(p, dtype=torch.float64)), source
-
-
-@torch.no_grad()
-def natural_loss(model, max_tokens: int | None = None, seq_len: int = 512, batch: int = 8, ablation=None,
-                 progress: Callable[[float, str], None] | None = None) -> tuple[float, int, np.ndarray]:
-    from model.corpus.dataset import heldout_natural_batches, heldout_natural_tokens
-
-    toks = heldout_natural_tokens(model.tokenizer)
-    if max_tokens:
-        toks = toks[: max_tokens + 1]
-    total, n = 0.0, 0
-    batches = list(heldout_natural_batches(toks, batch, seq_len))
-    for i, (x, y) in enumerate(batches):
-        lg = model(x.to(model.device), ablation=ablation).logits
-        total += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]).float(),
-                                                         y.reshape(-1).to(lg.device), reduction="sum"))
-        n += y.numel()
-        if progress:
-            progress((i + 1) / len(batches), f"natural text {n:,} tokens")
-    return total / max(1, n), n, toks
-
-
-@torch.no_grad()
-def story_recall(model, max_stories: int | None = None, ablation=None, mode: str = "exact",
-                 progress: Callable[[float, str], None] | None = None,
-                 path: Path | None = None) -> tuple[dict[str, float], dict[str, int]]:
-    from model.corpus.dataset import story_eval_batches
-    from model.corpus.stories import load_heldout_stories
-    from model.inference.engine import prefill
-
-    rows = load_heldout_stories(path)
-    if max_stories:  # keep the buckets balanced when subsampling
-        per = max(1, max_stories // len(BUCKETS))
-        rows = [r for b in BUCKETS for r in [x for x in rows if x["bucket"] == b][:per]]
-    hits: dict[str, list[int]] = {}
-    done = 0
-    for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
-        if mode == "exact":
-            lg = model(b["input_ids"].to(model.device), ablation=ablation).logits
-            pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
-        else:
-            preds = []
-            for ids, pos in zip(b["input_ids"], b["answer_pos"]):
-                pf = prefill(model, ids[: int(pos) + 1].unsqueeze(0), mode, ablation=ablation)
-                preds.append(int(pf.logits[0].argmax()))
-            pred = torch.tensor(preds)
-        for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
-            hits.setdefault(bucket, []).append(int(ok))
-        done += len(b["bucket"])
-        if progress:
-            progress(done / len(rows), f"stories {done}/{len(rows)}")
-    return ({k: sum(v) / len(v) for k, v in hits.items()}, {k: len(v) for k, v in hits.items()})
-
-
-def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None = None,
-             max_natural_tokens: int | None = None, progress: Callable[[float, str], None] | None = None) -> Quality:
-    """Held-out loss and recall by bucket for one configuration (the ablation lab's unit of work)."""
-    t0 = time.perf_counter()
-
-    def sub(lo, hi):
-        return None if progress is None else (lambda f, msg: progress(lo + (hi - lo) * f, msg))
-
-    loss, n, _ = natural_loss(model, max_natural_tokens, ablation=ablation, progress=sub(0.0, 0.4))
-    recall, counts = story_recall(model, max_stories, ablation=ablation, mode=mode, progress=sub(0.4, 1.0))
-    return Quality(loss=loss, tokens=n, recall=recall, recall_n=counts, seconds=time.perf_counter() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:

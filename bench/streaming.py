@@ -1,4 +1,5 @@
-"""python -m bench.streaming: peak memory and time per token, fully resident vs layer-streamed (issue 6).
+"""python -m bench.streaming: peak memory and time per token, fully resident vs layer-streamed
+(docs/design/checkpoints.md §5).
 
 Writes a release-layout checkpoint (sharded, FP8 linears + MXFP4 experts, model/checkpoint/writer.py) of the
 `small` preset (40 layers at the released layer map) widened so that the weights dominate the

@@ -1,10 +1,10 @@
 """The ablation lab: remove one component at a time and compare answer quality, time and cache memory.
 
 Follows the first seed's closing advice in our words (measure quality next to time and memory at a
-comparable budget, then switch one piece off) and ARCHITECTURE.md §3 (the switches are
+comparable budget, then switch one piece off) and docs/design/architecture.md §3.8 (the switches are
 `model.arch.context.Ablation`, applied at inference time to the trained weights). Answer quality comes from
-bench/quality.py's `evaluate` (held-out loss, recall by distance bucket), so the page and the benchmark
-report the same numbers for the same settings.
+model/training/evaluation.py's `evaluate` (held-out loss, recall by distance bucket), the evaluation the
+quality benchmark prints, so the page and the benchmark report the same numbers for the same settings.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ import torch
 
 from model.arch.context import Ablation
 from model.inference.engine import decode_step, prefill
+from model.training import evaluation
+
+from .calculator import Knobs, calculate, human_bytes
+from .designs import v41_design
+from .far_fact import window_reach
 
 INTRO = (
     "What does each part contribute to this trained tiny model? One way to ask: switch one part off, keep "
@@ -34,7 +39,7 @@ CAVEAT = (
     "this machine's CPU and vary with its load; compare them within one run."
 )
 
-# name -> (Ablation keyword arguments, prefill mode, explanation). The names match bench/quality.ABLATIONS.
+# name -> (Ablation keyword arguments, prefill mode, explanation). The names match the quality benchmark's.
 CONFIGS: dict[str, tuple[dict, str, str]] = {
     "full model": ({}, "exact", "Everything on, as trained."),
     "every layer selects": ({"reselect_all": True}, "exact",
@@ -66,8 +71,6 @@ QUALITY_KEYS = ("loss", "recall_inside", "recall_just_past", "recall_far")
 def config_rows(cfg) -> list[tuple[str, str, str]]:
     """(configuration, prefill mode, what changes) for every configuration, with the running model's numbers
     (the window-only reach: layers x (window - 1))."""
-    from .far_fact import window_reach
-
     n, w = cfg.num_hidden_layers, cfg.sliding_window
     return [(name, mode, text.format(reach=f"{window_reach(n, w):,}", layers=n, window=w))
             for name, (_, mode, text) in CONFIGS.items()]
@@ -119,9 +122,9 @@ def measure_cost(model, ids: list[int], ablation: Ablation, mode: str, decode_to
 def run_config(model, name: str, cost_ids: list[int], topk: int | None = None, max_stories: int | None = 30,
                max_natural_tokens: int | None = 2048, progress: Callable[[float, str], None] | None = None,
                evaluate=None) -> dict:
-    """One table row: quality from bench.quality.evaluate plus time and bytes on `cost_ids`."""
-    if evaluate is None:
-        from bench.quality import evaluate
+    """One table row: quality from model.training.evaluation.evaluate (or `evaluate`, a stand-in with its
+    signature) plus time and bytes on `cost_ids`."""
+    evaluate = evaluate or evaluation.evaluate
     ablation, mode = make_ablation(name, topk)
     sub = None if progress is None else (lambda f, msg: progress(0.85 * f, msg))
     q = evaluate(model, ablation=ablation, mode=mode, max_stories=max_stories, max_natural_tokens=max_natural_tokens,
@@ -238,9 +241,6 @@ def reading(rows: list[dict]) -> list[str]:
 def memory_note(cfg, tokens: int) -> str:
     """The memory side of the trade-offs: the cache calculator's bytes for the running model at this prompt
     length, in each prefill mode (the engine holds exactly these; tests/test_calculator.py)."""
-    from .calculator import Knobs, calculate, human_bytes
-    from .designs import v41_design
-
     out = {}
     for mode in ("exact", "bounded"):
         k = Knobs(context=tokens, mode=mode, window=cfg.sliding_window, bits=4, layers=max(16, cfg.num_hidden_layers))

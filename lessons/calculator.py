@@ -1,11 +1,11 @@
 """The cache calculator: every byte a design keeps per request, derived the way it is written on a blackboard.
 
 Follows the second seed's formula (entries x numbers per entry x stored layer copies x bits per number),
-reference-brief.md §4.7 (V4-Flash) and §5.4 (V4.1 FP4 KV), and ARCHITECTURE.md §3.2/§3.4. A design is a list
-of `Store`s (one kind of cached data held by one or more layers); each store is made of `Part`s (values,
-block scales, ...) so that block scales are counted as their own rows. `calculate()` returns two separate
-results: what stays on the accelerator (HBM) and what a persistent prefix cache (host memory / SSD) keeps per
-saved context. They are never added together.
+docs/design/equations.md §14 (V4-Flash) and §7 (V4.1 FP4 storage), and docs/design/architecture.md §3.2, §3.4 and
+§6. A design is a list of `Store`s (one kind of cached data held by one or more layers); each store is made of
+`Part`s (values, block scales, ...) so that block scales are counted as their own rows. `calculate()` returns two
+separate results: what stays on the accelerator (HBM) and what a persistent prefix cache (host memory / SSD) keeps
+per saved context. They are never added together.
 
 For DeepSeek-V4.1 configs the stores come from `lessons.designs.v41_design`; their bytes per layer equal
 `model.accounting.cache_bytes` and the bytes the engine's `Cache` really holds (tests/test_calculator.py).

@@ -1,10 +1,11 @@
 """Cache layouts of the designs the Memory pages compare, as `lessons.calculator.Design`s.
 
 - DeepSeek-V4.1-Flash and any V41Config (the running tiny model): derived from the config through
-  `model.layer_map` and the storage formats of `model.quant` (ARCHITECTURE.md §2-3, reference-brief.md §5.4),
-  so the bytes per layer equal `model.accounting.cache_bytes` and the engine's measured `Cache.nbytes()`;
-- DeepSeek-V4-Flash with vLLM's cache formats (reference-brief.md §4.1, §4.6-4.7);
-- DeepSeek-V3.2 (MLA latent + FP8 indexer keys, §3.2, §3.1);
+  `model.layer_map` and the storage formats of `model.quant` (docs/design/architecture.md §2-3,
+  docs/design/equations.md §7), so the bytes per layer equal `model.accounting.cache_bytes` and the engine's
+  measured `Cache.nbytes()`;
+- DeepSeek-V4-Flash with vLLM's cache formats (docs/design/equations.md §14);
+- DeepSeek-V3.2 (MLA latent + FP8 indexer keys, docs/design/equations.md §14);
 - plain per-layer K/V (GQA; and V4.1's own sizes without compression or sharing);
 - the second seed's uniform teaching example;
 - a Gemma-4-like local/global design with cross-layer KV sharing, a Qwen3.8-Flash-Next-like hybrid and
@@ -20,7 +21,7 @@ from model import V41Config
 from model.layer_map import layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format
 
-from .calculator import CalcError, Design, Knobs, Part, Store, validate_knobs
+from .calculator import CalcError, Design, Knobs, Part, Store, calculate, human_bytes, validate_knobs
 from .sources import EXPLAINER_1, EXPLAINER_2, marker
 
 MIB = 1 << 20
@@ -287,8 +288,6 @@ SHARING_BUTTON = "Share as the explainer does: each group of four layers keeps o
 
 def sharing_help(k: Knobs) -> str:
     """The sharing button's help, with the bytes of the sizes in use before and after groups of four."""
-    from .calculator import calculate, human_bytes
-
     if k.layers < 4:
         return f"Groups of four layers need at least four layers; there are {k.layers} now."
     now = calculate(teaching(k), k).hbm.total
@@ -328,12 +327,12 @@ def plain_v41(k: Knobs) -> Design:
 
 
 # ------------------------------------------------------------------------------------------------
-# Comparison designs (brief §10): public pattern, placeholder sizes
+# Comparison designs (docs/design/equations.md §15): public pattern, placeholder sizes
 # ------------------------------------------------------------------------------------------------
 
 def gemma4_like(k: Knobs) -> Design:
     """35 layers, 5 local : 1 global (last forced global), window k.window, K=V on global layers, and the last
-    15 layers reuse the K/V of the last earlier layer of the same type (brief §10.2-10.3)."""
+    15 layers reuse the K/V of the last earlier layer of the same type (docs/design/equations.md §15)."""
     n, shared_n = 35, 15
     glob = [(i + 1) % 6 == 0 or i == n - 1 for i in range(n)]
     first = n - shared_n
@@ -373,7 +372,7 @@ def gemma4_like(k: Knobs) -> Design:
 
 
 def qwen_next_like(k: Knobs) -> Design:
-    """48 layers: three Gated DeltaNet layers per attention layer (brief §10.4 sizes, Qwen3-Next)."""
+    """48 layers: three Gated DeltaNet layers per attention layer (docs/design/equations.md §15, Qwen3-Next)."""
     n = 48
     attn = tuple(i for i in range(n) if (i + 1) % 4 == 0)
     gdn = tuple(i for i in range(n) if (i + 1) % 4)

@@ -1,6 +1,6 @@
 """The DSpark page's lesson: draft, then verify, with the acceptance statistics of a real run.
 
-Follows reference-brief.md §8.3 (the rules and the expected-tokens formula) and §8.4 (DSpark's
+Follows docs/design/equations.md §11 (the rules and the expected-tokens formula) and §12 (DSpark's
 block drafter, Markov head, confidence head). Pure computations: each takes plain values or the
 `SpecStats` / `StepLog` of `model.inference.speculative` and returns rows a page can draw or tabulate, with the
 formula that produced each number.

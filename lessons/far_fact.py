@@ -2,7 +2,7 @@
 
 A recall story places an object early ("Noah put the watch in the orange tin.") and asks for it at the end
 ("Where is the watch? The watch is in the ..."). The token before the answer slot must predict the colour.
-When the fact sits beyond the sliding window (reference-brief.md §4.3), the only way to it is the global
+When the fact sits beyond the sliding window (docs/design/equations.md §3), the only way to it is the global
 branch: the compressed entries that pack the fact's tokens (an entry e of a layer with compress ratio r packs
 tokens [e*r, (e+1)*r)), found by the indexer (§5.3: candidate pool, then top-k). This lesson follows that
 path for one story, from a trace of the running model, and reports what it finds, whatever the weights do:

@@ -1,6 +1,6 @@
-"""The Figure 3 walkthrough: the drawing's layout, the story steps, and what each box does.
+"""The Figure 3 walkthrough: the story steps, and what each box does (the drawing: figure3_layout.py).
 
-Follows ARCHITECTURE.md §2 (layer map) and reference-brief.md §5 (CED, CSA2, hierarchical indexer,
+Follows docs/design/architecture.md §2 (layer map) and docs/design/equations.md §3-12 (CSA2, hierarchical indexer,
 mHC, MoE, Engram, DSpark). The drawing is GENERATED from `layer_map(cfg)`: the same function lays
 out the released 40-layer config and the running tiny model. The story follows the first seed's
 path (the job, why change attention, a fresh question, the two halves, the other boxes, recurrence,
@@ -12,276 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from PIL import Image, ImageDraw
 
 from model import V41Config, layer_map
-from model.layer_map import LayerSpec
 from model.quant import LATENT_FMT
 
-from .layers import Run, stack_runs
+from .dspark import block_sentence
+from .figure3_layout import Box, _num
+from .layers import MODES, bounded_note, stack_runs
+from .shares import TOY_QUERIES, fmt, two_value_mix
 from .sources import REPORT
-
-KIND_COLORS = {"vision": "#c9b3e6", "embed": "#dddddd", "states": "#eeeeee", "head": "#dddddd",
-               "moe": "#b7dfb2", "engram": "#f6cf86", "drafter": "#f3a9a9", "mhc": "#ffffff", "line": "#ffffff"}
-ROLE_FILL = {"SWA": "#aab4be", "Full": "#2f7fc1", "Reuse": "#a9cbe8", "Reindex": "#f08a24"}
-
-# geometry (plot units): encoder column starts at x=0, decoder column at DEC_X
-ATTN_W, MOE_W, GAP, DEC_X, ROW = 6.2, 2.0, 0.2, 16.0, 1.0
-BOX_H = 0.78
-
-
-@dataclass
-class Box:
-    id: str
-    kind: str                  # vision | embed | states | attn | moe | engram | mhc | line | head | drafter
-    label: str
-    x0: float
-    y0: float
-    x1: float
-    y1: float
-    layers: tuple[int, ...] = ()
-    tags: frozenset = frozenset()
-    fill: str = "#ffffff"
-    dash: bool = False         # dotted outline: drawn once, stands for several layers
-    hover: str = ""
-
-    @property
-    def center(self) -> tuple[float, float]:
-        return (self.x0 + self.x1) / 2, (self.y0 + self.y1) / 2
-
-
-@dataclass
-class Line:
-    xs: list[float]
-    ys: list[float]
-    color: str = "#444444"
-    dash: str = "solid"        # plotly dash name
-    width: float = 1.5
-    arrow: bool = False
-
-
-@dataclass
-class Label:
-    x: float
-    y: float
-    text: str
-    anchor: str = "left"       # left | right | center
-    size: int = 11
-    color: str = "#333333"
-
-
-@dataclass
-class Diagram:
-    boxes: list[Box]
-    lines: list[Line]
-    labels: list[Label]
-    x_range: tuple[float, float]
-    y_range: tuple[float, float]
-    compact: bool
-    cfg_name: str
-
-    def box(self, box_id: str) -> Box | None:
-        return next((b for b in self.boxes if b.id == box_id), None)
-
-    def height_px(self, per_unit: int = 34) -> int:
-        """A drawing height that keeps rows readable whatever the number of layers."""
-        return int(per_unit * (self.y_range[1] - self.y_range[0])) + 30
-
-    def layer_boxes(self) -> list[Box]:
-        return [b for b in self.boxes if b.kind == "attn"]
-
-
-def _num(i: int, one_based: bool) -> int:
-    return i + 1 if one_based else i
-
-
-def _role_label(spec: LayerSpec) -> str:
-    if spec.role == "SWA":
-        return "window only"
-    r = f" r{spec.compress_ratio}"
-    extra = " +pool" if spec.candidate_source else ""
-    return spec.role + r + extra
-
-
-def _layer_tags(spec: LayerSpec) -> set[str]:
-    t = {"layer", spec.stack, spec.role}
-    if spec.selects:
-        t.add("selects")
-    if spec.candidate_source or spec.uses_candidates:
-        t.add("pool")
-    if spec.stack == "decoder" and spec.role == "Full":
-        t.add("line")
-    return t
-
-
-def layout(cfg: V41Config, compact: bool = False, one_based: bool = False) -> Diagram:
-    """Both stacks, bottom to top. `compact` draws each repeated run once with a dotted "xN" frame,
-    as the report's figure does; otherwise every layer gets its own row."""
-    specs = layer_map(cfg)
-    by_index = {s.index: s for s in specs}
-    boxes: list[Box] = []
-    lines: list[Line] = []
-    labels: list[Label] = []
-    tops: dict[str, float] = {}
-    mhc_rows: dict[str, tuple[float, float]] = {}
-    row_of: dict[int, float] = {}       # layer -> y centre of the row that shows it
-    col_x = {"encoder": 0.0, "decoder": DEC_X}
-
-    def add_layer_row(x: float, y: float, layer_ids: tuple[int, ...], spec: LayerSpec, label: str, dash: bool):
-        tags = frozenset(_layer_tags(spec) | ({"repeat"} if dash else set()))
-        nums = ", ".join(str(_num(i, one_based)) for i in layer_ids)
-        boxes.append(Box(f"attn:{layer_ids[0]}", "attn", label, x, y - BOX_H / 2, x + ATTN_W, y + BOX_H / 2,
-                         layer_ids, tags, ROLE_FILL[spec.role], dash,
-                         f"layer{'s' if len(layer_ids) > 1 else ''} {nums}: {spec.role} attention"))
-        boxes.append(Box(f"moe:{layer_ids[0]}", "moe", "MoE", x + ATTN_W + GAP, y - BOX_H / 2,
-                         x + ATTN_W + GAP + MOE_W, y + BOX_H / 2, layer_ids, frozenset({"moe", spec.stack}),
-                         KIND_COLORS["moe"], dash, f"MoE of layer{'s' if len(layer_ids) > 1 else ''} {nums}"))
-        for i in layer_ids:
-            row_of[i] = y
-        eng = [i for i in layer_ids if by_index[i].engram]
-        if eng:
-            which = ", ".join(str(_num(i, one_based)) for i in eng)
-            lab = "Engram" + (f" (layer {which} only)" if len(layer_ids) > len(eng) else "")
-            boxes.append(Box(f"engram:{eng[0]}", "engram", lab, x - 3.4, y - BOX_H / 2, x - 0.3, y + BOX_H / 2,
-                             tuple(eng), frozenset({"engram", spec.stack}), KIND_COLORS["engram"], False,
-                             f"Engram lookup before attention, layer {which}"))
-            lines.append(Line([x - 0.3, x], [y, y], "#b07a10", arrow=True))
-
-    for stack in ("encoder", "decoder"):
-        runs: list[Run] = stack_runs(specs, stack)
-        if not runs:
-            continue
-        x = col_x[stack]
-        y = 0.0
-        y_start = y
-        for run in runs:
-            if compact:
-                # the run drawn once; each Reuse stretch drawn once with a dotted "x reuse" frame
-                reps = run.units
-                heads = tuple(u.layers[0] for u in reps)
-                y_run0 = y
-                if run.head == "SWA":
-                    add_layer_row(x, y, heads, by_index[heads[0]], "window only", len(heads) > 1)
-                    y += ROW
-                else:
-                    add_layer_row(x, y, heads, by_index[heads[0]], _role_label(by_index[heads[0]]), len(heads) > 1)
-                    y += ROW
-                    if run.reuse:
-                        rest = tuple(i for u in reps for i in u.layers[1:])
-                        add_layer_row(x, y, rest, by_index[rest[0]], "Reuse", run.reuse > 1)
-                        if run.reuse > 1:
-                            labels.append(Label(x + ATTN_W - 0.15, y, f"x{run.reuse}", "right", 12, "#1b3a57"))
-                        y += ROW
-                if run.repeats > 1:
-                    x1 = x + ATTN_W + GAP + MOE_W + 0.25
-                    y0, y1 = y_run0 - ROW / 2 + 0.03, y - ROW / 2 - 0.03
-                    boxes.append(Box(f"frame:{run.layers[0]}", "frame", "", x - 0.25, y0, x1, y1, run.layers,
-                                     frozenset({"repeat", stack}), "rgba(0,0,0,0)", True,
-                                     f"drawn once, built {run.repeats} times"))
-                    labels.append(Label(x1 + 0.15, (y0 + y1) / 2, f"x{run.repeats}", "left", 13, "#222222"))
-            else:
-                for u in run.units:
-                    for i in u.layers:
-                        s = by_index[i]
-                        add_layer_row(x, y, (i,), s, f"{_num(i, one_based)}  {_role_label(s)}", False)
-                        y += ROW
-                if run.head != "SWA" and (run.repeats > 1 or run.reuse):
-                    x1 = x + ATTN_W + GAP + MOE_W + 0.25
-                    for k, u in enumerate(run.units):
-                        y0 = row_of[u.layers[0]] - ROW / 2 + 0.04
-                        y1 = row_of[u.layers[-1]] + ROW / 2 - 0.04
-                        boxes.append(Box(f"frame:{u.layers[0]}", "frame", "", x - 0.25, y0, x1, y1, u.layers,
-                                         frozenset({"repeat", stack}), "rgba(0,0,0,0)", True,
-                                         f"copy {k + 1} of {run.repeats} of ({run.pattern_text()})"))
-                        if run.repeats > 1:
-                            labels.append(Label(x1 + 0.15, (y0 + y1) / 2, f"{k + 1}/{run.repeats}", "left", 10,
-                                                "#555555"))
-        tops[stack] = y - ROW / 2
-        mhc_rows[stack] = (y_start - ROW / 2, y - ROW / 2)
-
-    enc_top, dec_top = tops.get("encoder", 0.0), tops.get("decoder", 0.0)
-    right = ATTN_W + GAP + MOE_W
-    # bottom of the encoder: embeddings, with the vision encoder feeding image rows into them
-    boxes.append(Box("embed", "embed", "token embedding (ids to rows)", 0, -1.4, right, -0.65, (),
-                     frozenset({"embed", "encoder", "job"}), KIND_COLORS["embed"]))
-    boxes.append(Box("vision", "vision", "vision encoder", 0, -2.8, 4.0, -2.05, (),
-                     frozenset({"vision"}), KIND_COLORS["vision"]))
-    labels.append(Label(6.0, -2.45, "text tokens", "center", 11))
-    lines.append(Line([2.0, 2.0], [-2.05, -1.4], "#6a4fa0", arrow=True))
-    lines.append(Line([6.0, 6.0], [-2.25, -1.4], "#444444", arrow=True))
-    lines.append(Line([right / 2, right / 2], [-0.65, -0.5], "#444444", arrow=True))
-    # mHC streams beside each stack: hc_mult thin lines
-    for stack, (y0, y1) in mhc_rows.items():
-        x = col_x[stack] + right + 1.35  # right of the frame labels
-        n = cfg.hc_mult
-        for k in range(n):
-            lines.append(Line([x + 0.22 * k, x + 0.22 * k], [y0 - 0.6, y1 + 0.1], "#7a7a7a", width=1.2))
-        xc = x + 0.11 * (n - 1)
-        boxes.append(Box(f"mhc:{stack}", "mhc", f"mHC: {n} streams", xc - 1.25, y0 - 1.4, xc + 1.25,
-                         y0 - 0.65, (), frozenset({"mhc", stack}), KIND_COLORS["mhc"]))
-    # the line: encoder's final states carried across into the decoder
-    if "decoder" in tops:
-        mid = DEC_X - 1.7
-        lines.append(Line([right / 2, right / 2, mid, mid, DEC_X], [enc_top, enc_top + 0.7, enc_top + 0.7, -1.0, -1.0],
-                          "#c0392b", width=2.4, arrow=True))
-        boxes.append(Box("states", "states", "encoder's final states", DEC_X, -1.4, DEC_X + right, -0.65, (),
-                         frozenset({"line", "decoder"}), KIND_COLORS["states"]))
-        boxes.append(Box("line", "line", "states go across", mid - 1.6, enc_top / 2 - 0.4, mid + 1.6,
-                         enc_top / 2 + 0.4, (), frozenset({"line"}), "#fbe3e0"))
-        lines.append(Line([DEC_X + right / 2, DEC_X + right / 2], [-0.65, -0.5], "#444444", arrow=True))
-    top_x = DEC_X if "decoder" in tops else 0.0
-    top_y = dec_top if "decoder" in tops else enc_top
-    boxes.append(Box("head", "head", "norm + head: next-token scores", top_x, top_y + 0.25, top_x + right,
-                     top_y + 1.0, (), frozenset({"head", "job"}), KIND_COLORS["head"]))
-    lines.append(Line([top_x + right / 2, top_x + right / 2], [top_y - 0.1, top_y + 0.25], "#444444", arrow=True))
-    # DSpark drafter fed by its target layers' attention inputs
-    targets = [i for i in cfg.dspark_target_layer_ids if i in row_of]
-    if cfg.num_nextn_predict_layers and targets:
-        dx0 = top_x + right + 2.6
-        ys = [row_of[i] for i in targets]
-        y0, y1 = min(ys) - BOX_H / 2, max(max(ys) + BOX_H / 2, top_y + 1.0)
-        boxes.append(Box("drafter", "drafter", "DSpark drafter", dx0, y0, dx0 + 3.6, y1, tuple(targets),
-                         frozenset({"drafter"}), KIND_COLORS["drafter"]))
-        for yy in sorted(set(ys)):
-            lines.append(Line([top_x + right + 2.15, dx0], [yy, yy], "#b03a3a", "dot", 1.3, arrow=True))
-    x_lo = -4.0
-    x_hi = (top_x + right + 6.6) if targets else DEC_X + right + 2.5
-    return Diagram(boxes, lines, labels, (x_lo, x_hi), (-3.1, max(enc_top, top_y + 1.0) + 0.9), compact,
-                   cfg.name)
-
-
-def box_choices(d: Diagram, one_based: bool = False) -> dict[str, str]:
-    """{box id: readable name} for the select box beside the drawing, in drawing order."""
-    out = {}
-    order = ["vision", "embed"] + [b.id for b in d.boxes if b.kind in ("engram", "attn", "moe")] + \
-            ["mhc:encoder", "line", "states", "mhc:decoder", "head", "drafter"]
-    for bid in order:
-        b = d.box(bid)
-        if b is None or bid in out:
-            continue
-        if b.kind in ("attn", "moe", "engram"):
-            nums = [_num(i, one_based) for i in b.layers]
-            which = f"layer {nums[0]}" if len(nums) == 1 else f"layers {', '.join(map(str, nums))}"
-            what = {"attn": "attention", "moe": "MoE", "engram": "Engram"}[b.kind]
-            role = b.label.split("  ")[-1] if b.kind == "attn" else ""
-            out[bid] = f"{which}: {what}" + (f" ({role})" if role else "")
-        else:
-            out[bid] = b.label
-    return out
-
-
-def picked_box(points: list, pick_ids: list[str], marker_curve: int) -> str | None:
-    """The box a plotly selection event names: its marker's `customdata`, or failing that the point's
-    index on the marker trace (`marker_curve`). Clicks on anything else name no box."""
-    for p in points or []:
-        cd = p.get("customdata")
-        if isinstance(cd, (list, tuple)):
-            cd = cd[0] if cd else None
-        if isinstance(cd, str) and cd in pick_ids:
-            return cd
-        k = p.get("point_index", p.get("point_number"))
-        if p.get("curve_number") == marker_curve and isinstance(k, int) and 0 <= k < len(pick_ids):
-            return pick_ids[k]
-    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -357,7 +97,7 @@ def fp4_sentence(cfg: V41Config) -> str:
 def notation(cfg: V41Config, one_based: bool = False) -> str:
     """The report's notation next to the drawing's labels, with this config's numbers."""
     ratios = sorted({s.compress_ratio for s in layer_map(cfg) if s.compress_ratio}, reverse=True)
-    pool_layer = cfg.candidate_source_layer_id
+    pool_layer = next((s.index for s in layer_map(cfg) if s.candidate_source), None)
     r = " and ".join(f"r{x}" for x in ratios) or "none"
     return ("Notation. The report writes a layer's attention as CSA2(r, ...): r is the compress ratio, how many "
             "tokens are packed into one global entry, so CSA2(2, ...) packs pairs of tokens and a ratio of 1 means "
@@ -372,10 +112,6 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
           total_params: int | None = None) -> list[Step]:
     """The story. `engram_params` / `total_params` (from model.count_params, computed by the caller) let the
     Engram step say how much memory its tables take; without them it counts the tables from the config."""
-    from .dspark import block_sentence
-    from .layers import MODES, bounded_note
-    from .shares import TOY_QUERIES, fmt, two_value_mix
-
     f = facts(cfg)
     n = lambda i: _num(i, one_based)  # noqa: E731
     enc_runs = " + ".join(r.formula() for r in f["runs"]["encoder"])
@@ -561,8 +297,6 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
     if box.kind == "head":
         return "Collapses the streams, normalises, and scores every token of the vocabulary as the next one."
     if box.kind == "drafter":
-        from .dspark import block_sentence
-
         return (f"DSpark: reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
                 f"several tokens in one go; the main model verifies them together. "
                 + block_sentence(f['draft_block']))
@@ -621,8 +355,6 @@ def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:
 
 def sample_image(size: int = 64):
     """A small synthetic picture (four coloured quadrants and a diagonal) for the vision box."""
-    from PIL import Image, ImageDraw
-
     img = Image.new("RGB", (size, size), (240, 240, 240))
     d = ImageDraw.Draw(img)
     h = size // 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model import V41Config
+from model import V41Config, layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
 from .far_fact import reach_sentence
@@ -27,6 +27,7 @@ class Term:
 
 def terms(cfg: V41Config | None = None) -> list[Term]:
     c = cfg or V41Config.preset("v4.1-flash")
+    cand = next(s.index for s in layer_map(c) if s.candidate_source)   # roles come from the layer map
     pool = c.candidate_topk_blocks * c.candidate_block_size
     engram = [i for i in c.engram_layer_ids if i < c.num_hidden_layers]
     return [
@@ -51,7 +52,7 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "every visible compressed entry against that entry's index key (a short key stored for this purpose). "
              "Those numbers are the index scores; the highest ones decide which entries attention reads.", "port"),
         Term("candidate source", f"The layer whose index scores build the candidate pool: in the release the first "
-             f"decoder layer, {c.candidate_source_layer_id} counting from 0 ({c.candidate_source_layer_id + 1} "
+             f"decoder layer, {cand} counting from 0 ({cand + 1} "
              "counting from 1).", "port"),
         Term("candidate pool", f"At the first decoder layer the indexer scores every visible entry, groups them in "
              f"blocks of {c.candidate_block_size} and keeps the best {c.candidate_topk_blocks:,} blocks (up to "

@@ -1,9 +1,9 @@
 """The prompt inspector's lesson: run a prompt (and a few generated tokens) with the tracer on, then
 read one layer at one token, or one quantity over every layer and token.
 
-Follows ARCHITECTURE.md §3.1 (bounded vs exact prefill), §3.7 and §4 (`Trace` / `LayerRecord`),
-reference-brief.md §4.3 (shares over window rows, selected entries and the sink), §5.2-5.3 (CSA2
-roles, candidate pool), §5.5 (mHC pre/post/comb), §5.6 (router), §5.7/§7 (Engram hashing).
+Follows docs/design/architecture.md §3.1 (bounded vs exact prefill), §3.7 and §4 (`Trace` / `LayerRecord`),
+docs/design/equations.md §3 (shares over window rows, selected entries and the sink), §5-6 (CSA2
+roles, candidate pool), §8 (mHC pre/post/comb), §9 (router), §10 (Engram hashing).
 
 Everything here is a pure function of a `Run` (a `Trace` plus the token texts), so the page only
 draws and the tests reach every number without a browser.

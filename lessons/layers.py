@@ -1,7 +1,7 @@
 """The layer map as a lesson: per-layer rows, the grouped count table, the CSA2 mode table, and
 what each layer actually computed on a traced prompt.
 
-Follows ARCHITECTURE.md §2 (the layer map, derived from the config) and reference-brief.md §5.1-5.3
+Follows docs/design/architecture.md §2 (the layer map, derived from the config) and docs/design/equations.md §5-6
 (CSA2 modes, candidate pool). Everything here is computed from `layer_map(cfg)` or from a `Trace`;
 nothing is a typed-in table, so the same code explains the full config and the running tiny model.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+import torch
 
 from model import V41Config, layer_map
 from model.layer_map import LayerSpec, describe
@@ -125,7 +127,7 @@ def count_table(cfg: V41Config) -> list[CountRow]:
 def reference_numbers(cfg: V41Config, one_based: bool = False) -> list[dict]:
     """The implementation details the first seed lists under its reference table, read from the config."""
     pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
-    cand = cfg.candidate_source_layer_id
+    cand = next((s.index for s in layer_map(cfg) if s.candidate_source), None)
     dec = cfg.decoder_start
     return [
         {"item": "candidate pool (positions, at most)", "value": f"{pool:,}",
@@ -257,8 +259,6 @@ class Computed:
 
 def computed_by_layer(trace) -> list[Computed]:
     """Count, per layer, what the traced forward actually computed."""
-    import torch
-
     recs = trace.layers
     out = []
     for r in recs:

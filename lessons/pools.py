@@ -1,6 +1,6 @@
 """The indexer-pools lesson: a useful entry left outside the candidate pool cannot be chosen.
 
-Follows reference-brief.md §5.3 (hierarchical top-k) and §5.2 (Reindex layers), using the model's own
+Follows docs/design/equations.md §6 (hierarchical top-k) and §5 (Reindex layers), using the model's own
 selection functions (`model.arch.indexer.candidate_pool`, `select_topk`) on recorded scores.
 
 Two levels, as in the model:
@@ -16,7 +16,7 @@ What we compare, per Reindex layer and query row (all definitions below are exac
 - recall = |R ∩ E| / |E|: the fraction of the exhaustive picks the restricted search still finds;
 - dropped entries = E \\ R: exhaustive picks outside the pool (an entry of E inside the pool is always in R);
 - indexer mass of the dropped entries: their share of softmax(index scores) over the visible entries, the
-  distribution the indexer is trained to match to the attention (brief §3.3). Pure, from the scores;
+  distribution the indexer is trained to match to the attention (docs/design/equations.md §13). Pure, from the scores;
 - attention mass of the dropped entries: the share of the layer's attention (mean over heads) that they
   would have received had this one layer read E instead of R. It needs the layer's attention logits for
   entries it never read, which come from one re-computation of the layer's query on the recorded hidden

@@ -1,8 +1,8 @@
 """Is this recurrence? Sharing prepared data (CSA2 Reuse) versus applying the same weights again
 (shared-depth recurrence), checked on the real tensors of the running model.
 
-Follows ARCHITECTURE.md §2 (every layer has its own query, window, output and MoE) and
-reference-brief.md §5.2 (only KV sources own a compressor; only index sources own indexer
+Follows docs/design/architecture.md §2 (every layer has its own query, window, output and MoE) and
+docs/design/equations.md §5 (only KV sources own a compressor; only index sources own indexer
 queries). The checks compare parameter storage (data pointers) and values; they do not assume.
 """
 

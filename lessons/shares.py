@@ -1,7 +1,7 @@
 """Attention shares: the two-value toy, and the same reading of real shares from a trace.
 
-Follows reference-brief.md §4.3 (softmax over window rows, selected compressed entries and a
-per-head sink) and §5.2 (a Reuse layer reads its source's selection with its own query). The toy
+Follows docs/design/equations.md §3 (softmax over window rows, selected compressed entries and a
+per-head sink) and §5 (a Reuse layer reads its source's selection with its own query). The toy
 is the first seed's example in our words: the stored values stay put, the shares move, the
 result moves with them.
 """

@@ -1,10 +1,10 @@
 """Images in: how a picture becomes image tokens, and what the language model does with them.
 
-Follows reference-brief.md §5.10 (vision tower, aligner, image_start/end/newline), §5.6 (image-span
-tokens choose experts with `bias_vl`) and §4.3 (attention shares over window rows and selected
-entries). Pure computations over plain values, a `VisionConfig`, or a trace from
-`model.inference.vision_inputs.trace_with_image`; every result carries the rows of its derivation so a page can
-show how each number came about. No Streamlit here.
+Follows docs/design/architecture.md §3.6 and docs/design/checkpoints.md §4 (vision tower, aligner,
+image_start/end/newline), docs/design/equations.md §9 (image-span tokens choose experts with `bias_vl`) and §3
+(attention shares over window rows and selected entries). Pure computations over plain values, a `VisionConfig`, or
+a trace from `model.inference.vision_inputs.trace_with_image`; every result carries the rows of its derivation so a
+page can show how each number came about. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model import V41Config
 from model.config import VisionConfig
 from model.inference.images import ImageGrid, plan_grid
 
 
 def _vision_layers(preset: str) -> int:
-    from model import V41Config
-
     return V41Config.preset(preset).vision_config.num_hidden_layers
 
 

@@ -5,7 +5,7 @@ Work estimates use the active parameters per token from `model.accounting.count_
 the encoder plus the latent and index-key projection of the decoder's first layer; decode: every layer and the head),
 at 2 FLOPs per active parameter per token (one multiply-add). Attention over the context, the indexer's scan
 and everything that is not a weight multiply are left out, and FLOPs are not time: prefill processes many
-tokens in parallel, decode one after another (reference-brief.md §5.1, §5.9).
+tokens in parallel, decode one after another (docs/design/architecture.md §3.1 and §6).
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Callable
 
 import torch
 
-from .calculator import CalcError
+from model.inference.engine import decode_step, prefill
+
+from .calculator import CalcError, Knobs, calculate, human_flops
+from .designs import v41_design
 
 AGENT_READ = 10_000
 AGENT_WRITTEN = 100
@@ -60,7 +63,6 @@ def agent_round(read: int, written: int, active_prefill: int, active_decode: int
         raise CalcError("keep tokens per round at most 10,000,000 and rounds at most 100,000")
     pf = 2.0 * active_prefill * read * rounds
     df = 2.0 * active_decode * written * rounds
-    from .calculator import human_flops
 
     per = f" x {rounds} rounds" if rounds > 1 else ""
     rows = [
@@ -123,8 +125,6 @@ class Measured:
 def measure_round(model, read: int, written: int, mode: str = "bounded",
                   progress: Callable[[float, str], None] | None = None) -> Measured:
     """Time one round on the running model: prefill `read` prompt tokens, then decode `written` tokens greedily."""
-    from model.inference.engine import decode_step, prefill
-
     limit = model.cfg.max_position_embeddings
     if read < 1 or written < 1 or read + written > limit:
         raise CalcError(f"read and written must be >= 1 with read + written <= {limit:,}")
@@ -175,11 +175,6 @@ class EngineCheck:
 def check_against_engine(model, tokens: int, mode: str = "bounded", rollback: int = 1,
                          progress: Callable[[float, str], None] | None = None) -> EngineCheck:
     """Prefill `tokens` prompt tokens on the running model and compare `cache.nbytes()` with the calculator."""
-    from model.inference.engine import prefill
-
-    from .calculator import Knobs, calculate
-    from .designs import v41_design
-
     limit = model.cfg.max_position_embeddings
     if not 1 <= tokens <= limit:
         raise CalcError(f"the check prompt must have 1 to {limit:,} tokens, got {tokens:,}")

@@ -1,9 +1,8 @@
-"""DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (ARCHITECTURE.md §4)."""
+"""DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (docs/design/architecture.md §4)."""
 
 from .accounting import count_params
 from .arch.context import Ablation
-from .checkpoint.loader import load
-from .checkpoint.shipped import random_tiny, shipped_weights
+from .checkpoint.loader import load, random_tiny, shipped_weights
 from .config import ConfigError, V41Config
 from .errors import CheckpointError
 from .inference.engine import decode_step, prefill

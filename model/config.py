@@ -1,6 +1,7 @@
 """V41Config: the DeepSeek-V4.1-Flash text config under the released checkpoint's field names.
 
-Follows ARCHITECTURE.md §1 and reference-brief.md §5.1-5.8. A real `config.json` (flat, or
+Follows docs/design/architecture.md §1 (the fields) and docs/design/equations.md §3-§12 (what
+they size). A real `config.json` (flat, or
 composite with `text_config` / `vision_config` / `quantization_config`) loads as is; unknown
 keys are kept in `extra` so a round trip loses nothing. `validate()` rejects inconsistent
 configs with a message that names the offending field.
@@ -20,7 +21,7 @@ from .errors import ConfigError
 
 @dataclass
 class VisionConfig:
-    """The DeepSeek-ViT tower's `vision_config` (reference-brief.md §5.10)."""
+    """The DeepSeek-ViT tower's `vision_config` (docs/design/architecture.md §3.6)."""
 
     hidden_size: int = 1024
     intermediate_size: int = 2816

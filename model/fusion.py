@@ -1,7 +1,7 @@
 """Fused kernels for training: the same functions, compiled by Inductor while a fast step runs.
 
-Not a design section of its own: a speed switch for the maths of reference-brief.md §5.5 (mHC),
-§2.1 (RMSNorm), §5.6 (experts) and §3.3 (training loss). A profile of one tiny training step
+Not a design section of its own: a speed switch for the maths of docs/design/equations.md §8 (mHC),
+§1 (RMSNorm), §9 (experts) and §13 (training loss). A profile of one tiny training step
 spends most of its time in thousands of small elementwise kernels (the mHC Sinkhorn loop alone
 issues about a thousand divisions per forward, and as many again backward); compiled, each of
 these functions becomes one or two loops.

@@ -1,6 +1,6 @@
 """FP8 / FP4 block quantisation, as fake-quant (model forward) and as packed bytes (the cache).
 
-Follows reference-brief.md §5.4 and §9. Three formats are part of the V4.1 model itself:
+Follows docs/design/equations.md §7. Three formats are part of the V4.1 model itself:
 
 | tensor                      | element     | block | scale                          |
 |-----------------------------|-------------|-------|--------------------------------|
@@ -226,7 +226,7 @@ def unpack(values: torch.Tensor, scales: torch.Tensor, fmt: Format, dim: int) ->
 
 
 # ------------------------------------------------------------------------------------------------
-# Weight formats of released checkpoints (issue: real weights): FP8 128x128 blocks, MXFP4 experts
+# Weight formats of released checkpoints (docs/design/checkpoints.md): FP8 128x128 blocks, MXFP4 experts
 # ------------------------------------------------------------------------------------------------
 
 def quantize_fp8_weight(w: torch.Tensor, block: int = 128, ue8m0: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,5 +1,5 @@
 """Ablation lab: switch one component off at a time and compare quality, time and cache bytes side by side.
-Quality numbers come from bench/quality.py's `evaluate` (through lessons/ablation.py); each configuration's
+Quality numbers come from model/training/evaluation.py's `evaluate` (through lessons/ablation.py); each configuration's
 result is cached, so adding one configuration only runs that one.
 """
 
@@ -23,12 +23,12 @@ from lessons.ablation import (
 from lessons.far_fact import weights_note
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
-from ui.common import cached_with_progress, qp_get, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, require_model, sidebar
 from ui.far_fact import far_fact_panel, training_record
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, arrived, qp_choice, qp_int_or_none, seed
+from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
 sess = sidebar()

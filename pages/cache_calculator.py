@@ -20,7 +20,7 @@ from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, 
 from lessons.layers import map_line
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
-from ui.common import qp_choice, qp_get, qp_set, sidebar
+from ui.common import sidebar
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (
@@ -37,7 +37,7 @@ from ui.memory import (
 )
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, qp_bool, qp_int_or_none, seed
+from ui.state import KEEP, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 P = "cc"

@@ -18,12 +18,12 @@ from lessons.designs import (
     v4_to_v41_waterfall,
     with_context,
 )
-from ui.common import qp_get, qp_set, sidebar
+from ui.common import sidebar
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, arrived, qp_bool, qp_int_or_none, seed
+from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
 P = "cd"

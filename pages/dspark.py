@@ -28,14 +28,14 @@ from lessons.dspark import (
     summary_rows,
 )
 from lessons.inspect import encode_prompt, load_samples
-from ui.common import cached_with_progress, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, sample_or_text, seed
+from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, qp_set, sample_or_text, seed
 from ui.text import plain
 
 sess = sidebar()
@@ -53,7 +53,7 @@ try:
     from model.arch.drafter import Drafter
     from model.inference.generate import generate, speculative_generate
     from model.inference.speculative import SpecStats, expected_tokens_per_pass, start, verify_step
-except ImportError as e:  # the drafter module is part of another issue; say so instead of failing
+except ImportError as e:  # a build without the drafter modules: say so instead of failing
     st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
     st.stop()
 from model.inference.sampling import Sampler  # noqa: E402

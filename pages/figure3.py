@@ -4,19 +4,22 @@ box opened by a click on its dot or from the list, with live numbers from a trac
 import importlib.util
 
 import streamlit as st
+import torch
 
 from lessons import reproduce as snippets
-from lessons.figure3 import box_choices, box_text, layout, live_layer, notation, picked_box, sample_image, steps
+from lessons.figure3 import box_text, live_layer, notation, sample_image, steps
+from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
 from model import V41Config
-from ui.common import qp_choice, qp_get, qp_set, sidebar
+from ui.common import sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, LINK_LAYERS, arrived, qp_int_or_none, seed, stepper
+from ui.state import KEEP, LINK_LAYERS, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stepper
 from ui.text import plain, quoted
+from ui.vision_panel import draw_vision_steps
 
 sess = sidebar()
 sources_footer()
@@ -134,8 +137,6 @@ def walkthrough() -> None:
                 with below:
                     st.subheader("Inside the vision box, for a sample picture")
                     try:
-                        from ui.vision_panel import draw_vision_steps
-
                         draw_vision_steps(sess.model, sample_image())
                     except Exception as e:  # the panel is optional; its failure must not break the walkthrough
                         st.warning(f"The vision panel could not run: {plain(e)}")
@@ -222,8 +223,6 @@ def walkthrough() -> None:
                 st.metric(f"global entries layer {n(dec_full.spec.index)} made from the encoder's states",
                           dec_full.source_len)
         elif box.kind == "head" and tr.logits is not None:
-            import torch
-
             p = torch.softmax(tr.logits[0, -1].float(), -1).topk(5)
             st.write("Next-token guesses: " + ", ".join(
                 f"{quoted(show_token(sess.model.decode([int(i)])))} {float(v):.1%}"

@@ -21,15 +21,15 @@ from lessons.pools import (
     summary_rows,
     trace_for_pools,
 )
-from model import V41Config
-from ui.common import cached_with_progress, clean_prompt, qp_set, require_model, sidebar
+from model import V41Config, layer_map
+from ui.common import cached_with_progress, clean_prompt, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, sample_or_text, seed
+from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, qp_set, sample_or_text, seed
 from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
@@ -40,8 +40,7 @@ st.title("Indexer pools")
 st.write(INTRO)
 model = require_model(sess)
 cfg = model.cfg
-if cfg.candidate_source_layer_id is None or not any(
-        i > cfg.candidate_source_layer_id for i in cfg.index_source_layer_ids):
+if not any(s.uses_candidates for s in layer_map(cfg)):
     st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
     st.stop()
 with st.expander("Definitions", expanded=False):

@@ -28,7 +28,7 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
-from ui.common import cached_with_progress, clean_prompt, qp_choice, qp_set, require_model, sidebar
+from ui.common import cached_with_progress, clean_prompt, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -44,8 +44,20 @@ from ui.figures_run import (
 from ui.limits import LONG_PROMPT_CHARS
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, LINK_LAYERS, arrived, qp_bool, qp_int_or_none, sample_or_text, seed, stepper
+from ui.state import (
+    KEEP,
+    LINK_LAYERS,
+    arrived,
+    qp_bool,
+    qp_choice,
+    qp_int_or_none,
+    qp_set,
+    sample_or_text,
+    seed,
+    stepper,
+)
 from ui.text import plain
+from ui.vision_panel import draw_image_prompt, image_input
 
 sess = sidebar()
 sources_footer()
@@ -63,8 +75,6 @@ def vision_section(prompt: str) -> None:
     image embeddings and mask into lessons.inspect.run_prompt (model.prepare takes image_embeds / image_mask)."""
     with st.expander("Add a picture (vision tower)", expanded=False):
         try:
-            from ui.vision_panel import draw_image_prompt, image_input
-
             image = image_input("insp_image")
             if image is not None:
                 draw_image_prompt(model, prompt, image, num=sess.num, key="insp_vision")

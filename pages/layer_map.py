@@ -7,10 +7,10 @@ import streamlit as st
 from lessons.figure3 import notation
 from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
-from ui.common import qp_choice, qp_set, sidebar
+from ui.common import sidebar
 from ui.figures import layer_map_figure
 from ui.sources import sources_footer
-from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, seed
+from ui.state import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed
 
 sess = sidebar()
 sources_footer()

@@ -21,12 +21,12 @@ from lessons.workload import (
     measure_round,
 )
 from model import V41Config
-from ui.common import qp_set, sidebar
+from ui.common import sidebar
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, qp_choice, qp_int_or_none, seed
+from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 P = "pd"

@@ -16,12 +16,12 @@ from lessons.recurrence import (
     storage_check,
 )
 from model import layer_map
-from ui.common import qp_set, require_model, sidebar
+from ui.common import require_model, sidebar
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
-from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, seed
+from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed
 
 sess = sidebar()
 sources_footer()

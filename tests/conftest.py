@@ -12,8 +12,8 @@ import torch
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
-# A copy of ../shared/fixtures/v41-parity-a (golden data from an independent implementation) travels
-# with the repo so a clean clone tests parity too; the shared original wins when present.
+# A copy of the shared fixture v41-parity-a (docs/design/sources.md §5; golden data from an independent
+# implementation) travels with the repo so a clean clone tests parity too; the shared original wins when present.
 SHARED_FIXTURE = ROOT.parent / "shared" / "fixtures" / "v41-parity-a"
 FIXTURE = SHARED_FIXTURE if SHARED_FIXTURE.exists() else ROOT / "tests" / "fixtures" / "v41-parity-a"
 
@@ -21,7 +21,7 @@ FIXTURE = SHARED_FIXTURE if SHARED_FIXTURE.exists() else ROOT / "tests" / "fixtu
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     if not FIXTURE.exists():
-        pytest.skip("golden fixture ../shared/fixtures/v41-parity-a not present")
+        pytest.skip("golden fixture v41-parity-a not present")
     return FIXTURE
 
 

@@ -1,4 +1,4 @@
-"""Issue 17 through AppTest: the corrected and added lesson texts are on the pages, with numbers computed here
+"""Teaching fidelity through AppTest: the corrected and added lesson texts are on the pages, with numbers computed here
 independently (configs, lesson functions), and every page carries the sources footer and no internal citation."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 ALL_PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
              "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation", "glossary"]
-INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "[3P", "[DOC", "[INF", "[REC")
+INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
 
 
 def app(page: str, **params) -> AppTest:

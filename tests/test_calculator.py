@@ -82,7 +82,7 @@ def test_v4_flash_vllm_formats():
     csa, hca = 21, 20
     expected = csa * (t // 4) * (584 + 132) + hca * (t // 128) * 584 + (43 + 1) * 128 * 584
     assert c.hbm.total == expected
-    assert round(c.hbm.total / t) == 3853     # ≈ 3.85 KB per token (reference-brief §4.7)
+    assert round(c.hbm.total / t) == 3853     # ≈ 3.85 KB per token (docs/design/equations.md §14)
     v41 = calc("v4.1-flash", context=t)
     assert 0.2 < v41.hbm.total / c.hbm.total < 0.25   # "roughly a quarter of V4-Flash"
 

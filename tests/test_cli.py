@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,8 +69,15 @@ def test_train_writes_weights_and_the_phase_record(tmp_path, monkeypatch):
     assert info["final"]["heldout_loss"] == 1.0
 
 
-def test_documented_entry_modules_run_the_same_commands():
-    for entry, name in (("model.train", "train"), ("model.train_vision", "train-vision"), ("model.dataset", "dataset"),
-                        ("model.corpus", "corpus")):
-        r = subprocess.run([sys.executable, "-m", entry, "--help"], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0 and r.stdout.startswith(f"usage: python -m model {name}"), (entry, r.stderr)
+def test_every_command_goes_through_the_one_door(capsys):
+    """`python -m model <command>` is the only way in: each command answers --help under that name, and no
+    per-command entry module sits in model/."""
+    r = subprocess.run([sys.executable, "-m", "model", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and all(name in r.stdout for name in COMMANDS)
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0 and capsys.readouterr().out.startswith(f"usage: python -m model {name}"), name
+    root = Path(__file__).resolve().parents[1] / "model"
+    assert [p.name for p in root.glob("*.py") if p.stem in ("train", "train_vision", "dspark", "release", "dataset")] \
+        == [] and not (root / "corpus" / "__main__.py").exists()

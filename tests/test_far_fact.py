@@ -124,7 +124,7 @@ def test_own_story_finds_the_fact_and_its_colour(tok):
 def _spec(i, role, ratio, index_source, cand=False, uses=False):
     return LayerSpec(index=i, stack="decoder" if ratio == 1 else "encoder", role=role, compress_ratio=ratio,
                      kv_source=None if not ratio else (1 if ratio == 2 else 2), index_source=index_source, engram=False,
-                     candidate_source=cand, uses_candidates=uses)
+                     candidate_source=cand, searches_pool=uses)
 
 
 def _rec(spec, ids, head_shares, topk=None, scores=None, candidates=None, s=10, w=4, heads=2):

@@ -1,10 +1,19 @@
-"""model/ depends one way: leaves -> arch -> inference -> model.py -> checkpoint -> training -> cli.
+"""Imports point one way, in the app and inside model/ (docs/design/style.md §1).
 
-An `ast` walk of every module in model/ reads each import (at module level, inside functions and
-under `if TYPE_CHECKING:`), resolves relative names, and asserts: no import cycle anywhere; every
-import goes to the same or a lower rank (README, "How the code is laid out"); `arch/` imports
-nothing from inference, checkpoint, training, corpus or cli; nothing imports the package root
-`model`; imports inside functions only in `cli/`.
+An `ast` walk of every module of the app (app.py, pages/, ui/, lessons/, model/, bench/) reads each
+import (at module level, inside functions and under `if TYPE_CHECKING:`) and resolves relative names.
+
+The app: pages -> ui -> lessons -> model. An import may go to the same layer or a lower one; lessons/
+and model/ import no Streamlit, Plotly or pandas; nothing outside bench/ imports bench (the benchmarks
+sit beside the app, not under it); an import inside a function needs a comment that says why (on its
+line or the line above).
+
+Inside model/: no import cycle anywhere; every import goes to the same or a lower rank (`RANKS`);
+`arch/` imports nothing from inference, checkpoint, training, corpus or cli; nothing imports the
+package root `model`; imports inside functions only in `cli/` (which loads one command lazily).
+
+Every check is a function of the tree's root, so the last tests run them on a probe tree written
+under `tmp_path` and see each rule fail when it should.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-MODEL = Path(__file__).resolve().parents[1] / "model"
+REPO = Path(__file__).resolve().parents[1]
 
 # rank of each top-level part of model/; an import may only go to the same rank or a lower one
 RANKS = {
@@ -20,40 +29,63 @@ RANKS = {
     "corpus": 1,
     "arch": 2,
     "inference": 3,
-    "model": 4, "accounting": 4, "footprint": 4,
+    "model": 4, "accounting": 4,
     "checkpoint": 5,
     "training": 6,
     "cli": 7,
-    # the command-line entry points and the public API sit on top of everything
-    "__main__": 8, "__init__": 8, "train": 8, "train_vision": 8, "dspark": 8, "release": 8, "dataset": 8,
+    # the command-line entry point and the public API sit on top of everything
+    "__main__": 8, "__init__": 8,
 }
+ARCH_BANS = {"inference", "checkpoint", "training", "corpus", "cli", "model", "accounting"}
+
+# the app's layers, lowest first; bench/ is outside them (it may import any of them, none imports it)
+APP = {"model": 0, "lessons": 1, "ui": 2, "pages": 3, "app": 4}
+DRAWING = {"streamlit", "plotly", "pandas"}          # no drawing library below ui/
+APP_DIRS = ("model", "lessons", "ui", "pages", "bench")
 
 
-def module_name(path: Path, root: Path = MODEL) -> str:
-    parts = ["model", *path.relative_to(root).with_suffix("").parts]
+class Import:
+    """One import statement's target, resolved to an absolute dotted name."""
+
+    def __init__(self, target: str, line: int, in_function: bool, commented: bool):
+        self.target, self.line, self.in_function, self.commented = target, line, in_function, commented
+
+    @property
+    def top(self) -> str:
+        return self.target.split(".")[0]
+
+
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(MODEL.rglob("*.py"))}
+def modules(root: Path = REPO, dirs: tuple[str, ...] = APP_DIRS) -> dict[str, Path]:
+    out = {module_name(p, root): p for d in dirs for p in sorted((root / d).rglob("*.py"))}
+    if (root / "app.py").exists():
+        out["app"] = root / "app.py"
+    return out
 
 
-def is_package(name: str, mods: dict[str, Path]) -> bool:
-    return mods.get(name, Path()).name == "__init__.py"
-
-
-def imports(path: Path, mods: dict[str, Path], root: Path = MODEL) -> list[tuple[str, int, bool]]:
-    """(imported module, line, inside a function) for every import of a model/ module in `path`."""
+def imports(path: Path, mods: dict[str, Path], root: Path = REPO) -> list[Import]:
+    """Every import in `path`; `from pkg import name` counts as importing pkg.name when that is a module."""
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text(), str(path))
-    out: list[tuple[str, int, bool]] = []
+    text = path.read_text()
+    lines = text.splitlines()
+    tree = ast.parse(text, str(path))
+    out: list[Import] = []
+
+    def commented(node: ast.stmt) -> bool:
+        here = lines[node.lineno - 1]
+        above = lines[node.lineno - 2].strip() if node.lineno >= 2 else ""
+        return "#" in here or above.startswith("#")
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
-                out.extend((a.name, child.lineno, in_function) for a in child.names if a.name.split(".")[0] == "model")
+                out.extend(Import(a.name, child.lineno, in_function, commented(child)) for a in child.names)
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     base = package.split(".")
@@ -61,22 +93,24 @@ def imports(path: Path, mods: dict[str, Path], root: Path = MODEL) -> list[tuple
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
-                if target.split(".")[0] != "model":
-                    continue
-                for a in child.names:  # `from pkg import submodule` imports the submodule
+                for a in child.names:
                     sub = f"{target}.{a.name}"
-                    out.append((sub if sub in mods else target, child.lineno, in_function))
+                    out.append(Import(sub if sub in mods else target, child.lineno, in_function, commented(child)))
             visit(child, inner)
 
     visit(tree, False)
     return out
 
 
-def graph() -> dict[str, set[str]]:
-    mods = modules()
+# ---- model/ -----------------------------------------------------------------------------------------------------
+def model_graph(root: Path = REPO) -> dict[str, set[str]]:
+    mods = modules(root, ("model",))
     g: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
-        for target, _, _ in imports(p, mods):
+        for imp in imports(p, mods, root):
+            if imp.top != "model":
+                continue
+            target = imp.target
             while target not in mods and "." in target:
                 target = target.rpartition(".")[0]
             if target != m:
@@ -96,7 +130,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
-        for w in g[v]:
+        for w in g.get(v, ()):
             if w not in index:
                 strong(w)
                 low[v] = min(low[v], low[w])
@@ -120,54 +154,148 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def part(name: str) -> str:
-    """The rank key of a module: its top-level part of model/ (an entry `__main__` ranks as one)."""
+    """The rank key of a model module: its top-level part of model/ (`__main__` ranks as one)."""
     parts = name.split(".")
     if parts[-1] == "__main__":
         return "__main__"
     return "__init__" if len(parts) == 1 else parts[1]
 
 
-def test_no_import_cycle_in_model():
-    assert cycles(graph()) == []
+def unranked(root: Path = REPO) -> list[str]:
+    return sorted({part(m) for m in model_graph(root)} - set(RANKS))
 
 
-def test_imports_only_go_down_the_ranks():
+def model_back_edges(root: Path = REPO) -> list[str]:
+    """Imports inside model/ that point up the ranks, or from arch/ into what runs it."""
     bad = []
-    for m, targets in graph().items():
+    for m, targets in model_graph(root).items():
         for t in targets:
-            if t != "model" and RANKS[part(t)] > RANKS[part(m)]:
-                bad.append(f"{m} -> {t}")
-    assert bad == []
+            if t == "model":
+                continue
+            if RANKS.get(part(t), 99) > RANKS.get(part(m), 99):
+                bad.append(f"{m} -> {t} (rank {part(t)} is above {part(m)})")
+            elif part(m) == "arch" and part(t) in ARCH_BANS:
+                bad.append(f"{m} -> {t} (arch/ imports only leaves and itself)")
+    return sorted(bad)
 
 
-def test_arch_imports_no_inference_checkpoint_training_corpus_or_cli():
-    banned = {"inference", "checkpoint", "training", "corpus", "cli", "model", "accounting", "footprint"}
-    bad = [f"{m} -> {t}" for m, ts in graph().items() if part(m) == "arch" for t in ts if part(t) in banned]
-    assert bad == []
+def model_import_habits(root: Path = REPO) -> list[str]:
+    """Imports of the package root from inside it, and function-level imports outside cli/."""
+    mods = modules(root, ("model",))
+    bad = []
+    for m, p in mods.items():
+        for imp in imports(p, mods, root):
+            if imp.top != "model":
+                continue
+            if imp.target == "model":
+                bad.append(f"{m}:{imp.line} imports the package root")
+            elif imp.in_function and part(m) != "cli":
+                bad.append(f"{m}:{imp.line} imports {imp.target} inside a function")
+    return bad
 
 
-def test_nothing_inside_model_imports_the_package_root():
-    mods = modules()
-    bad = [f"{m}:{line}" for m, p in mods.items() for t, line, _ in imports(p, mods) if t == "model"]
-    assert bad == []
+# ---- the app ----------------------------------------------------------------------------------------------------
+def app_violations(root: Path = REPO) -> list[str]:
+    """Upward imports between the app's layers, drawing libraries below ui/, imports of bench/ from outside
+    it, and uncommented function-level imports in app.py, pages/, ui/ and lessons/."""
+    mods = modules(root)
+    bad = []
+    for m, p in mods.items():
+        layer = m.split(".")[0]
+        for imp in imports(p, mods, root):
+            where = f"{p.relative_to(root)}:{imp.line}"
+            if layer in APP and imp.top in APP and APP[imp.top] > APP[layer]:
+                bad.append(f"{where} {layer}/ imports {imp.target} from the layer above")
+            if layer in ("model", "lessons") and imp.top in DRAWING:
+                bad.append(f"{where} {layer}/ imports {imp.target}: drawing belongs to ui/ and pages/")
+            if layer != "bench" and imp.top == "bench":
+                bad.append(f"{where} imports {imp.target}: nothing outside bench/ imports bench")
+            if layer in ("app", "pages", "ui", "lessons") and imp.in_function and not imp.commented:
+                bad.append(f"{where} imports {imp.target} inside a function with no comment saying why")
+    return list(dict.fromkeys(bad))        # one line per statement, however many names it imports
 
 
-def test_imports_inside_functions_only_in_cli():
-    mods = modules()
-    bad = [f"{m}:{line} {t}" for m, p in mods.items() if part(m) != "cli"
-           for t, line, inside in imports(p, mods) if inside]
-    assert bad == []
+# ---- the tests --------------------------------------------------------------------------------------------------
+def test_every_model_part_has_a_rank():
+    assert unranked() == [], "give each new top-level part of model/ a rank in RANKS (and a line in the README)"
+
+
+def test_no_import_cycle_in_model():
+    assert cycles(model_graph()) == []
+
+
+def test_model_imports_only_go_down_the_ranks():
+    assert model_back_edges() == []
+
+
+def test_model_imports_no_package_root_and_loads_lazily_only_in_cli():
+    assert model_import_habits() == []
+
+
+def test_the_app_imports_point_down():
+    assert app_violations() == []
 
 
 def test_the_walk_sees_every_kind_of_import(tmp_path):
-    """The checker itself: a module-level, a function-level and a TYPE_CHECKING import all count."""
+    """The walker: a module-level, a function-level and a TYPE_CHECKING import all count."""
     src = ("from typing import TYPE_CHECKING\nfrom .a import x\nif TYPE_CHECKING:\n    from .b import y\n"
            "def f():\n    from .c import z\n")
-    root = tmp_path / "model"
-    p = root / "arch" / "probe.py"
+    p = tmp_path / "model" / "arch" / "probe.py"
     p.parent.mkdir(parents=True)
     p.write_text(src)
     mods = {"model.arch.a": p, "model.arch.b": p, "model.arch.c": p}
-    got = {(t, inside) for t, _, inside in imports(p, mods, root)}
+    got = {(i.target, i.in_function) for i in imports(p, mods, tmp_path) if i.top == "model"}
     assert got == {("model.arch.a", False), ("model.arch.b", False), ("model.arch.c", True)}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+CLEAN = {
+    "app.py": "import streamlit as st\nfrom pages import page\n",
+    "pages/__init__.py": "", "pages/page.py": "from ui import widgets\nfrom lessons import lesson\n",
+    "ui/__init__.py": "", "ui/widgets.py": "import plotly\nfrom lessons import lesson\n",
+    "lessons/__init__.py": "", "lessons/lesson.py": "import torch\nfrom model.arch import attention\n",
+    "model/__init__.py": "", "model/config.py": "",
+    "model/arch/__init__.py": "", "model/arch/attention.py": "from ..config import x\n",
+    "model/inference/__init__.py": "", "model/inference/engine.py": "from ..arch import attention\n",
+    "bench/__init__.py": "", "bench/quality.py": "from lessons import lesson\nfrom model.inference import engine\n",
+}
+
+
+def test_the_checks_pass_a_clean_probe_tree(tmp_path):
+    root = _tree(tmp_path, CLEAN)
+    assert app_violations(root) == []
+    assert model_back_edges(root) == [] and model_import_habits(root) == [] and unranked(root) == []
+
+
+def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
+    """Each probe, added alone to the clean tree, is reported by the check that guards it."""
+    probes = {
+        "lessons imports streamlit": ("lessons/bad.py", "import streamlit as st\n", app_violations),
+        "lessons imports plotly in a function": ("lessons/bad.py", "def f():\n    import plotly  # lazy\n",
+                                                 app_violations),
+        "lessons imports ui": ("lessons/bad.py", "from ui import widgets\n", app_violations),
+        "lessons imports bench": ("lessons/bad.py", "from bench.quality import evaluate\n", app_violations),
+        "ui imports pages": ("ui/bad.py", "from pages import page\n", app_violations),
+        "model imports lessons": ("model/arch/bad.py", "from lessons import lesson\n", app_violations),
+        "model imports pandas": ("model/arch/bad.py", "import pandas\n", app_violations),
+        "pages imports bench": ("pages/bad.py", "import bench.quality\n", app_violations),
+        "an uncommented lazy import": ("ui/bad.py", "def f():\n    from lessons import lesson\n", app_violations),
+        "arch imports inference": ("model/arch/bad.py", "from ..inference import engine\n", model_back_edges),
+        "config imports arch": ("model/config.py", "from .arch import attention\n", model_back_edges),
+        "arch imports inference in a function": ("model/arch/bad.py", "def f():\n    from ..inference import engine\n",
+                                                 model_import_habits),
+        "model imports its package root": ("model/arch/bad.py", "import model\n", model_import_habits),
+        "an unranked part of model": ("model/newthing.py", "", unranked),
+    }
+    for what, (rel, text, check) in probes.items():
+        root = tmp_path / what.replace(" ", "_")
+        _tree(root, {**CLEAN, rel: text})
+        assert check(root), f"the check missed: {what}"

@@ -1,4 +1,4 @@
-"""Issue 17, teaching fidelity: every corrected claim is checked against numbers computed here independently
+"""Teaching fidelity: every corrected claim is checked against numbers computed here independently
 (from the config, the engine, or arithmetic in the test), never against the text it replaced."""
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def test_never_checked_rows_get_no_keep_chance_and_a_hypothetical_one_with_the_a
 
 def test_block_is_the_anchor_plus_at_most_four_drafts_everywhere():
     from lessons.dspark import block_sentence
-    from lessons.figure3 import Box, box_text, steps
+    from lessons.figure3 import box_text, steps
+    from lessons.figure3_layout import Box
     from model import V41Config
 
     cfg = V41Config.preset("v4.1-flash")
@@ -252,7 +253,7 @@ def test_waterfall_runs_from_v4_flash_to_v41_and_pooling_less_costs_bytes():
 
 
 # ---- no internal citation reaches a reader ---------------------------------------------------------------------
-INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "[3P", "[DOC", "[INF", "[REC")
+INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
 
 
 def test_reader_visible_sources_are_public_with_a_sureness_marker():

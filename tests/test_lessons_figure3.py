@@ -11,7 +11,8 @@ import pytest
 import torch
 from conftest import random_model
 
-from lessons.figure3 import box_choices, box_text, layout, levers, live_layer, picked_box, steps
+from lessons.figure3 import box_text, levers, live_layer, steps
+from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import (
     computed_by_layer,
     count_table,

@@ -317,8 +317,8 @@ def test_ablation_table_deltas():
 
 
 def test_run_config_uses_evaluate_and_measures_cost():
-    from bench.quality import Quality
     from model.accounting import cache_bytes
+    from model.training.evaluation import Quality
 
     m = random_model("micro")
     seen = {}

@@ -1,4 +1,5 @@
-"""The compressed branch learns a far look-back from scratch when the answers carry the loss (issue 15).
+"""The compressed branch learns a far look-back from scratch when the answers carry the loss
+(docs/design/architecture.md §5).
 
 `test_compressed_branch_learns_far_recall` trains the `micro` preset with window 4 on the recall
 task of model/training/lookback.py: a value said once, asked for 12+ tokens later, reachable only through

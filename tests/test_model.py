@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,6 +39,32 @@ def test_layer_map_follows_config_not_a_table():
     assert roles == ["SWA", "SWA", "Full", "Reuse", "Full", "Reuse", "Reindex", "Reuse"]
     cfg2 = cfg.replace(index_source_layer_ids=[2, 4, 5]).validate()
     assert [s.role for s in layer_map(cfg2)][5] == "Reindex"
+
+
+def test_the_attention_modules_are_built_from_the_layer_map():
+    """One source of truth: each layer's attention holds its LayerSpec, owns a compressor exactly when the map
+    says it makes entries and an indexer exactly when it selects; a Reuse layer after the candidate source
+    searches the pool when an ablation makes it select (docs/design/architecture.md §2)."""
+    cfg = V41Config.preset("micro")
+    specs = layer_map(cfg)
+    with torch.device("meta"):
+        m = V41Model(cfg)
+    for spec, blk in zip(specs, m.layers):
+        a = blk.attn
+        assert a.spec == spec and a.ratio == spec.compress_ratio
+        assert (a.compressor is not None) == spec.makes_entries and (a.indexer is not None) == spec.selects
+        assert (blk.engram is not None) == spec.engram
+    assert [s.index for s in specs if s.uses_candidates] == [6]
+    assert [s.index for s in specs if s.searches_pool] == [5, 6, 7]
+
+
+def test_only_the_config_and_the_layer_map_read_the_wiring_fields():
+    root = Path(__file__).resolve().parents[1]
+    fields = ("kv_source_layer_ids", "index_source_layer_ids", "candidate_source_layer_id")
+    readers = sorted(str(p.relative_to(root)) for d in ("model", "lessons", "ui", "pages", "bench")
+                     for p in (root / d).rglob("*.py") if any(f in p.read_text() for f in fields))
+    readers += ["app.py"] if any(f in (root / "app.py").read_text() for f in fields) else []
+    assert readers == ["model/config.py", "model/layer_map.py"]
 
 
 @pytest.mark.parametrize("preset", ["micro", "tiny", "small"])

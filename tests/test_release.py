@@ -1,4 +1,5 @@
-"""Released-layout checkpoints (issue 6): FP8 / MXFP4 formats, sharded loading, layer streaming, errors.
+"""Released-layout checkpoints (docs/design/checkpoints.md §3, §5): FP8 / MXFP4 formats, sharded loading, layer
+streaming, errors.
 
 Tolerance of a quantized checkpoint against the unquantized model, as derived here:
 - per element, from the formats: FP8 E4M3 (3 mantissa bits, round-to-nearest) errs by at most
@@ -31,12 +32,11 @@ from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
 from model.checkpoint import parts
-from model.checkpoint.budget import parse_bytes
-from model.checkpoint.mapped_engram import MappedEngramTable
 from model.checkpoint.native import save_checkpoint
 from model.checkpoint.shards import INDEX, read_header
+from model.checkpoint.streaming import MappedEngramTable, parse_bytes
 from model.checkpoint.writer import write_release
-from model.cli.release import main
+from model.cli.release_layout import main
 from model.quant import (
     FP4_VALUES,
     dequantize_fp8_weight,

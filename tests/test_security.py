@@ -1,4 +1,4 @@
-"""What a public visitor can and cannot do to the server (ui.checkpoints, ui.text, model.footprint).
+"""What a public visitor can and cannot do to the server (ui.checkpoints, ui.text, model.accounting).
 
 - Checkpoint paths outside the allow-list (absolute, relative, `..`, a symlink pointing out, a sibling whose
   name starts with the root's name), and missing ones inside it, all get the one NOT_OFFERED message, in
@@ -158,7 +158,7 @@ def test_the_page_refuses_it_without_loading(tmp_path, monkeypatch):
 
 def test_footprint_counts_what_a_loaded_model_holds():
     from model import load
-    from model.footprint import resident_footprint
+    from model.accounting import resident_footprint
 
     m = load(ROOT / "data" / "weights" / "tiny", device="cpu")
     fp = resident_footprint(m.cfg)

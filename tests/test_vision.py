@@ -353,8 +353,8 @@ def test_scenes_are_deterministic_and_consistent():
 
 def test_write_tensors_round_trip(tmp_path, micro_v):
     from model.checkpoint.native import save_checkpoint
-    from model.training.records import write_json_entry
-    from model.training.vision import write_tensors
+    from model.training.state import write_json_entry
+    from model.training.vision_tower import write_tensors
 
     text_only = random_model("micro", seed=3)
     save_checkpoint(text_only, tmp_path)
@@ -505,7 +505,7 @@ def test_panel_figures(micro_v):
 
 
 # ------------------------------------------------------------------------------------------------
-# Trained weights (slow; skipped until python -m model.train_vision has run)
+# Trained weights (slow; skipped until python -m model train-vision has run)
 # ------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -516,8 +516,8 @@ def test_trained_vision_answers_above_chance():
     from model.checkpoint.native import shard_map
 
     if not any(k.startswith("vision.") for k in shard_map(tiny)):
-        pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m model.train_vision)")
-    from model.training.vision import evaluate
+        pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m model train-vision)")
+    from model.training.vision_tower import evaluate
 
     torch.set_num_threads(2)
     m = load(tiny, device="cpu")

@@ -26,6 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import torch
+
+from model import V41Config
+from model.accounting import human, resident_footprint
+from model.checkpoint.streaming import available_memory, parse_bytes
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOTS = "V41_CHECKPOINT_ROOTS"
 ENV_BUDGET = "V41_MODEL_BUDGET"
@@ -164,10 +170,6 @@ def scrub(message: str, roots: list[Path] | None = None) -> str:
 # ---- the memory budget ------------------------------------------------------------------------------------------
 def model_budget() -> int:
     """Bytes one model may keep resident: V41_MODEL_BUDGET (e.g. '4G'), else BUDGET_SHARE of available RAM."""
-    import torch
-
-    from model.checkpoint.budget import available_memory, parse_bytes
-
     env = os.environ.get(ENV_BUDGET)
     if env:
         return parse_bytes(env)
@@ -177,9 +179,6 @@ def model_budget() -> int:
 def check_budget(path: Path, budget: int | None = None) -> None:
     """Refuse (CheckpointRefused) a checkpoint whose config needs more resident memory than the budget,
     counted on the meta device before anything is allocated. Config problems raise the loader's own error."""
-    from model import V41Config
-    from model.footprint import human, resident_footprint
-
     cfg = V41Config.from_json(path / "config.json")
     streamed = bool(cfg.quantization_config) or (path / "model.safetensors.index.json").exists()
     fp = resident_footprint(cfg, streamed=streamed)

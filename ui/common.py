@@ -19,7 +19,12 @@ from typing import Any, Callable, Hashable, Iterator
 
 import streamlit as st
 import torch
+from streamlit.logger import get_logger
+from streamlit.runtime.pages_manager import PagesManager
 
+from model import V41Config, V41Model, load
+from model.arch.engram import compressed_token_map
+from model.corpus.tokenizer import load_tokenizer
 from ui.checkpoints import (
     MAX_MODELS,
     NOT_OFFERED,
@@ -31,7 +36,7 @@ from ui.checkpoints import (
     scrub,
 )
 from ui.queue import heavy_run
-from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed  # noqa: F401 (pages import these)
+from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed
 from ui.text import plain
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
@@ -81,11 +86,6 @@ def model_store() -> ModelStore:
 
 
 def _load(weights: str, directory: Path | None):
-    from streamlit.logger import get_logger
-
-    from model import V41Config, V41Model, load
-    from model.corpus.tokenizer import load_tokenizer
-
     dev = device_name()
     if weights == "checkpoint":
         check_budget(directory)           # refused before anything is allocated
@@ -95,8 +95,6 @@ def _load(weights: str, directory: Path | None):
     if weights == "trained":
         return load(TINY_DIR, device=dev)
     if weights == "random":
-        from model.arch.engram import compressed_token_map
-
         tok = load_tokenizer(TINY_DIR / "tokenizer.json")
         _, n = compressed_token_map(tok)
         cfg = V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()
@@ -131,8 +129,6 @@ def _ensure_in_app() -> None:
     """A page opened by its own URL on a freshly started server, before anyone opened `/`, is run by
     Streamlit's pages-folder discovery instead of app.py (no navigation, page config or shared sidebar).
     Turn that discovery off for the server and run again: the rerun goes through app.py to the same page."""
-    from streamlit.runtime.pages_manager import PagesManager
-
     if PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False
         st.rerun()

@@ -48,7 +48,7 @@ def fmt_bytes(n: float) -> str:
 
 def diagram_figure(diagram, focus_tags=frozenset(), selected: str | None = None, height: int = 820,
                    pick_kinds=None) -> go.Figure:
-    """Draw a box diagram (e.g. `lessons.figure3.layout`): boxes as shapes with their labels, lines with
+    """Draw a box diagram (e.g. `lessons.figure3_layout.layout`): boxes as shapes with their labels, lines with
     optional arrows, free labels. Boxes whose tags meet `focus_tags` stay bright, the rest fade (no
     fading when `focus_tags` is empty); `selected` gets a thick outline. One marker per pickable box
     carries its id in `customdata`, so a plotly selection event names the box. Shapes and annotations

@@ -11,6 +11,7 @@ import html
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from ui.figures import ROLE_COLORS, show_token
 
@@ -101,8 +102,6 @@ def small_bar(values, names, title: str, fmt: str = ".3f", color: str = WINDOW_C
 
 def comb_figure(hc: dict, title: str) -> go.Figure:
     """The two comb matrices (attention and FFN site) side by side; comb[j, k] = stream j -> stream k."""
-    from plotly.subplots import make_subplots
-
     sites = list(hc)
     fig = make_subplots(rows=1, cols=len(sites), subplot_titles=[f"{s} site comb" for s in sites])
     for c, s in enumerate(sites, 1):
@@ -227,8 +226,6 @@ def calibration_figure(pos) -> go.Figure:
 
 def ablation_figure(rows: list[dict], metrics: list[tuple[str, str]], title: str) -> go.Figure:
     """One panel per metric, one bar per configuration (the full model first)."""
-    from plotly.subplots import make_subplots
-
     names = [r["configuration"] for r in rows]
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[m[1] for m in metrics])
     for c, (key, _) in enumerate(metrics, 1):

@@ -16,11 +16,11 @@ import streamlit as st
 from lessons.start import NextTokens, prompt_ids, top_tokens
 from model.arch.context import Ablation
 from model.inference.trace import LensChoice
-from ui.common import ROOT, Session, clean_prompt, qp_get, qp_set
+from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
 from ui.queue import BatchWorker, Busy, run_rows, wait_for
-from ui.state import arrived, prompt_to_url, qp_int_or_none, seed
+from ui.state import arrived, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 MAX_TOKENS = LIVE_TOKENS  # keeps a traced forward under a second on CPU for the tiny model

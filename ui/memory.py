@@ -8,19 +8,17 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from lessons.calculator import KNOB_HELP, LIMITS, MODES, SUPPORTED_BITS, Calculation, Knobs, parse_knobs
-from ui.common import qp_set
+from lessons.calculator import KNOB_HELP, LIMITS, MODES, SUPPORTED_BITS, CalcError, Calculation, Knobs, parse_knobs
+from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
-from ui.state import KEEP, arrived, qp_choice, seed
+from ui.state import KEEP, arrived, qp_choice, qp_set, seed
 from ui.text import plain
 
 
 @st.cache_data(show_spinner="Counting parameters on the meta device (once per server; ~10 s for the full config) ...")
 def param_counts(preset: str) -> dict:
     """count_params of a preset, as plain numbers (the full config takes seconds: computed once)."""
-    from model import V41Config, count_params
-
     pc = count_params(V41Config.preset(preset))
     return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "drafter": pc.drafter,
             "vision": pc.vision, "active_prefill": pc.active_prefill, "active_decode": pc.active_decode,
@@ -29,8 +27,6 @@ def param_counts(preset: str) -> dict:
 
 def config_counts(model) -> dict:
     """count_params of the running model's own config (small: fast)."""
-    from model import count_params
-
     pc = count_params(model.cfg)
     return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "active_prefill": pc.active_prefill,
             "active_decode": pc.active_decode, "active_per_layer": list(pc.active_per_layer)}
@@ -108,8 +104,6 @@ def mirror_knobs(k: Knobs, used: tuple[str, ...], defaults: Knobs) -> None:
 def run_on_click(label: str, key: str, compute, text: str):
     """A button that runs `compute(progress)` with a progress bar; the result stays in session state across
     reruns (a new click replaces it). Errors become a message, never a traceback."""
-    from lessons.calculator import CalcError
-
     if st.button(label, key=key):
         with heavy_run(label):                 # one server-wide queue for long runs (ui.queue)
             bar = st.progress(0.0, text=text)

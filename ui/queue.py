@@ -75,6 +75,7 @@ class HeavyQueue:
 
 
 def _server_queue() -> HeavyQueue:
+    # Streamlit only here and in heavy_run's default display: tests and bench/ drive HeavyQueue without it
     import streamlit as st
 
     @st.cache_resource(show_spinner=False)
@@ -90,6 +91,7 @@ def heavy_run(what: str, show: Callable[[str | None], None] | None = None,
     """Wait for a slot in the server-wide queue, saying where this run stands, then run the block."""
     q = queue or _server_queue()
     if show is None:
+        # Streamlit only for the default display (see _server_queue)
         import streamlit as st
 
         box = st.empty()

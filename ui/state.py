@@ -21,6 +21,7 @@ from typing import Any, Callable
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from ui.limits import URL_PROMPT_CHARS
 from ui.text import quoted
 
 KEEP = "session"            # persist_state for every keyed page widget
@@ -141,8 +142,6 @@ def qp_set(**kw) -> None:
 def prompt_to_url(text: str | None, default: str | None = None) -> None:
     """Put a typed prompt into the URL (also an empty or rejected one, so the link shows what the page
     shows); a prompt longer than URL_PROMPT_CHARS is left out, and the page says so."""
-    from ui.limits import URL_PROMPT_CHARS
-
     text = text or ""
     if len(text) <= URL_PROMPT_CHARS:
         qp_set(prompt=None if text == default else text)

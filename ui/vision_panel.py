@@ -1,6 +1,6 @@
 """Images in the app: a picture input (upload with limits, or a sample) and the vision drawings.
 
-For the Figure 3 walkthrough's vision box and the prompt inspector (reference-brief.md §5.10):
+For the Figure 3 walkthrough's vision box and the prompt inspector (docs/design/architecture.md §3.6):
 - `image_input(key)` -> PIL image or None: samples from model/corpus/scenes.py or an upload checked by
   content (PNG/JPEG only, size and pixel limits); problems are shown with `st.error`, never raised.
 - `draw_vision_steps(model, image)`: picture -> patches -> image tokens -> sequence positions.
@@ -11,16 +11,28 @@ The figure builders at the top are plain Plotly (no Streamlit) so tests can call
 
 from __future__ import annotations
 
+import io
 from typing import Callable
 
+import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 import torch
 from PIL import Image
 
 from lessons import vision as lv
+from model import InputError
+from model.arch.vision import encode_image, has_vision
 from model.corpus.scenes import draw_scene, sample_scenes
-from model.inference.images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, ImageError, load_image, resize_to_grid
+from model.inference.images import (
+    MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_PIXELS,
+    ImageError,
+    load_image,
+    resize_to_grid,
+    to_pixels,
+)
+from model.inference.vision_inputs import build_inputs, generate_with_image, marker_ids, trace_with_image
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
@@ -56,8 +68,6 @@ def patches_figure(picture: Image.Image, pg: lv.PatchGrid, height: int = 360) ->
 
 
 def _array(picture: Image.Image):
-    import numpy as np
-
     return np.asarray(picture.convert("RGB"))
 
 
@@ -138,8 +148,6 @@ def read_upload(uploaded) -> tuple[Image.Image | None, str | None]:
 
 @st.cache_data(show_spinner=False)
 def _sample_png(i: int, size: int = 256) -> tuple[bytes, str]:
-    import io
-
     sc = sample_scenes(max(4, i + 1))[i]
     buf = io.BytesIO()
     draw_scene(sc, size).save(buf, format="PNG")
@@ -154,8 +162,6 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
     """A picture chooser: none, one of four generated samples, or an upload (PNG/JPEG, checked by content).
 
     The chosen sample's caption is kept in `st.session_state[f"{key}_caption"]` (None for uploads)."""
-    import io
-
     options = (["none"] if allow_none else []) + ["sample", "upload"]
     names = {"none": "No picture", "sample": "Generated sample", "upload": "Upload PNG/JPEG"}
     seed(f"{key}_source", qp_choice("img", options, names[options[0]], " or ".join(options)), options[0])
@@ -198,9 +204,6 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
 # ------------------------------------------------------------------------------------------------
 
 def _token_sizes(model, image: Image.Image, pg: lv.PatchGrid) -> list[list[float]] | None:
-    from model.arch.vision import encode_image, has_vision
-    from model.inference.images import to_pixels
-
     if not has_vision(model):
         return None
     with torch.no_grad():
@@ -210,8 +213,6 @@ def _token_sizes(model, image: Image.Image, pg: lv.PatchGrid) -> list[list[float
 
 def draw_vision_steps(model, image: Image.Image, key: str = "vision_steps") -> lv.PatchGrid | None:
     """Picture -> patches -> image tokens -> positions in the sequence, for this model's vision config."""
-    from model.arch.vision import has_vision
-
     vc = getattr(model.cfg, "vision_config", None)
     if vc is None:
         st.info("This model's config has no vision tower.")
@@ -245,10 +246,6 @@ def draw_vision_steps(model, image: Image.Image, key: str = "vision_steps") -> l
 def draw_image_prompt(model, text: str, image: Image.Image | None, num: Callable[[int], int] = lambda i: i,
                       key: str = "vision_prompt") -> None:
     """Positions, routing and attention for a prompt with a picture (for the prompt inspector)."""
-    from model import InputError
-    from model.arch.vision import has_vision
-    from model.inference.vision_inputs import build_inputs, generate_with_image, marker_ids, trace_with_image
-
     if image is None:
         st.info("No picture chosen.")
         return

@@ -1,6 +1,7 @@
 """CSA2 attention: a 128-row local window plus sparsely selected, shared compressed entries.
 
-Follows reference-brief.md §4.3 (attention core) and §5.2 (CSA2 modes).
+Follows docs/design/equations.md §3 (attention core) and §5 (CSA2 modes); the layer's role comes from its
+`LayerSpec` (docs/design/architecture.md §2).
 - Low-rank query: q = wq_b(q_norm(wq_a(x))) split into H heads of head_dim; RoPE on the trailing
   qk_rope_head_dim channels (`main` kind for window-only layers, `compress` otherwise).
 - One K = V latent head: kv = fp8(rope(kv_norm(wkv(x)))); a query at t sees window rows (t-W, t].
@@ -24,10 +25,10 @@ import torch
 
 from ..config import V41Config
 from ..fusion import fusable, fusing
+from ..layer_map import LayerSpec
 from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
-from .context import Context
-from .csa_state import CompressedRead, EntryTable, KLInputs
+from .context import CompressedRead, Context, EntryTable, KLInputs
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
 from .rope import RopeTables, apply_rope
@@ -134,11 +135,12 @@ def attend(q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None, values:
 
 
 class Attention(torch.nn.Module):
-    def __init__(self, cfg: V41Config, layer_id: int):
+    def __init__(self, cfg: V41Config, spec: LayerSpec):
         super().__init__()
         self.cfg = cfg
-        self.layer_id = layer_id
-        self.ratio = cfg.backbone_ratios[layer_id] if layer_id < cfg.num_hidden_layers else 0
+        self.spec = spec                 # the layer's role, from the layer map (the one place roles are derived)
+        self.layer_id = spec.index
+        self.ratio = spec.compress_ratio
         self.n_heads, self.head_dim, self.window = cfg.num_attention_heads, cfg.head_dim, cfg.sliding_window
         self.limit = self.window  # a training curriculum may narrow the window (model.training.step.set_window)
         self.kind = "compress" if self.ratio else "main"
@@ -152,19 +154,13 @@ class Attention(torch.nn.Module):
                                     bias=False)
         self.wo_b = torch.nn.Linear(cfg.o_groups * cfg.o_lora_rank, cfg.hidden_size, bias=False)
         self.attn_sink = torch.nn.Parameter(torch.zeros(self.n_heads))
-        back = layer_id < cfg.num_hidden_layers
-        self.is_kv_source = back and layer_id in cfg.kv_source_layer_ids
-        self.is_index_source = back and layer_id in cfg.index_source_layer_ids
-        c = cfg.candidate_source_layer_id
-        self.is_candidate_source = back and c is not None and c >= 0 and layer_id == c
-        self.uses_candidates = back and c is not None and 0 <= c < layer_id and self.ratio > 0
-        self.compressor = Compressor(cfg, self.ratio) if self.is_kv_source else None
-        self.indexer = Indexer(cfg, layer_id, owns_keys=self.is_kv_source) if self.is_index_source else None
+        self.compressor = Compressor(cfg, self.ratio) if spec.makes_entries else None
+        self.indexer = Indexer(cfg, spec.index, owns_keys=spec.makes_entries) if spec.selects else None
 
     # ---------------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, ctx: Context, rope: RopeTables) -> torch.Tensor | None:
         if ctx.publish_only:  # bounded prefill: only publish this source's entries and keys
-            if self.is_kv_source:
+            if self.spec.makes_entries:
                 self._make_entries(x, ctx, rope)
             return None
         b, s, _ = x.shape
@@ -196,7 +192,7 @@ class Attention(torch.nn.Module):
                            rope: RopeTables) -> CompressedRead | None:
         """Publish (KV source), select (index source) or reuse; None when there is nothing to read."""
         csa = ctx.csa
-        if self.is_kv_source:
+        if self.spec.makes_entries:
             self._make_entries(x, ctx, rope)
         table = csa.table
         if table is None or len(table) == 0 or ctx.ablation.window_only:
@@ -204,7 +200,7 @@ class Attention(torch.nn.Module):
             return None
         # ---- selection: Full and Reindex choose; Reuse keeps the last choice --------------------
         indexer = self.indexer
-        if self.is_index_source:
+        if self.spec.selects:
             csa.indexer = indexer
         elif ctx.ablation.reselect_all:
             indexer = csa.indexer
@@ -231,13 +227,13 @@ class Attention(torch.nn.Module):
         with torch.no_grad():  # selection is not differentiable; the KL below trains the indexer
             raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
         scores = mask_visible(raw, ctx.positions, self.ratio)
-        if self.is_candidate_source:
+        if self.spec.candidate_source:
             pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,
                                                 self.cfg.candidate_block_size)
             csa.candidates = pool
             if ctx.trace is not None:
                 ctx.trace.pool(lid, pool, block_scores)
-        elif self.uses_candidates and csa.candidates is not None and not ctx.ablation.no_candidates:
+        elif self.spec.searches_pool and csa.candidates is not None and not ctx.ablation.no_candidates:
             scores = scores.masked_fill(~csa.candidates, NEG_INF)
         k = ctx.ablation.index_topk or self.cfg.index_topk
         idx, _ = select_topk(scores, k)

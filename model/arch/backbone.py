@@ -1,8 +1,8 @@
 """The text backbone of DeepSeek-V4.1-Flash: embed, hash, run the layers, collapse, project.
 
-Follows ARCHITECTURE.md §4 and reference-brief.md §5. The forward embeds the ids into `hc_mult`
-identical streams, hashes the n-grams for the Engram layers once, runs the layers with a one-hot
-initial `pre`, collapses with the last FFN site's `pre`, normalises and projects to logits.
+Follows docs/design/architecture.md §2 and §4 and docs/design/equations.md §3-10. The forward embeds the ids into
+`hc_mult` identical streams, hashes the n-grams for the Engram layers once, runs the layers with a one-hot initial
+`pre`, collapses with the last FFN site's `pre`, normalises and projects to logits.
 
 The same code serves three callers: a one-shot forward (training, parity), a forward through a
 cache (chunked prefill and decode, model/inference/engine.py) and a traced forward
@@ -17,12 +17,12 @@ import torch
 
 from ..config import V41Config
 from ..errors import InputError
+from ..layer_map import layer_map
 from .block import Block
-from .context import Ablation, Context
+from .context import Ablation, Context, LayerCache, LayerSource, Recorder
 from .engram import NgramHasher
 from .mhc import collapse, one_hot_pre
 from .norm import RMSNorm
-from .protocols import LayerCache, LayerSource, Recorder
 from .rope import RopeTables, Rotary
 
 
@@ -58,7 +58,7 @@ class Backbone(torch.nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.embed = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = torch.nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.layers = torch.nn.ModuleList(Block(cfg, spec) for spec in layer_map(cfg))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rotary = Rotary(cfg)

@@ -1,6 +1,6 @@
 """One V4.1 layer: [Engram] -> attention site -> MoE site, on four mHC residual streams.
 
-Follows reference-brief.md §5.5 (single-pass mHC order). Engram (on its layers) adds its gated
+Follows docs/design/equations.md §8 (single-pass mHC order). Engram (on its layers) adds its gated
 lookup to the streams before the attention site. Each site computes (pre, post, comb) from the
 streams it receives; the site's sublayer input is the collapse with the PREVIOUS site's `pre`.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..config import V41Config
+from ..layer_map import LayerSpec
 from .attention import Attention
 from .context import Context
 from .engram import Engram
@@ -20,16 +21,15 @@ from .rope import RopeTables
 
 
 class Block(torch.nn.Module):
-    def __init__(self, cfg: V41Config, layer_id: int, n_experts: int | None = None, top_k: int | None = None):
+    def __init__(self, cfg: V41Config, spec: LayerSpec, n_experts: int | None = None, top_k: int | None = None):
         super().__init__()
         self.cfg = cfg
-        self.layer_id = layer_id
-        self.attn = Attention(cfg, layer_id)
+        self.layer_id = spec.index
+        self.attn = Attention(cfg, spec)
         self.ffn = MoE(cfg, n_experts, top_k)
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.ffn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        in_backbone = layer_id < cfg.num_hidden_layers
-        self.engram = Engram(cfg, layer_id) if in_backbone and layer_id in cfg.engram_layer_ids else None
+        self.engram = Engram(cfg, spec.index) if spec.engram else None
         n = cfg.hc_mult
         mix, flat = (2 + n) * n, n * cfg.hidden_size
         self.hc_attn_fn = torch.nn.Parameter(torch.zeros(mix, flat, dtype=torch.float32))

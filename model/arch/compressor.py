@@ -1,6 +1,6 @@
 """The V4.1 compressor of a KV-source layer: pools `ratio` tokens into one latent.
 
-Follows reference-brief.md §5.2 ("Compressor (V4.1)"). No overlap and no positional bias (those
+Follows docs/design/equations.md §4. No overlap and no positional bias (those
 were V4's). At ratio r > 1: latent = norm(sum over the r slots of softmax(gate, slot) * kv),
 pooling in fp32; at ratio 1 there is no gate: latent = norm(wkv(x)). The latent is returned BEFORE
 RoPE, because the indexer keys derive from the unrotated latent. Group g covers positions

@@ -1,7 +1,8 @@
 """The DSpark drafter: its modules and its parallel forward (architecture only).
 
-Follows reference-brief.md §5.8 (config fields), §5.10 (tensor names) and §8.4 (DSpark). The
-drafter is registered on the target as `model.mtp` (Backbone.set_part), so its tensors are `mtp.{i}.*`:
+Follows docs/design/architecture.md §1 (config fields), docs/design/checkpoints.md §4 (tensor names) and
+docs/design/equations.md §12 (DSpark). The drafter is registered on the target as `model.mtp` (Backbone.set_part),
+so its tensors are `mtp.{i}.*`:
 - context: the target's `dspark_target_layer_ids` taps (attention inputs, mean over mHC streams)
   are concatenated and projected, h_ctx = main_norm(main_proj([h_k1; h_k2; ...])), one row per
   context position; every draft layer turns them into extra K = V rows with its own wkv/kv_norm;
@@ -24,6 +25,7 @@ import torch
 
 from ..config import V41Config
 from ..errors import InputError
+from ..layer_map import drafter_spec
 from .backbone import Backbone
 from .block import Block
 from .mhc import collapse, expand, hc_mixes, one_hot_pre
@@ -61,11 +63,11 @@ class ConfidenceHead(torch.nn.Module):
 class DraftBlock(Block):
     """One draft layer: the backbone block's weights and mHC, with the drafter's attention mask.
 
-    Layer id = num_hidden_layers + i, so the attention is window-only (ratio 0). Block 0 also owns
+    Layer id = num_hidden_layers + i, window-only (layer_map.drafter_spec). Block 0 also owns
     main_proj / main_norm (context projection); the last block owns the heads and the exit norm."""
 
     def __init__(self, cfg: V41Config, index: int):
-        super().__init__(cfg, cfg.num_hidden_layers + index, cfg.dspark_n_routed_experts,
+        super().__init__(cfg, drafter_spec(cfg, cfg.num_hidden_layers + index), cfg.dspark_n_routed_experts,
                          cfg.dspark_num_experts_per_tok)
         self.index = index
         d = cfg.hidden_size

@@ -1,6 +1,6 @@
 """Engram: hashed n-gram memory gated into the residual streams before attention.
 
-Follows reference-brief.md §5.7 and §7 (V4.1 production form). Bit-exact hashing:
+Follows docs/design/equations.md §10 (V4.1 production form). Bit-exact hashing:
 1. A compressed token map from the tokenizer: ids whose text normalises alike (NFKC, NFD, strip
    accents, lowercase, collapse whitespace, strip; a lone space kept) share one compressed id.
 2. Per position, the compressed ids of the token and the N-1 tokens before it (pad id where the

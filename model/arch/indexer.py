@@ -1,6 +1,6 @@
 """The CSA2 hierarchical indexer: which compressed entries each query reads.
 
-Follows reference-brief.md §5.2-5.3 (and §3.3 for its training signal).
+Follows docs/design/equations.md §5-6 (and §13 for its training signal).
 - Keys are owned by KV-source layers: k = fp4(rope(k_norm(wk(latent)))), one per compressed group,
   shared by every index source of the group.
 - Each index source has its own queries and head weights:

@@ -1,6 +1,6 @@
 """Single-pass mHC: four residual streams mixed by doubly stochastic matrices.
 
-Follows reference-brief.md §5.5 and §6.2. Each sublayer site (attention, FFN) projects the
+Follows docs/design/equations.md §8. Each sublayer site (attention, FFN) projects the
 RMS-normalised flattened streams once, giving (pre, post, comb):
 - `pre` (sigmoid + eps) collapses the streams into the sublayer input, but one site LATER: the
   attention site collapses with the previous FFN site's `pre`, the FFN site with the attention's;

@@ -1,6 +1,6 @@
 """DeepSeekMoE as in V4.1: one shared expert plus top-k of n routed SwiGLU experts.
 
-Follows reference-brief.md §5.6 and §8.1.
+Follows docs/design/equations.md §9.
 - Router scores: sqrt(softplus(x W^T / gate_temp)) ("sqrtsoftplus"; sigmoid/softmax also accepted).
 - Selection: top-k of (scores + bias); image-span tokens use `bias_vl` instead of `bias`. The bias
   steers selection only (aux-loss-free balancing); it is updated outside gradient descent.

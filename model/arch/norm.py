@@ -1,4 +1,4 @@
-"""RMSNorm computed in fp32 (reference-brief.md §2.1). V4.1 uses eps = 1e-20, as in training."""
+"""RMSNorm computed in fp32 (docs/design/equations.md §1). V4.1 uses eps = 1e-20, as in training."""
 
 from __future__ import annotations
 

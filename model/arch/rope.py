@@ -1,6 +1,6 @@
 """Partial, interleaved rotary position embedding with two kinds, and its inverse.
 
-Follows reference-brief.md §2.2. Only the trailing `qk_rope_head_dim` channels of a vector rotate,
+Follows docs/design/equations.md §2. Only the trailing `qk_rope_head_dim` channels of a vector rotate,
 in adjacent (even, odd) pairs. Two kinds:
 - `main`: theta = rope_theta, no scaling; used by window-only layers.
 - `compress`: theta = compress_rope_theta with YaRN frequency blending (mscale not applied); used by

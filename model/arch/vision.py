@@ -1,9 +1,9 @@
 """The vision tower (DeepSeek-ViT style), the aligner, and image tokens in the text sequence.
 
-Follows reference-brief.md §5.10 (native names `vision.*`, `aligner.*`, `image_start`, `image_end`,
+Follows docs/design/checkpoints.md §4 (native names `vision.*`, `aligner.*`, `image_start`, `image_end`,
 `image_newline`; vision config: hidden 1024, 32 layers, 16 heads, patch 14, pixel-unshuffle x3,
 at most 1024 image tokens), §5.6 (image-span tokens select experts with `bias_vl`) and §7.3 (Engram
-look-backs stop at image tokens), and ARCHITECTURE.md §3.6.
+look-backs stop at image tokens), and docs/design/architecture.md §3.6.
 
 Pipeline for one picture (sizes for v4.1-flash / tiny):
 

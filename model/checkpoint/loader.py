@@ -1,6 +1,6 @@
 """The one place a model is assembled from disk: `load(path)` for native and release-layout checkpoints.
 
-Follows reference-brief.md §5.10 (native tensor names) and issue 6. `load` reads and checks
+Follows docs/design/checkpoints.md §1 (native tensor names), §3 and §5. `load` reads and checks
 config.json, tells the layout apart (release: a `quantization_config` or a sharded index; native:
 `model.safetensors`), builds the V41Model, attaches the optional parts the checkpoint has (parts.py),
 fills it (native.py's strict state dict, or release.py's plans with layer streaming), binds
@@ -17,14 +17,14 @@ from typing import Callable
 import torch
 from tokenizers import Tokenizer
 
-from ..arch.engram import NgramHasher
+from ..arch.engram import NgramHasher, compressed_token_map
 from ..arch.rope import Rotary
 from ..config import ConfigError, V41Config
+from ..corpus.tokenizer import load_tokenizer
 from ..errors import CheckpointError
 from ..model import V41Model
 from .native import default_device, load_state_dict, shard_map
-from .parts import attach_parts
-from .policy import cast_params
+from .parts import attach_parts, cast_params
 from .quantization import QuantSpec
 from .release import (
     check_complete,
@@ -37,6 +37,25 @@ from .release import (
 )
 from .shards import ReleaseCheckpoint
 from .streaming import LayerLoad
+
+# The weights that ship with the project, found from the package itself (never from the working folder).
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shipped_weights() -> Path:
+    """The shipped trained tiny weights' directory (config.json, model.safetensors, tokenizer.json)."""
+    return ROOT / "data" / "weights" / "tiny"
+
+
+def random_tiny(seed: int = 0, device: str | torch.device | None = None):
+    """The tiny preset with random weights (`init_weights(seed)`) and the shipped tokenizer bound."""
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tok = load_tokenizer(shipped_weights() / "tokenizer.json")
+    _, n = compressed_token_map(tok)
+    cfg = V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()
+    torch.manual_seed(seed)
+    m = V41Model(cfg).init_weights(seed).to(dev).eval()
+    return m.bind_tokenizer(tok)
 
 
 def load(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
@@ -56,7 +75,7 @@ def load(path: str | Path, device: str | torch.device | None = None, dtype: torc
     if is_release(path, cfg):
         model = _load_release(path, cfg, device, dtype or torch.float32, strict, budget_bytes, stream, progress)
     elif stream:
-        raise ValueError(f"{path}: layer streaming needs the release layout (python -m model.release export)")
+        raise ValueError(f"{path}: layer streaming needs the release layout (python -m model release export)")
     else:
         model = _load_native(path, cfg, device, dtype, strict)
     _bind_tokenizer(model, path / "tokenizer.json")

@@ -1,4 +1,4 @@
-"""The native checkpoint format: weights under the NATIVE tensor names (reference-brief.md §5.10).
+"""The native checkpoint format: weights under the NATIVE tensor names (docs/design/checkpoints.md §1).
 
 A checkpoint directory holds `config.json` (flat or composite), one `model.safetensors` or several
 shards with `model.safetensors.index.json`, and optionally `tokenizer.json`. `load_state_dict` is
@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from ..config import V41Config
 from ..errors import CheckpointError
-from .policy import IGNORED_SUFFIXES
+from .parts import IGNORED_SUFFIXES
 
 
 def shard_map(path: Path) -> dict[str, Path]:

@@ -1,6 +1,6 @@
 """Plans: how each model tensor is stored, checked against the config before any data is read; dequantize, fill.
 
-Follows reference-brief.md §9 (FP8 128x128 block scales, MXFP4 experts) and issue 6. `plan_checkpoint`
+Follows docs/design/checkpoints.md §3 (FP8 128x128 block scales, MXFP4 experts). `plan_checkpoint`
 matches every tensor the model expects with its checkpoint tensor (and block scale) from the shard
 headers and raises a `CheckpointError` naming the file and the tensor on any mismatch of dtype, shape
 or scale; `fill` then copies the dequantized tensors into a module, one shard at a time.
@@ -16,7 +16,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..quant import dequantize_fp8_weight, dequantize_mxfp4_weight
-from .policy import fp32_critical
+from .parts import fp32_critical
 from .quantization import ENGRAM_TABLE, EXPERT, MXFP4_BLOCK, QuantSpec, scale_names, scale_values
 from .shards import DENSE, ReleaseCheckpoint, TensorInfo
 

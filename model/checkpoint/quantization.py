@@ -1,7 +1,7 @@
 """How a release checkpoint stores each tensor: the `quantization_config` and the per-tensor formats.
 
-Follows reference-brief.md §4.10 and §5.10 (native tensor names), §9 (FP8 128x128 block scales, MXFP4
-experts) and issue 6. `QuantSpec` is the parsed `quantization_config`, with the field names of the
+Follows docs/design/checkpoints.md §1-3 (native tensor names, fp32 tensors, FP8 128x128 block scales, MXFP4
+experts). `QuantSpec` is the parsed `quantization_config`, with the field names of the
 released config (as vLLM's DeepseekV4FP8Config reads them):
 
     quant_method       "fp8"             linear weights may be stored FP8 with block scales
@@ -18,7 +18,7 @@ Tensor formats, by native name:
     ...ffn.experts.E.wK.weight  uint8 [out, in/2]  + ...wK.scale  E8M0 [out, in/32]   MXFP4 expert
         two E2M1 codes per byte, input 2j in the low nibble; value = E2M1(code) * 2^(byte - 127)
     engram.embed.weight  float8_e4m3fn [rows, d]  + engram.embed.scale  fp32 [rows, d/32]
-    hc_*, attn_sink, ape, ffn.gate.bias, ffn.gate.bias_vl, engram.embed.scale      float32 always (policy.py)
+    hc_*, attn_sink, ape, ffn.gate.bias, ffn.gate.bias_vl, engram.embed.scale      float32 always (parts.py)
     everything else (embed, head, norms, router, compressor, indexer.weights_proj)  any float dtype
 
 The scale of `X.weight` is named `X.scale`, as in DeepSeek's native inference code (a Linear owns
@@ -36,7 +36,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..quant import FP8_MAX, pow2_ceil, quantize_fp8_weight, quantize_mxfp4_weight
-from .policy import fp32_critical
+from .parts import fp32_critical
 
 MXFP4_BLOCK = 32
 ENGRAM_BLOCK = 32

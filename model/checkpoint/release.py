@@ -1,7 +1,7 @@
 """Released DeepSeek-V4.1-Flash checkpoints: the steps that fill a model from sharded FP8 / MXFP4 safetensors.
 
-Follows reference-brief.md §4.10 and §5.10 (native tensor names), §9 (FP8 block scales, MXFP4 experts)
-and issue 6. loader.py reads a directory through these steps when its config has a
+Follows docs/design/checkpoints.md §1-3 (native tensor names, fp32 tensors, FP8 block scales, MXFP4 experts)
+and §5. loader.py reads a directory through these steps when its config has a
 `quantization_config` or it has a `model.safetensors.index.json`.
 
 Directory layout (what writer.py writes and these steps read):
@@ -15,7 +15,7 @@ Directory layout (what writer.py writes and these steps read):
 Every tensor is checked against the config from the shard headers before any data is read
 (`check_tensors`), so a bad checkpoint fails at once with a `CheckpointError` naming the file and the
 tensor. `decide_residency` keeps every layer resident when the model fits the memory budget
-(budget.py); otherwise only embeddings, final norm and head stay resident and the layers are streamed
+(streaming.py); otherwise only embeddings, final norm and head stay resident and the layers are streamed
 (streaming.py). `materialize` then allocates what stays resident and `fill_resident` copies the
 dequantized tensors in. Loading dequantizes to the compute dtype (fp32-critical tensors stay fp32).
 """
@@ -31,13 +31,11 @@ import torch
 from ..arch.backbone import Backbone
 from ..config import V41Config
 from ..errors import CheckpointError
-from .budget import memory_budget, parse_bytes
-from .parts import attach_part, detach_part
+from .parts import COMPUTED_CHILDREN, OPTIONAL_PARTS, attach_part, cast_params, detach_part, part_of
 from .plans import TensorPlan, fill, plan_checkpoint
-from .policy import COMPUTED_CHILDREN, OPTIONAL_PARTS, cast_params, part_of
 from .quantization import QuantSpec
 from .shards import INDEX, ReleaseCheckpoint
-from .streaming import LayerLoad, LayerStreamer
+from .streaming import LayerLoad, LayerStreamer, memory_budget, parse_bytes
 
 
 @dataclass

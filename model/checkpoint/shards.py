@@ -1,6 +1,6 @@
 """The tensors of a safetensors checkpoint directory, read from the index and the shard headers alone.
 
-Follows reference-brief.md §5.10 (native tensor names) and issue 6. `read_header` parses a shard's
+Follows docs/design/checkpoints.md §1 and §3. `read_header` parses a shard's
 header (8-byte length + JSON) and checks the file holds every tensor's bytes, so a truncated or
 mis-indexed checkpoint fails with a `CheckpointError` naming the file and the tensor before any data
 is read; `ReleaseCheckpoint.read` then reads tensors memory-mapped, one shard open at a time.

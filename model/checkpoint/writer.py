@@ -1,9 +1,9 @@
 """Writing a model in the release layout (sharded safetensors, FP8 / MXFP4) and summarising such a directory.
 
-Follows reference-brief.md §4.10 and §5.10 (native tensor names), §9 (FP8 block scales, MXFP4 experts)
-and issue 6. `write_release` writes the composite config.json with its `quantization_config`, the
-shards (each tensor's scale in the same shard as the tensor) and the index, in the layout release.py
-describes; `describe` reads a directory's headers only. A streamed model is written one layer at a time.
+Follows docs/design/checkpoints.md §1-3 (native tensor names, fp32 tensors, FP8 block scales, MXFP4 experts).
+`write_release` writes the composite config.json with its `quantization_config`, the shards (each tensor's scale in
+the same shard as the tensor) and the index, in the layout release.py describes; `describe` reads a directory's
+headers only. A streamed model is written one layer at a time.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import torch
 from safetensors.torch import save_file
 
 from ..config import V41Config
-from .budget import GIB
-from .mapped_engram import MappedEngramTable
 from .quantization import QuantSpec, release_tensors
 from .shards import INDEX, ReleaseCheckpoint
+from .streaming import GIB, MappedEngramTable
 
 
 def _model_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:

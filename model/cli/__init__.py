@@ -1,10 +1,10 @@
-"""`python -m model <command>`: the table of commands and the dispatcher (STYLE.md: "command lines live
-apart", one thin `main(argv)` per command; ARCHITECTURE.md §4 names `python -m model info`).
+"""`python -m model <command>`: the table of commands and the dispatcher (docs/design/style.md §2 and §5:
+command lines live apart, one thin `main(argv)` per command).
 
-Each command is a module of this package with a thin `main(argv) -> int`; the dispatcher imports
-only the one asked for (importlib), so `--help` stays quick and a command's heavy imports (torch
-compile, tokenizers) are paid only when it runs. The entry modules `python -m model.train`,
-`model.train_vision`, `model.dataset` and `model.corpus` run the same commands through `run`.
+Each command is a thin `function(argv) -> int` in a module of this package (the data commands share
+data.py); the dispatcher imports only the module asked for (importlib), so `--help` stays quick and a
+command's heavy imports (torch compile, tokenizers) are paid only when it runs. `python -m model` is the
+one door: there are no per-command entry modules.
 """
 
 from __future__ import annotations
@@ -22,21 +22,26 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": 
 
 @dataclass(frozen=True)
 class Command:
-    module: str                                      # the module whose main(argv) runs the command
+    module: str                                      # the module whose `function(argv)` runs the command
     help: str                                        # one line for `python -m model --help`
     env: dict[str, str] = field(default_factory=dict)  # environment a shell run re-executes itself with
+    function: str = "main"
 
 
 COMMANDS: dict[str, Command] = {
     "info": Command("model.cli.info", "print the layer map and parameter counts of a config"),
     "train": Command("model.cli.train", "train the tiny language model (then its DSpark drafter)", MALLOC_ENV),
     "train-vision": Command("model.cli.train_vision", "train the vision tower and aligner on generated scenes"),
-    "dspark": Command("model.cli.dspark", "DSpark drafter of a checkpoint: train, evaluate"),
-    "release": Command("model.cli.release", "release-layout checkpoints: export, info"),
-    "corpus": Command("model.cli.corpus", "download (if not cached), clean and split the training corpus"),
-    "dataset": Command("model.cli.dataset", "tokenize the training mixture into the token stream"),
-    "tokenizer": Command("model.cli.tokenizer", "train the byte-level BPE tokenizer on the corpus + stories"),
-    "stories": Command("model.cli.stories", "print or write generated recall stories and the app prompts"),
+    "dspark": Command("model.cli.train_drafter", "DSpark drafter of a checkpoint: train, evaluate"),
+    "release": Command("model.cli.release_layout", "release-layout checkpoints: export, info"),
+    "corpus": Command("model.cli.data", "download (if not cached), clean and split the training corpus",
+                      function="corpus_main"),
+    "dataset": Command("model.cli.data", "tokenize the training mixture into the token stream",
+                       function="dataset_main"),
+    "tokenizer": Command("model.cli.data", "train the byte-level BPE tokenizer on the corpus + stories",
+                         function="tokenizer_main"),
+    "stories": Command("model.cli.data", "print or write generated recall stories and the app prompts",
+                       function="stories_main"),
 }
 
 
@@ -60,7 +65,7 @@ def run(name: str, argv: list[str], shell: bool = False) -> int:
     cmd = COMMANDS[name]
     if shell:
         _reexec(name, argv, cmd.env)
-    return importlib.import_module(cmd.module).main(argv)
+    return getattr(importlib.import_module(cmd.module), cmd.function)(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

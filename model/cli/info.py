@@ -1,5 +1,5 @@
 """`python -m model info --preset v4.1-flash`: the layer map and parameter counts of a config
-(ARCHITECTURE.md §4: layer roles; the counts come from model/accounting.py)."""
+(docs/design/architecture.md §2: layer roles; the counts come from model/accounting.py)."""
 
 from __future__ import annotations
 

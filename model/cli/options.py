@@ -1,7 +1,7 @@
 """Command-line options from a training config dataclass: one `--field-name` per field, and back.
 
 The training commands (train, train-vision, dspark train) expose every field of their config this way,
-so a new field is an option with no parser change (STYLE.md: configs are dataclasses).
+so a new field is an option with no parser change (configs are dataclasses: docs/design/style.md §3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m model train` (also `python -m model.train`): train the tiny language model, CPU by default,
+"""`python -m model train`: train the tiny language model, CPU by default,
 CUDA when available, then its DSpark drafter (model/training/run.py; see README, 'Training').
 
 Every TrainConfig field is an option (`--drill-frac 0.25`); a command-line run is `--fast` (compiled

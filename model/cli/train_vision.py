@@ -1,6 +1,6 @@
-"""`python -m model train-vision` (also `python -m model.train_vision`): train the vision tower, aligner and
+"""`python -m model train-vision`: train the vision tower, aligner and
 span markers on generated box scenes with the text model frozen, then write them into the weights
-(model/training/vision.py; reference-brief.md §5.10)."""
+(model/training/vision_tower.py; docs/design/architecture.md §3.6 and §5)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 from ..arch.vision import MARKERS
 from ..checkpoint.loader import load
 from ..corpus.scenes import HELDOUT_SEED_BASE, TRAIN_SEED_BASE
-from ..training.records import rounded, write_json_entry
-from ..training.vision import VisionTrainConfig, evaluate, prepare, train_loop, write_tensors
+from ..training.state import rounded, write_json_entry
+from ..training.vision_tower import VisionTrainConfig, evaluate, prepare, train_loop, write_tensors
 from .options import add_config_options, config_from
 
 COMMAND = "python -m model train-vision"

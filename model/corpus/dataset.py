@@ -8,7 +8,7 @@ generated fresh until theirs is reached. Documents are shuffled together and eac
 by ``<|eos|>``. The stream is a uint16 ``.npy`` (load with ``mmap_mode="r"``) with a JSON
 manifest beside it (tokens per source, epochs, tokenizer sha256, seeds).
 
-``python -m model.dataset build`` writes ``.cache/corpus/tokens_train.npy`` and
+``python -m model dataset build`` writes ``.cache/corpus/tokens_train.npy`` and
 ``tokens_train.json``. :func:`sample_batch` draws random windows (deterministic given a
 ``torch.Generator``); :func:`story_eval_batches` / :func:`heldout_story_batches` give padded
 recall batches with the answer positions; :func:`heldout_natural_tokens` tokenizes
@@ -71,7 +71,7 @@ def build_token_stream(corpus_dir: Path = DEFAULT_CACHE, tokenizer_path: Path = 
         raise ValueError("vocabulary does not fit in uint16")
     sources = [s for s in NATURAL_SOURCES if (corpus_dir / f"{s}.txt").is_file()]
     if not sources:
-        raise FileNotFoundError(f"no cleaned corpus in {corpus_dir}; run `python -m model.corpus build`")
+        raise FileNotFoundError(f"no cleaned corpus in {corpus_dir}; run `python -m model corpus build`")
     share = target_tokens // (len(sources) + 1)
     docs: list[tuple[str, list[int]]] = []  # (source, ids incl. trailing eos)
     stats: dict[str, dict[str, Any]] = {}
@@ -131,7 +131,7 @@ def load_stream(path: str | Path = DEFAULT_STREAM) -> np.ndarray:
     """The uint16 token stream as a read-only memmap."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"token stream not found: {path} (run `python -m model.dataset build`)")
+        raise FileNotFoundError(f"token stream not found: {path} (run `python -m model dataset build`)")
     return np.load(path, mmap_mode="r")
 
 

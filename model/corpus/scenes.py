@@ -1,9 +1,9 @@
 """Generated training scenes: coloured boxes holding a key, a coin or a letter, with captions and questions.
 
-Follows ARCHITECTURE.md §3.6 (the vision tower is trained on the seeds' running example as pictures):
-"The key is in the blue box." and "Where is the key?", as the recall stories ask it in text
-(model/corpus/stories.py). A scene is a pure function of its seed; seeds are disjoint between
-training, held-out and the app's sample scenes, as for the stories.
+Follows docs/design/architecture.md §3.6 (the vision tower is trained on the teaching texts' running example as
+pictures): "The key is in the blue box." and "Where is the key?", as the recall stories ask it in text
+(model/corpus/stories.py). A scene is a pure function of its seed; seeds are disjoint between training, held-out
+and the app's sample scenes, as for the stories.
 """
 
 from __future__ import annotations

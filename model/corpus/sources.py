@@ -14,7 +14,7 @@ Two natural-text sources, both reached only through ordinary package clients:
   verse per line, a blank line between chapters and the book name heading each book.
 
 Everything lives in a cache directory (default ``<repo>/.cache/corpus``) so reruns do not
-download again. ``python -m model.corpus build [--out DIR]`` writes ``shakespeare.txt`` and
+download again. ``python -m model corpus build [--out DIR]`` writes ``shakespeare.txt`` and
 ``bible.txt`` (training documents, separated by :data:`DOC_SEP`), ``heldout_natural.txt``
 and ``manifest.json`` (sizes and sha256s), and copies the held-out natural text to
 ``data/heldout/natural.txt`` in the repository.

@@ -107,7 +107,7 @@ def training_sample(corpus_dir: Path, total_bytes: int = 4_000_000, seed: int = 
     """Balanced sample: equal byte shares of each cleaned corpus file present and of stories."""
     files = [corpus_dir / n for n in ("shakespeare.txt", "bible.txt") if (corpus_dir / n).is_file()]
     if not files:
-        raise FileNotFoundError(f"no cleaned corpus in {corpus_dir}; run `python -m model.corpus build`")
+        raise FileNotFoundError(f"no cleaned corpus in {corpus_dir}; run `python -m model corpus build`")
     share = total_bytes // (len(files) + 1)
     for i, f in enumerate(files):
         yield from _sample_paragraphs(read_docs(f), share, seed + i)

@@ -1,6 +1,6 @@
 """The per-request cache, holding what the real system stores, as packed bytes.
 
-Follows ARCHITECTURE.md §3.2-3.3 and reference-brief.md §5.4:
+Follows docs/design/architecture.md §3.2-3.3 and docs/design/equations.md §7:
 - every layer: its window of K=V rows in FP8 E4M3 + one UE8M0 scale per 32 values
   (`sliding_window - 1 + rollback` rows: W-1 earlier rows are what the next token reads, plus
   `rollback` rows of slack so the last positions can be dropped again);

@@ -1,6 +1,6 @@
 """Inference engine: exact and bounded prefill, decode steps, and how far bounded is from exact.
 
-Follows ARCHITECTURE.md §3.1 and reference-brief.md §5.9.
+Follows docs/design/architecture.md §3.1.
 - `exact` prefill runs every layer over every prompt row (in chunks through the cache).
 - `bounded` prefill (the seeds' "bounded replay") runs the encoder layers over every row, has the
   decoder's first layer publish its ratio-1 latents and index keys for every row, and runs the

@@ -1,6 +1,6 @@
 """Whole generations: prefill, then plain decoding token by token or DSpark draft-and-verify steps.
 
-Follows ARCHITECTURE.md §3.1 (generate) and reference-brief.md §8.3-8.4 (speculative decoding).
+Follows docs/design/architecture.md §3.1 (generate) and docs/design/equations.md §11-12 (speculative decoding).
 `generate` is the one entry point (V41Model.generate calls it); `SpecOptions` turns it into
 speculative decoding, which `speculative_generate` runs as a loop over model/inference/
 speculative.py's `start` + `verify_step`. Both return a `GenerateResult`.

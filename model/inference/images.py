@@ -1,7 +1,7 @@
 """Pictures in: upload checks, the resize policy and pixel tensors.
 
-Follows reference-brief.md §5.10 (the vision tower's `vision_config`: patch size, pixel-unshuffle
-ratio, `max_image_tokens`, `min_pixels`, `max_wh_ratio`) and ARCHITECTURE.md §3.6.
+Follows docs/design/architecture.md §1 and §3.6 (the vision tower's `vision_config`: patch size, pixel-unshuffle
+ratio, `max_image_tokens`, `min_pixels`, `max_wh_ratio`).
 
 Two parts, both free of Streamlit (the generated training scenes are in model/corpus/scenes.py;
 the prompt around a picture is model/inference/vision_inputs.py):

@@ -1,7 +1,8 @@
 """Persistent prefix cache: reuse the cache state of a prompt prefix across requests.
 
-Follows ARCHITECTURE.md §3.4 and the second seed's point that a persistent cache (host memory or
-SSD) is a different thing from memory on the accelerator: its bytes are reported separately.
+Follows docs/design/architecture.md §3.4 and the second teaching text's point (docs/design/sources.md §4) that a
+persistent cache (host memory or SSD) is a different thing from memory on the accelerator: its bytes are reported
+separately.
 
 - A state is saved at a group boundary (a multiple of `align`, by default the least common
   multiple of the compress ratios times 16) while a prompt is prefilled, keyed by the token ids,

@@ -1,7 +1,7 @@
 """Sampling: the next token from a row of logits (greedy, or temperature + top-p with a seeded
 generator), and the tokens that end a generation.
 
-Follows ARCHITECTURE.md §3.1 (generation). A `Sampler` owns its torch.Generator, so a seed gives the
+Follows docs/design/architecture.md §3.1 (generation). A `Sampler` owns its torch.Generator, so a seed gives the
 same draws on every device (draws are made on the CPU); speculative decoding (model/inference/
 speculative.py) reads `probs` as the distribution p (or q) of its verification rules.
 """

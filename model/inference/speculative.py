@@ -1,6 +1,6 @@
 """DSpark speculative decoding: draft a block, verify it in one target forward, roll back the rest.
 
-Follows reference-brief.md §8.3 (verification rules) and §8.4 (DSpark); the drafter itself is
+Follows docs/design/equations.md §11 (verification rules) and §12 (DSpark); the drafter itself is
 model/arch/drafter.py. One step (`verify_step`): the drafter proposes x_1..x_g after the anchor
 (`draft_block`: one parallel pass, then the Markov head left to right), the target verifies
 [anchor, x_1..x_g] in one forward through its cache (greedy = accept while x_j is the target's

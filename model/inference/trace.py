@@ -1,6 +1,6 @@
 """Trace: per-layer records of what the running model did, collected only when asked.
 
-Implements ARCHITECTURE.md §3.7 / §4 (`m.trace`). An untraced forward pays one `is None` test per
+Implements docs/design/architecture.md §3.7 (`m.trace`). An untraced forward pays one `is None` test per
 site. A traced forward records, per layer and per row: the layer's role; attention shares over the
 window rows, the selected compressed entries (with the tokens each entry packs) and the sink; the
 selected entries, the candidate pool, the index scores; router scores, chosen experts and weights;
@@ -22,10 +22,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..arch.csa_state import CompressedRead
+from ..arch.context import CompressedRead, LensHead
 from ..arch.indexer import topk_mask
 from ..arch.mhc import Mix
-from ..arch.protocols import LensHead
 from ..arch.rope import apply_rope
 from ..config import V41Config
 from ..layer_map import LayerSpec, layer_map

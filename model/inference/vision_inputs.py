@@ -1,9 +1,9 @@
 """A prompt with a picture: the image span's token ids, the model inputs, greedy answers and a trace.
 
-Follows reference-brief.md §5.10 (layout of the image span: `image_start`, rows of image tokens each
-followed by `image_newline`, `image_end`; `image_mask` True over the whole span) and ARCHITECTURE.md
-§3.6. The tower and aligner maths (pixels -> image-token embeddings) is model/arch/vision.py; the
-resize policy and pixels are model/inference/images.py.
+Follows docs/design/architecture.md §3.6 (layout of the image span: `image_start`, rows of image tokens each
+followed by `image_newline`, `image_end`; `image_mask` True over the whole span). The tower and aligner maths
+(pixels -> image-token embeddings) is model/arch/vision.py; the resize policy and pixels are
+model/inference/images.py.
 """
 
 from __future__ import annotations

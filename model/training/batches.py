@@ -1,6 +1,6 @@
-"""Training batches: natural-text rows plus the look-back practice rows of issue 15 (recall drills,
-repeated text spans, shuffled-token copies), each with answer marks on the targets only a look-back
-can predict (the diagnosis is in model/training/lookback.py).
+"""Training batches: natural-text rows plus the look-back practice rows (recall drills, repeated text
+spans, shuffled-token copies; docs/training.md §2-§3), each with answer marks on the targets only a
+look-back can predict (the diagnosis is in model/training/lookback.py).
 
 The targets marked carry `answer_weight` times the loss (model/training/step.py), without which their
 signal drowns in the rest; the copies' largest gap moves in stages (`copy_gap_stages`), with near

@@ -1,10 +1,10 @@
 """Training the DSpark drafter against a frozen target, evaluating it, writing it into a checkpoint.
 
-Follows reference-brief.md §8.4 (DSpark training): the target is frozen; the loss is 0.1 CE +
+Follows docs/design/equations.md §12 (DSpark training): the target is frozen; the loss is 0.1 CE +
 0.9 TV + 1.0 confidence BCE with position weights exp(-(j-1)/gamma), on continuations the target
 itself generated (`build_pool`). The drafter is model/arch/drafter.py; `evaluate_drafter` measures
-acceptance with model/inference/generate.py's `speculative_generate`. `python -m model.dspark train`
-(model/cli/dspark.py) runs train, evaluate and write in one command.
+acceptance with model/inference/generate.py's `speculative_generate`. `python -m model dspark train`
+(model/cli/train_drafter.py) runs train, evaluate and write in one command.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..inference.engine import decode_step, prefill
 from ..inference.generate import speculative_generate
 from ..inference.sampling import Sampler
 from ..model import V41Model
-from .records import rounded
+from .state import rounded
 
 
 @dataclass
@@ -290,7 +290,7 @@ def evaluate_drafter(m: V41Model, prompts: list, max_new_tokens: int = 48, draft
 
 
 # ================================================================================================
-# Writing the drafter into a shipped checkpoint (its record: records.write_json_entry)
+# Writing the drafter into a shipped checkpoint (its record: state.write_json_entry)
 # ================================================================================================
 
 def write_drafter(model: Backbone, path: str | Path) -> Path:

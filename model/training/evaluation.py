@@ -1,7 +1,10 @@
 """Evaluation during training: held-out loss, story recall by distance bucket and copy accuracy at
 three gaps, in the default (sparse) mode and with every visible entry attended (dense) side by side;
 the "fact in pool" rate (is the far fact's entry in the candidate pool at the answer row?); and the
-copy probe that gates a curriculum stage (bench/quality.py has the full evaluation).
+copy probe that gates a curriculum stage. The full held-out evaluation (`evaluate`: loss on natural text,
+recall by distance bucket, under an ablation and a prefill mode) is here too: the quality benchmark
+(bench/quality.py) prints it and the Ablation lab (lessons/ablation.py, docs/design/architecture.md §3.8)
+shows it.
 
 Dense numbers say whether the look-back circuit exists; sparse ones whether the indexer's selection
 delivers it (docs/training.md).
@@ -9,10 +12,18 @@ delivers it (docs/training.md).
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
 import torch
 
 from ..arch.context import Ablation
-from ..corpus.dataset import heldout_natural_batches, heldout_natural_tokens, heldout_story_batches
+from ..corpus.dataset import heldout_natural_batches, heldout_natural_tokens, heldout_story_batches, story_eval_batches
+from ..corpus.stories import load_heldout_stories
+from ..inference.engine import prefill
 from ..model import V41Model
 from .batches import CopyIds, copy_ids_for, copy_rows
 from .schedule import window_at
@@ -134,3 +145,82 @@ def copy_accuracy(m: V41Model, tokens, gap: int, n: int = 24, span: int = 16, se
     lg = (m(x) if ablation is None else m(x, ablation=ablation)).logits
     start = 8 if first else 8 + span + gap
     return float((lg[:, start:start + span - 1].argmax(-1) == x[:, start + 1:start + span]).float().mean())
+
+
+# ---- the held-out evaluation of the quality benchmark and the Ablation lab -------------------------------------
+BUCKETS = ("inside", "just_past", "far")
+
+
+@dataclass
+class Quality:
+    loss: float                         # nats per token on held-out natural text
+    tokens: int
+    recall: dict[str, float]            # bucket -> accuracy
+    recall_n: dict[str, int]
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def row(self) -> dict[str, float]:
+        out = {"loss": self.loss}
+        out.update({f"recall_{b}": self.recall.get(b, float("nan")) for b in BUCKETS})
+        out["seconds"] = self.seconds
+        return out
+
+
+@torch.no_grad()
+def natural_loss(model, max_tokens: int | None = None, seq_len: int = 512, batch: int = 8, ablation=None,
+                 progress: Callable[[float, str], None] | None = None) -> tuple[float, int, np.ndarray]:
+    toks = heldout_natural_tokens(model.tokenizer)
+    if max_tokens:
+        toks = toks[: max_tokens + 1]
+    total, n = 0.0, 0
+    batches = list(heldout_natural_batches(toks, batch, seq_len))
+    for i, (x, y) in enumerate(batches):
+        lg = model(x.to(model.device), ablation=ablation).logits
+        total += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]).float(),
+                                                         y.reshape(-1).to(lg.device), reduction="sum"))
+        n += y.numel()
+        if progress:
+            progress((i + 1) / len(batches), f"natural text {n:,} tokens")
+    return total / max(1, n), n, toks
+
+
+@torch.no_grad()
+def story_recall(model, max_stories: int | None = None, ablation=None, mode: str = "exact",
+                 progress: Callable[[float, str], None] | None = None,
+                 path: Path | None = None) -> tuple[dict[str, float], dict[str, int]]:
+    rows = load_heldout_stories(path)
+    if max_stories:  # keep the buckets balanced when subsampling
+        per = max(1, max_stories // len(BUCKETS))
+        rows = [r for b in BUCKETS for r in [x for x in rows if x["bucket"] == b][:per]]
+    hits: dict[str, list[int]] = {}
+    done = 0
+    for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
+        if mode == "exact":
+            lg = model(b["input_ids"].to(model.device), ablation=ablation).logits
+            pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+        else:
+            preds = []
+            for ids, pos in zip(b["input_ids"], b["answer_pos"]):
+                pf = prefill(model, ids[: int(pos) + 1].unsqueeze(0), mode, ablation=ablation)
+                preds.append(int(pf.logits[0].argmax()))
+            pred = torch.tensor(preds)
+        for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
+            hits.setdefault(bucket, []).append(int(ok))
+        done += len(b["bucket"])
+        if progress:
+            progress(done / len(rows), f"stories {done}/{len(rows)}")
+    return ({k: sum(v) / len(v) for k, v in hits.items()}, {k: len(v) for k, v in hits.items()})
+
+
+def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None = None,
+             max_natural_tokens: int | None = None, progress: Callable[[float, str], None] | None = None) -> Quality:
+    """Held-out loss and recall by bucket for one configuration (the ablation lab's unit of work)."""
+    t0 = time.perf_counter()
+
+    def sub(lo, hi):
+        return None if progress is None else (lambda f, msg: progress(lo + (hi - lo) * f, msg))
+
+    loss, n, _ = natural_loss(model, max_natural_tokens, ablation=ablation, progress=sub(0.0, 0.4))
+    recall, counts = story_recall(model, max_stories, ablation=ablation, mode=mode, progress=sub(0.4, 1.0))
+    return Quality(loss=loss, tokens=n, recall=recall, recall_n=counts, seconds=time.perf_counter() - t0)

@@ -1,4 +1,4 @@
-"""Far look-back practice: answer-only tasks and an answer-weighted loss (issue 15 diagnosis).
+"""Far look-back practice: answer-only tasks and an answer-weighted loss (docs/design/architecture.md §5).
 
 The compressed branch CAN learn a look-back from scratch (bench/lookup.py): on the `micro` preset
 with window 4, a value said once at the start and asked for 12+ tokens later (reachable only

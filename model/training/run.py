@@ -29,9 +29,8 @@ from ..model import V41Model
 from .batches import make_batch
 from .dspark import train_drafter
 from .evaluation import EVAL_KEYS, copy_probe, quick_eval
-from .records import rounded
 from .schedule import Stage, TrainConfig, parse_curriculum, window_at
-from .state import init_from, load_state, read_meta, save_state, save_weights_bf16
+from .state import init_from, load_state, read_meta, rounded, save_state, save_weights_bf16
 from .step import build_model, freeze_except, make_optimizer, set_window, train_step
 
 

@@ -9,6 +9,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -16,6 +17,21 @@ from safetensors.torch import load_file, save_file
 from ..checkpoint.native import load_state_dict
 from ..model import V41Model
 from .schedule import TrainConfig
+
+
+# What a training command records beside the weights: entries of training.json and its logged rows.
+def write_json_entry(path: Path, key: str, value: Any) -> None:
+    """Set `key` of the JSON object in `path` (created if absent; other keys kept), atomically."""
+    info = json.loads(path.read_text()) if path.exists() else {}
+    info[key] = value
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(info, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def rounded(rows: list[dict]) -> list[dict]:
+    """Logged rows with floats to 5 decimals (training.json stays readable and small)."""
+    return [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
 
 
 def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, tc: TrainConfig, log: list,

@@ -1,7 +1,7 @@
 """Train the tiny vision tower + aligner on generated box scenes: `python -m model train-vision`
 (model/cli/train_vision.py).
 
-Follows reference-brief.md §5.10 / ARCHITECTURE.md §3.6 (vision tower and aligner producing
+Follows docs/design/architecture.md §3.6 and §5 (vision tower and aligner producing
 image-token embeddings; image-span tokens route with `bias_vl`), on the seeds' running example:
 pictures of coloured boxes holding a key, a coin or a letter (model/corpus/scenes.py), followed by
 questions and answers, "Where is the key? The key is in the blue box."

@@ -1,6 +1,6 @@
-"""`python -m model.dspark train`: train a checkpoint's DSpark drafter, evaluate it, write it back.
+"""`python -m model dspark train`: train a checkpoint's DSpark drafter, evaluate it, write it back.
 
-The command line only: the training, evaluation and writing are model/training/dspark.py (§8.4).
+The command line only: the training, evaluation and writing are model/training/dspark.py (docs/design/equations.md §12).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import torch
 from ..checkpoint.loader import load
 from ..corpus.dataset import TokenStream
 from ..training.dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
-from ..training.records import write_json_entry
+from ..training.state import write_json_entry
 from .options import add_config_options, config_from
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m model.dspark", description="Train the DSpark drafter of a checkpoint.")
+    ap = argparse.ArgumentParser(prog="python -m model dspark", description="Train the DSpark drafter of a checkpoint.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     tr = sub.add_parser("train", help="train mtp.* against the frozen target and write them into the checkpoint")
     tr.add_argument("--weights", default="data/weights/tiny")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                         "sampled_t0.8": evaluate_drafter(m, prompts, args.eval_tokens, temperature=0.8)}
         info["eval"]["seconds"] = round(time.perf_counter() - t0, 1)
         print(f"  eval on {len(prompts)} prompts: {json.dumps(info['eval'])}", file=sys.stderr)
-    info["command"] = "python -m model.dspark " + " ".join(sys.argv[1:] if argv is None else argv)
+    info["command"] = "python -m model dspark " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.dry_run:
         print(json.dumps(info["final_avg_last_50"]), file=sys.stderr)
         return 0

@@ -1,6 +1,6 @@
-"""`python -m model.release export|info`: write a checkpoint in the release layout, or summarise one.
+"""`python -m model release export|info`: write a checkpoint in the release layout, or summarise one.
 
-Follows issue 6 (release-layout checkpoints: sharded FP8 / MXFP4 safetensors); the format and the
+Follows docs/design/checkpoints.md §3 (release-layout checkpoints: sharded FP8 / MXFP4 safetensors); the format and the
 writing live in model/checkpoint/ (quantization.py, writer.py), loading in model/checkpoint/loader.py.
 """
 
@@ -16,7 +16,7 @@ from ..errors import CheckpointError
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m model.release", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m model release", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("export", help="write a checkpoint in the release layout")
     ex.add_argument("--weights", required=True, help="checkpoint directory to read (any layout model.load reads)")
