@@ -9,24 +9,39 @@ the box) and waits for the script run to finish. Latency = that rerun, from the 
 `script_finished`; it includes the model's forward pass for a new prompt (distinct per session, so no
 session is served from another's cached result).
 
+Batched vs one at a time, in one run: the same load runs twice, each against a fresh server: once as
+the app runs (the server's batch worker, ui/queue.py, runs the prompts that arrive together as one
+forward) and once with the worker limited to one row per forward (V41_BATCH_ROWS=1: each prompt's
+forward waits for the others, one at a time). The ratio of their p95 latencies is the batching gain
+on this machine now; absolute seconds depend on what else the machine runs.
+
+A full queue: when the worker already holds its limit of requests (V41_QUEUE_LIMIT, `--queue-limit`
+here), a page says at once that the server is busy, with how many requests are waiting, instead of
+hanging. A session that sees that message counts it (`busy`) and, like a student pressing "Try
+again", runs its prompt again after a pause, up to `--retries` times; `completed` counts sessions
+whose prompt finally drew its chart (a finished result is never lost: the server keeps it).
+
 Why the protocol and not 20 Chromium tabs: the server sees the same messages either way, and on a
 2-core machine 20 browser renderers would measure the browsers' own plotly drawing, not the server.
 The browser tests (tests/browser/) check what only a real browser shows.
 
 Checks (exit status 1 when one fails): zero errors (an exception box, an error alert, a dropped
-connection, a run that did not finish in time, a missing chart), and that the model was loaded once
-for all sessions (ui.common.load_model logs one line per real load; it is an st.cache_resource).
-Reports p50/p95 latency and the server's peak resident memory (VmHWM from /proc).
+connection, a run that did not finish in time, a missing chart), every session completed, and that
+the model was loaded once for all sessions (ui.common.load_model logs one line per real load; it is an
+st.cache_resource). Reports p50/p95 latency, the server's peak resident memory (VmHWM from /proc),
+and the batches the worker ran (ui.live logs one line per batched forward).
 
 Bounded: `--sessions` sessions, `--prompts` prompt runs each, `--timeout` seconds in all; only
 127.0.0.1 is contacted. Ends with one line:
-`load: sessions=20 errors=0 p50_s=... p95_s=... peak_mb=... model_loads=1`.
+`load: sessions=30 errors=0 p50_s=... p95_s=... serial_p50_s=... serial_p95_s=... speedup_p95=... peak_mb=...
+model_loads=1 busy=0 completed=30 batches=... largest_batch=...`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -41,6 +56,8 @@ class Run:
     elements: list = field(default_factory=list)     # Element protos in arrival order
     status: str = ""
     seconds: float = 0.0
+    fragments: list = field(default_factory=list)    # the fragment id each element was drawn in ("" = none)
+    page_hash: str = ""
 
 
 @dataclass
@@ -49,6 +66,18 @@ class SessionResult:
     open_s: float | None = None
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    busy: int = 0                 # runs that ended with the "server is busy" message
+    completed: int = 0            # prompt runs that drew their chart
+
+
+BUSY_TEXT = "server is busy"
+
+
+def _busy(run: Run) -> bool:
+    from streamlit.proto.Alert_pb2 import Alert
+
+    return any(el.WhichOneof("type") == "alert" and el.alert.format == Alert.WARNING and BUSY_TEXT in el.alert.body
+               for el in run.elements)
 
 
 def _exceptions_and_errors(run: Run) -> list[str]:
@@ -82,13 +111,22 @@ class Client:
     async def __aexit__(self, *exc):
         await self.ws.close()
 
-    async def rerun(self, widgets: list | None = None, timeout: float = 600.0) -> Run:
-        """Send rerun_script (query string + widget states), collect elements until script_finished."""
+    async def rerun(self, widgets: list | None = None, timeout: float = 600.0, fragment_id: str = "",
+                    page_hash: str = "", page_name: str = "") -> Run:
+        """Send rerun_script (query string + widget states), collect elements until script_finished. A widget
+        drawn inside a fragment reruns that fragment only: the browser then sends its `fragment_id` (and the
+        page's script hash), and so does this client."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
         from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
         msg = BackMsg()
         msg.rerun_script.query_string = self.query
+        if fragment_id:
+            msg.rerun_script.fragment_id = fragment_id
+        if page_hash:
+            msg.rerun_script.page_script_hash = page_hash
+        if page_name:
+            msg.rerun_script.page_name = page_name       # a page's URL path, as the browser sends on arrival
         for w in widgets or []:
             msg.rerun_script.widget_states.widgets.append(w)
         t0 = time.perf_counter()
@@ -105,6 +143,9 @@ class Client:
             kind = fm.WhichOneof("type")
             if kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
                 run.elements.append(fm.delta.new_element)
+                run.fragments.append(fm.delta.fragment_id)
+            elif kind == "new_session":
+                run.page_hash = fm.new_session.page_script_hash
             elif kind == "script_finished":
                 status = ForwardMsg.ScriptFinishedStatus.Name(fm.script_finished)
                 if status == "FINISHED_EARLY_FOR_RERUN":
@@ -113,10 +154,11 @@ class Client:
                 return run
 
 
-def _widget_id(run: Run, kind: str, key: str) -> str:
-    for el in run.elements:
+def _widget_id(run: Run, kind: str, key: str) -> tuple[str, str]:
+    """(widget id, the fragment it is drawn in or "")."""
+    for el, frag in zip(run.elements, run.fragments):
         if el.WhichOneof("type") == kind and getattr(el, kind).id.endswith(key):
-            return getattr(el, kind).id
+            return getattr(el, kind).id, frag
     raise LookupError(f"no {kind} widget with key {key!r} on the page")
 
 
@@ -124,7 +166,8 @@ def _captions(run: Run) -> list[str]:
     return [el.markdown.body for el in run.elements if el.WhichOneof("type") == "markdown"]
 
 
-async def session(i: int, port: int, query: str, prompts: int, timeout: float) -> SessionResult:
+async def session(i: int, port: int, query: str, prompts: int, timeout: float, retries: int = 10,
+                  retry_s: float = 2.0, start: asyncio.Event | None = None) -> SessionResult:
     from streamlit.proto.WidgetStates_pb2 import WidgetState
 
     res = SessionResult(i)
@@ -133,19 +176,31 @@ async def session(i: int, port: int, query: str, prompts: int, timeout: float) -
             first = await c.rerun(timeout=timeout)
             res.open_s = first.seconds
             res.errors += _exceptions_and_errors(first)
-            box = _widget_id(first, "text_area", "start_prompt")
+            box, fragment = _widget_id(first, "text_area", "start_prompt")
+            OPENED[0] += 1
+            if start is not None:
+                await start.wait()          # every session has its page open: the prompts go in together
             for j in range(prompts):
                 # distinct per session and run: each one is a real forward pass of the model
                 text = f"Visitor {i} asks question {j}: the key is in the blue box. The box is"
                 w = WidgetState(id=box, string_value=text)
-                run = await c.rerun([w], timeout=timeout)
-                res.latencies.append(run.seconds)
-                res.errors += _exceptions_and_errors(run)
-                if not any(el.WhichOneof("type") == "plotly_chart" for el in run.elements):
-                    res.errors.append("the next-token chart did not arrive")
-                n_tok = [t for t in _captions(run) if "prompt tokens read" in t]
-                if not n_tok:
-                    res.errors.append("no 'prompt tokens read' caption after the run")
+                for attempt in range(retries + 1):
+                    run = await c.rerun([w], timeout=timeout, fragment_id=fragment, page_hash=first.page_hash)
+                    res.errors += _exceptions_and_errors(run)
+                    if _busy(run):
+                        res.busy += 1
+                        if attempt == retries:
+                            res.errors.append(f"still busy after {retries} tries")
+                        await asyncio.sleep(retry_s)   # the student reads the message and tries again
+                        continue
+                    res.latencies.append(run.seconds)
+                    if not any(el.WhichOneof("type") == "plotly_chart" for el in run.elements):
+                        res.errors.append("the next-token chart did not arrive")
+                    elif not [t for t in _captions(run) if "prompt tokens read" in t]:
+                        res.errors.append("no 'prompt tokens read' caption after the run")
+                    else:
+                        res.completed += 1
+                    break
     except Exception as e:  # any failure of one session is counted, the others go on
         res.errors.append(f"{type(e).__name__}: {e}")
     return res
@@ -160,7 +215,8 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-async def _drive(port: int, query: str, n: int, prompts: int, timeout: float, srv) -> tuple[list[SessionResult], int]:
+async def _drive(port: int, query: str, n: int, prompts: int, timeout: float, srv,
+                 retries: int = 10) -> tuple[list[SessionResult], int]:
     peak = [0]
 
     async def sample_memory():
@@ -169,15 +225,44 @@ async def _drive(port: int, query: str, n: int, prompts: int, timeout: float, sr
             await asyncio.sleep(0.5)
 
     sampler = asyncio.create_task(sample_memory())
-    tasks = [asyncio.create_task(session(i, port, query, prompts, timeout)) for i in range(n)]
+    # open the page once first (the model load and the default prompt), as a teacher does before the class
+    warm = await session(-1, port, query, 0, timeout)
+    # the server then draws every page once at its defaults (ui/warmup.py); the class comes after that
+    from ui.warmup import DONE_LINE
+
+    deadline = time.monotonic() + 600
+    while DONE_LINE not in srv.log() and time.monotonic() < deadline and os.environ.get("V41_WARMUP") != "0":
+        await asyncio.sleep(0.5)
+    OPENED[0] = 0
+    start = asyncio.Event()
+    tasks = [asyncio.create_task(session(i, port, query, prompts, timeout, retries, start=start)) for i in range(n)]
+    opener = asyncio.create_task(_open_all(tasks, start))
     done, pending = await asyncio.wait(tasks, timeout=timeout)
+    opener.cancel()
+    if warm.errors:
+        done_results = [warm]
+    else:
+        done_results = []
     for t in pending:
         t.cancel()
     sampler.cancel()
-    results = [t.result() for t in done]
+    results = done_results + [t.result() for t in done]
     results += [SessionResult(-1, errors=[f"session still running after {timeout:.0f} s"]) for _ in pending]
     peak[0] = max(peak[0], srv.memory_kb().get("VmHWM", 0))
     return results, peak[0]
+
+
+async def _open_all(tasks, start: asyncio.Event) -> None:
+    """Release the prompts once every session has opened its page (or 60 s have passed)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        await asyncio.sleep(0.2)
+        if OPENED[0] >= len(tasks) or all(t.done() for t in tasks):
+            break
+    start.set()
+
+
+OPENED = [0]
 
 
 @dataclass
@@ -189,59 +274,110 @@ class LoadReport:
     peak_mb: float
     model_loads: int
     wall_s: float
+    busy: int = 0
+    completed: int = 0
+    expected: int = 0
+    batches: list[int] = field(default_factory=list)   # rows of each batched forward the server ran
+    mode: str = "batched"
 
     @property
-    def line(self) -> str:
-        return (f"load: sessions={self.sessions} errors={len(self.errors)} p50_s={percentile(self.latencies, .5):.2f} "
-                f"p95_s={percentile(self.latencies, .95):.2f} peak_mb={self.peak_mb:.0f} "
-                f"model_loads={self.model_loads}")
+    def p50(self) -> float:
+        return percentile(self.latencies, .5)
+
+    @property
+    def p95(self) -> float:
+        return percentile(self.latencies, .95)
+
+    @property
+    def summary(self) -> str:
+        return (f"{self.mode}: prompt run latency p50 {self.p50:.2f} s, p95 {self.p95:.2f} s, "
+                f"max {max(self.latencies, default=float('nan')):.2f} s over {len(self.latencies)} runs; "
+                f"{len(self.batches)} forwards of {sum(self.batches)} rows (largest {max(self.batches, default=0)}); "
+                f"busy messages {self.busy}; completed {self.completed}/{self.expected}; "
+                f"peak {self.peak_mb:.0f} MB; {self.wall_s:.1f} s in all")
 
     @property
     def ok(self) -> bool:
-        return not self.errors and self.model_loads == 1
+        return not self.errors and self.model_loads == 1 and self.completed == self.expected
 
 
 def run_load(sessions: int = 20, prompts: int = 1, timeout: float = 900.0, weights: str | None = "default",
-             log_dir: Path | None = None) -> LoadReport:
+             log_dir: Path | None = None, batch_rows: int | None = None, queue_limit: int | None = None,
+             retries: int = 10) -> LoadReport:
+    """One load against a fresh server; `batch_rows` / `queue_limit` set the server's batch worker
+    (V41_BATCH_ROWS / V41_QUEUE_LIMIT; None: the app's defaults)."""
     if weights == "default":
         weights = app_server.default_weights()
     query = f"weights={weights}" if weights else ""
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="v41-load-"))
-    srv = app_server.start(log_dir / "server.log")
+    env = {}
+    if batch_rows is not None:
+        env["V41_BATCH_ROWS"] = str(batch_rows)
+    if queue_limit is not None:
+        env["V41_QUEUE_LIMIT"] = str(queue_limit)
+    srv = app_server.start(log_dir / f"server-{batch_rows or 'batched'}.log", env=env)
     t0 = time.perf_counter()
     try:
-        results, peak_kb = asyncio.run(_drive(srv.port, query, sessions, prompts, timeout, srv))
+        OPENED[0] = 0
+        results, peak_kb = asyncio.run(_drive(srv.port, query, sessions, prompts, timeout, srv, retries))
         loads = srv.model_loads()
+        batches = [int(line.rsplit("rows=", 1)[1].split()[0]) for line in srv.log().splitlines()
+                   if BATCH_LINE in line and "kind=next" in line]
     finally:
         srv.stop()
     errors = [f"session {r.index}: {e}" for r in results for e in r.errors]
     return LoadReport(sessions, errors, [x for r in results for x in r.latencies],
                       [r.open_s for r in results if r.open_s is not None], peak_kb / 1024, loads,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, busy=sum(r.busy for r in results),
+                      completed=sum(r.completed for r in results), expected=sessions * prompts, batches=batches,
+                      mode="batched" if batch_rows != 1 else "one at a time")
+
+
+BATCH_LINE = "Batched forward:"   # ui.live.run_forward logs one line per forward it runs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--sessions", type=int, default=30)
     ap.add_argument("--prompts", type=int, default=1, help="prompt runs per session")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole load, all sessions")
     ap.add_argument("--weights", default="default", help="random | trained (default: trained if shipped)")
+    ap.add_argument("--no-compare", action="store_true", help="only the batched server (no one-at-a-time run)")
+    ap.add_argument("--queue-limit", type=int, default=None, help="the server's queue limit (default: the app's)")
+    ap.add_argument("--retries", type=int, default=10, help="tries after a busy message, per prompt")
     a = ap.parse_args()
     if not 1 <= a.sessions <= 64 or not 1 <= a.prompts <= 10:
         sys.exit("--sessions must be 1..64 and --prompts 1..10 (the load stays bounded)")
-    rep = run_load(a.sessions, a.prompts, a.timeout, None if a.weights == "trained" else a.weights)
-    print(f"{rep.sessions} sessions x {a.prompts} prompt run(s) on one server, {rep.wall_s:.1f} s in all")
+    weights = None if a.weights == "trained" else a.weights
+    rep = run_load(a.sessions, a.prompts, a.timeout, weights, queue_limit=a.queue_limit, retries=a.retries)
+    reports = [rep]
+    serial = None
+    if not a.no_compare:
+        serial = run_load(a.sessions, a.prompts, a.timeout, weights, batch_rows=1, queue_limit=a.queue_limit,
+                          retries=a.retries)
+        reports.append(serial)
+    print(f"{a.sessions} sessions x {a.prompts} prompt run(s), each mode on a fresh server; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if rep.opens:
-        print(f"page open (first session includes the model load): p50 {percentile(rep.opens, .5):.2f} s, "
+        print(f"page open (the model is loaded by a first visit before): p50 {percentile(rep.opens, .5):.2f} s, "
               f"max {max(rep.opens):.2f} s")
-    print(f"prompt run latency: p50 {percentile(rep.latencies, .5):.2f} s, p95 {percentile(rep.latencies, .95):.2f} s, "
-          f"max {max(rep.latencies, default=float('nan')):.2f} s over {len(rep.latencies)} runs")
-    for e in rep.errors[:20]:
-        print("ERROR", e)
-    if rep.model_loads != 1:
-        print(f"ERROR the model was loaded {rep.model_loads} times (expected once for all sessions)")
-    print(rep.line)
-    sys.exit(0 if rep.ok else 1)
+    for r in reports:
+        print(r.summary)
+        for e in r.errors[:20]:
+            print("ERROR", r.mode, e)
+        if r.model_loads != 1:
+            print(f"ERROR {r.mode}: the model was loaded {r.model_loads} times (expected once for all sessions)")
+        if r.completed != r.expected:
+            print(f"ERROR {r.mode}: {r.completed} of {r.expected} prompt runs drew their chart")
+    extra = ""
+    if serial is not None:
+        extra = (f" serial_p50_s={serial.p50:.2f} serial_p95_s={serial.p95:.2f} "
+                 f"speedup_p95={serial.p95 / rep.p95:.2f}")
+    print(f"load: sessions={rep.sessions} errors={len(rep.errors) + (len(serial.errors) if serial else 0)} "
+          f"p50_s={rep.p50:.2f} p95_s={rep.p95:.2f}{extra} peak_mb={rep.peak_mb:.0f} model_loads={rep.model_loads} "
+          f"busy={rep.busy} completed={rep.completed} batches={len(rep.batches)} "
+          f"largest_batch={max(rep.batches, default=0)}")
+    sys.exit(0 if all(r.ok for r in reports) else 1)
 
 
 if __name__ == "__main__":

@@ -1,107 +1,112 @@
-"""python -m bench.pages: how fast every page of the app reruns once its model and results are cached.
+"""python -m bench.pages: every page's first draw for a new visitor, and its warm reruns, on a real app server.
 
-For each page listed in app.py's SECTIONS whose file exists: one AppTest run to warm the caches (model
-load, traces, cached results), then `--reruns` timed reruns; the page's warm time is their median.
-The cold start is a fresh Python process that imports Streamlit, loads the model and renders the
-Start page once (what the first visitor waits for). Goal: every page reruns in under a second.
+The server is started as the README starts it (bench/server.py, loopback only). One visit to the Start page
+loads the model (timed: the cold start a first visitor waits for). Then, for each page listed in app.py's
+SECTIONS, a fresh session (a new visitor) opens it over Streamlit's browser protocol (as bench.load does) and
+the time to its `script_finished` is the page's first draw; `--reruns` reruns in the same session give its
+warm time (their median; the line reports the worst page). Goals: first draw <= 3 s with the model loaded,
+warm rerun <= 1 s.
 
-Ends with one line: `pages: worst_warm_s=... cold_start_s=...`.
+Twice in one run, each on a fresh server: once with the warm-up off (V41_WARMUP=0: a page's defaults are
+computed on its first visit) and once as the app runs (ui/warmup.py draws every page at its defaults once
+per process when the model is loaded; this bench waits for it to finish, as a teacher opens the app before
+the class). The per-page ratio is what the warm-up saves on this machine now.
+
+Ends with one line: `pages: worst_first_s=... worst_warm_s=... worst_first_no_warmup_s=... warmup_s=...
+cold_start_s=... worst_page=... n_pages=... pages_with_errors=...`.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
+import asyncio
+import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def listed_pages() -> list[tuple[str, str]]:
-    """(file, title) for every page in app.py's SECTIONS whose file exists, read without running app.py."""
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            sections = ast.literal_eval(node.value)
-            return [(f, title) for pages in sections.values() for f, title, *_ in pages if (ROOT / f).exists()]
-    raise SystemExit("app.py has no SECTIONS literal")
+@dataclass
+class PageTimes:
+    path: str
+    first: float
+    warm: float
+    problems: list[str] = field(default_factory=list)
 
 
-COLD = """
-import time, sys
-t0 = time.perf_counter()
-from streamlit.testing.v1 import AppTest
-at = AppTest.from_file({page!r}, default_timeout=600)
-at.query_params["weights"] = {weights!r}
-at.run()
-bad = len(at.exception)
-print(f"COLD {{time.perf_counter() - t0:.3f}} {{bad}}")
-"""
+async def _page(port: int, path: str, query: str, reruns: int) -> PageTimes:
+    from bench.load import Client, _exceptions_and_errors
+
+    c = Client(port, query)
+    async with c:
+        first = await c.rerun(page_name=path)
+        warm = []
+        problems = _exceptions_and_errors(first)
+        for _ in range(reruns):
+            r = await c.rerun(page_name=path)
+            warm.append(r.seconds)
+            problems += _exceptions_and_errors(r)
+    return PageTimes(path, first.seconds, statistics.median(warm) if warm else float("nan"), problems)
 
 
-def cold_start(page: str, weights: str, threads: int) -> tuple[float, int]:
-    code = f"import torch; torch.set_num_threads({threads})\n" + COLD.format(page=str(ROOT / page), weights=weights)
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    wall = time.perf_counter() - t0
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("COLD ")), None)
-    if line is None:
-        print(out.stderr[-2000:], file=sys.stderr)
-        return wall, -1
-    return wall, int(line.split()[2])
+def measure(warmup: bool, reruns: int, query: str, log_dir: Path) -> tuple[list[PageTimes], float, float]:
+    """(per-page times, cold start s, warm-up s) on a fresh server."""
+    from bench import server as app_server
+    from ui.warmup import DONE_LINE, page_paths
+
+    srv = app_server.start(log_dir / f"server-warmup-{int(warmup)}.log", env={"V41_WARMUP": "1" if warmup else "0"})
+    try:
+        t0 = time.perf_counter()
+        cold = asyncio.run(_page(srv.port, "", query, 0)).first
+        warm_s = float("nan")
+        if warmup:
+            deadline = time.monotonic() + 900
+            while DONE_LINE not in srv.log() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            line = next((ln for ln in srv.log().splitlines() if DONE_LINE in ln), "")
+            warm_s = float(line.rsplit("seconds=", 1)[1]) if line else float("nan")
+        rows = [asyncio.run(_page(srv.port, p, query, reruns)) for p in page_paths()]
+        print(f"  ({'with' if warmup else 'without'} warm-up: {time.perf_counter() - t0:.0f} s in all)")
+    finally:
+        srv.stop()
+    return rows, cold, warm_s
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", default=None, help="trained | random (default: trained if shipped, else random)")
     ap.add_argument("--reruns", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (the bench shares the machine)")
-    ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--no-compare", action="store_true", help="only the server with the warm-up")
     args = ap.parse_args()
-
-    import torch
-
-    torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT))
-    from streamlit.testing.v1 import AppTest
+    from bench.server import default_weights
 
-    from ui.common import trained_available
-
-    weights = args.weights or ("trained" if trained_available() else "random")
-    pages = listed_pages()
-    print(f"{len(pages)} pages, weights={weights}, torch threads={args.threads}")
-
-    cold, cold_bad = (float("nan"), 0) if args.skip_cold else cold_start(pages[0][0], weights, args.threads)
-    if not args.skip_cold:
-        print(f"cold start ({pages[0][0]} in a fresh process): {cold:.2f} s" + (" (ERRORS)" if cold_bad else ""))
-
-    rows = []
-    for f, title in pages:
-        at = AppTest.from_file(str(ROOT / f), default_timeout=600)
-        at.query_params["weights"] = weights
-        t0 = time.perf_counter()
-        at.run()
-        first = time.perf_counter() - t0
-        times = []
-        for _ in range(args.reruns):
-            t0 = time.perf_counter()
-            at.run()
-            times.append(time.perf_counter() - t0)
-        warm = statistics.median(times)
-        errors = len(at.exception)
-        rows.append((f, title, first, warm, errors))
-        flag = "" if warm < 1.0 else "  (over 1 s)"
-        print(f"  {f:32s} first {first:6.2f} s   warm {warm:5.2f} s{flag}"
-              + (f"   EXCEPTIONS: {errors}" if errors else ""))
-
-    worst = max(rows, key=lambda r: r[3])
-    n_err = sum(r[4] > 0 for r in rows)
-    print(f"pages: worst_warm_s={worst[3]:.3f} cold_start_s={cold:.2f} worst_page={Path(worst[0]).stem} "
-          f"n_pages={len(rows)} pages_with_errors={n_err} weights={weights}")
+    query = f"weights={args.weights}" if args.weights else ("" if default_weights() is None else "weights=random")
+    log_dir = Path(tempfile.mkdtemp(prefix="v41-pages-"))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {query or 'default weights'}")
+    before = None
+    if not args.no_compare:
+        before, _, _ = measure(False, args.reruns, query, log_dir)
+    rows, cold, warm_s = measure(True, args.reruns, query, log_dir)
+    first_before = {r.path: r.first for r in before or []}
+    for r in rows:
+        b = first_before.get(r.path)
+        flag = ("" if r.first <= 3.0 else "  (first over 3 s)") + ("" if r.warm <= 1.0 else "  (warm over 1 s)")
+        print(f"  {r.path or '(start)':20s} first {r.first:6.2f} s"
+              + (f" (without warm-up {b:6.2f} s)" if b is not None else "")
+              + f"   warm {r.warm:5.2f} s{flag}" + (f"   PROBLEMS: {r.problems[:2]}" if r.problems else ""))
+    worst_first = max(rows, key=lambda r: r.first)
+    worst_warm = max(r.warm for r in rows)    # the slowest page's median warm rerun
+    n_err = sum(bool(r.problems) for r in rows)
+    before_s = f" worst_first_no_warmup_s={max(first_before.values()):.2f}" if first_before else ""
+    print(f"pages: worst_first_s={worst_first.first:.2f} worst_warm_s={worst_warm:.2f}{before_s} warmup_s={warm_s:.1f} "
+          f"cold_start_s={cold:.2f} worst_page={worst_first.path or 'start'} n_pages={len(rows)} "
+          f"pages_with_errors={n_err}")
 
 
 if __name__ == "__main__":

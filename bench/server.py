@@ -96,14 +96,16 @@ class Server:
             self._log.close()
 
 
-def start(log_path: Path, port: int | None = None, timeout: float = 300.0, extra: list[str] | None = None) -> Server:
-    """Start `streamlit run app.py` on a free port and wait until /_stcore/health answers "ok"."""
+def start(log_path: Path, port: int | None = None, timeout: float = 300.0, extra: list[str] | None = None,
+          env: dict[str, str] | None = None) -> Server:
+    """Start `streamlit run app.py` on a free port and wait until /_stcore/health answers "ok" (`env`: extra
+    environment variables for the server, e.g. the batch worker's V41_BATCH_ROWS)."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
     cmd = [streamlit_exe(), "run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1",
            "--server.headless", "true", "--browser.gatherUsageStats", "false", *(extra or [])]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     srv = Server(port, proc, log_path, _log=log)

@@ -460,17 +460,19 @@ class FarFact:
 
 
 @torch.no_grad()
-def analyse(model, story: FactStory, tokens: FactTokens) -> FarFact:
+def analyse(model, story: FactStory, tokens: FactTokens, trace=None, off_logits: torch.Tensor | None = None) -> FarFact:
     """Trace the story (exact prefill, one forward), read every compressed layer at the answer-predicting row,
-    and run it again with the global branch switched off."""
+    and run it again with the global branch switched off. `trace` / `off_logits` (the next-token logits [V]
+    with the global branch off): those forwards already run elsewhere (the app's batch worker)."""
     ids = torch.tensor([tokens.ids], device=model.device)
-    tr = model.trace(ids, lens=False)
+    tr = trace if trace is not None else model.trace(ids, lens=False)
     q = tokens.query
     layers = layer_facts(tr, q, tokens.colour_positions, tokens.sentence_positions)
     colours = colour_ids(model.tokenizer)
     full = tr.logits[0, -1] if tr.logits is not None and tr.logits.shape[1] == len(tokens.ids) else \
         model(ids).logits[0, -1]
-    off = model(ids, ablation=Ablation(window_only=True)).logits[0, -1].cpu()
+    off = (off_logits if off_logits is not None else
+           model(ids, ablation=Ablation(window_only=True)).logits[0, -1]).cpu()
     answers = [read_answer(full.cpu(), tokens.answer_id, model.decode, colours, "everything on"),
                read_answer(off, tokens.answer_id, model.decode, colours, "global branch off")]
     texts = [model.decode([i]) for i in tokens.ids]

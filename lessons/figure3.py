@@ -342,9 +342,7 @@ def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:
             pool = int(torch.isfinite(rec.index_scores[0, row]).sum())
     shares = {"window": float(sh.window[0, row].sum(-1).mean()), "entries": float(sh.entries[0, row].sum(-1).mean()),
               "sink": float(sh.sink[0, row].mean())}
-    lens = []
-    if rec.lens_ids is not None:
-        lens = [(int(i), float(p)) for i, p in zip(rec.lens_ids[0, row].tolist(), rec.lens_probs[0, row].tolist())]
+    lens = rec.lens_at(row)
     return LiveLayer(
         layer=layer, role=s.role, position=pos, window_rows=min(w, pos + 1), entries_stored=stored,
         entries_visible=visible, entries_selected=selected, selection_here=rec.topk is not None, pool=pool,

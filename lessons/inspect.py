@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,9 +20,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model.inference.engine import decode_step, prefill
+from model.inference.engine import prefill
 from model.inference.sampling import Sampler
-from model.inference.trace import LayerRecord, Trace, Tracer
+from model.inference.trace import LAZY, LayerRecord, LensChoice, Trace, trace_generate
 
 from .layers import describe_layer
 
@@ -135,38 +134,23 @@ class Run:
 
 def run_prompt(model, ids: list[int], mode: str = "bounded", new_tokens: int = 0, temperature: float = 0.0,
                seed: int = 0, chunk_size: int = 512, lens_topk: int = 5,
-               progress: Callable[[float, str], None] | None = None) -> Run:
+               progress: Callable[[float, str], None] | None = None, lens: LensChoice = LAZY) -> Run:
     """Prefill `ids` with the tracer on, then decode `new_tokens` one at a time into the same trace. Every
-    generated token is fed back once, so it has a record in every layer (its lens shows the next prediction)."""
+    generated token is fed back once, so it has a record in every layer (its lens shows the next prediction).
+    The logit lens is computed for the layer and token a view draws when it draws them (`lens`: see
+    model.inference.trace.lens_plan; True computes every layer during the run)."""
     if mode not in ("bounded", "exact"):
         raise ValueError(f"prefill mode must be 'bounded' or 'exact', got {mode!r}")
     if not 0 <= new_tokens <= MAX_NEW_TOKENS:
         raise ValueError(f"generate between 0 and {MAX_NEW_TOKENS} tokens")
-    tracer = Tracer(lens_topk=lens_topk, keep_scores=True)
-    total = 1.0 + new_tokens
-
-    def pf_progress(f: float, msg: str) -> None:
-        if progress:
-            progress(f / total, msg)
-
-    pf = prefill(model, torch.tensor([ids]), mode, chunk_size=chunk_size, progress=pf_progress, trace=tracer)
-    sampler = Sampler(temperature=temperature, seed=seed)
-    logits, cache, out, steps = pf.logits, pf.cache, [], []
-    t0 = time.perf_counter()
-    for i in range(new_tokens):
-        tok = sampler.sample(logits)
-        out.append(int(tok[0]))
-        ts = time.perf_counter()
-        logits = decode_step(model, cache, tok.view(-1, 1), trace=tracer)[:, -1]
-        steps.append(time.perf_counter() - ts)
-        if progress:
-            progress((2 + i) / total, f"generated token {i + 1} of {new_tokens}")
-    decode_s = time.perf_counter() - t0
-    trace = tracer.result(mode, meta={"prompt_tokens": len(ids)})
+    tr = trace_generate(model, torch.tensor([ids]), mode, new_tokens, Sampler(temperature=temperature, seed=seed),
+                        chunk_size=chunk_size, lens=lens, lens_topk=lens_topk, progress=progress,
+                        meta={"prompt_tokens": len(ids)})
+    trace, out, steps, decode_s = tr.trace, tr.generated, tr.step_s, tr.decode_s
     all_ids = list(ids) + out
     cfg = model.cfg
     return Run(trace=trace, ids=all_ids, tokens=token_texts(model, all_ids), n_prompt=len(ids), mode=mode,
-               window=cfg.sliding_window, decoder_start=cfg.decoder_start, prefill_s=pf.seconds, decode_s=decode_s,
+               window=cfg.sliding_window, decoder_start=cfg.decoder_start, prefill_s=tr.prefill_s, decode_s=decode_s,
                step_s=steps)
 
 
@@ -365,10 +349,7 @@ def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, mod
     if rec.router_scores is not None:
         router = RouterView(scores=rec.router_scores[0, row].tolist(), experts=rec.router_experts[0, row].tolist(),
                             weights=rec.router_weights[0, row].tolist(), n_shared=cfg.n_shared_experts)
-    lens = []
-    if rec.lens_ids is not None:
-        lens = [(int(i), run_decode(model, run, int(i)), float(p))
-                for i, p in zip(rec.lens_ids[0, row].tolist(), rec.lens_probs[0, row].tolist())]
+    lens = [(i, run_decode(model, run, i), p) for i, p in rec.lens_at(row)]   # a lazy lens computes this row only
     return LayerView(layer=layer, pos=pos, role=rec.spec.role, stack=rec.spec.stack,
                      description=describe_layer(rec.spec, num),
                      attention=attention_view(rec, pos, row, head), selection=selection_view(run, layer, pos, num),

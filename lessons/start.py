@@ -44,15 +44,24 @@ class NextTokens:
     n_tokens: int
 
 
-def next_token_table(model, text: str, k: int = 10) -> NextTokens:
+def prompt_ids(model, text: str) -> list[int]:
+    """The prompt's token ids, the last max_position_embeddings of them."""
     ids = model.encode(text)
     if not ids:
         raise ValueError("the prompt produced no tokens")
-    limit = model.cfg.max_position_embeddings
-    ids = ids[-limit:]
+    return ids[-model.cfg.max_position_embeddings:]
+
+
+def next_token_table(model, text: str, k: int = 10) -> NextTokens:
+    ids = prompt_ids(model, text)
     with torch.no_grad():
         logits = model(torch.tensor([ids]), last_only=True).logits[0, -1]
+    return top_tokens(model, logits, len(ids), k)
+
+
+def top_tokens(model, logits: torch.Tensor, n_tokens: int, k: int = 10) -> NextTokens:
+    """The k most likely next tokens from next-token logits [V]."""
     p = torch.softmax(logits.float(), -1)
     top = p.topk(min(k, p.numel()))
     toks = [model.decode([i]) for i in top.indices.tolist()]
-    return NextTokens(tokens=toks, ids=top.indices.tolist(), probs=top.values.tolist(), n_tokens=len(ids))
+    return NextTokens(tokens=toks, ids=top.indices.tolist(), probs=top.values.tolist(), n_tokens=n_tokens)

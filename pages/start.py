@@ -3,13 +3,15 @@
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE, next_token_table
+from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE
 from ui.common import clean_prompt, require_model, sidebar
 from ui.figures import top_tokens_bar
 from ui.limits import PROMPT_CHARS
+from ui.live import next_tokens
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
 from ui.state import KEEP, prompt_to_url, qp_get, seed
+from ui.text import plain
 
 sess = sidebar()
 sources_footer()
@@ -18,25 +20,33 @@ st.markdown(INTRO)
 model = require_model(sess)
 
 DEFAULT_PROMPT = "The key is in the blue box. The box is"
-seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
-prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
-prompt_to_url(prompt, DEFAULT_PROMPT)
-text, problem = clean_prompt(prompt, PROMPT_CHARS)
-if problem:
-    st.warning(problem)
-    st.stop()
 
 
-@st.cache_data(show_spinner="Scoring the next token ...", max_entries=64)
-def _scores(weights_key: str, text: str, k: int):
-    return next_token_table(model, text, k)
+@st.fragment
+def live_part() -> None:
+    """The prompt and its next-token scores. A fragment: editing the prompt reruns only this part, so a
+    classroom of visitors typing at once costs the server the chart, not the whole page, per edit."""
+    seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
+    prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
+    prompt_to_url(prompt, DEFAULT_PROMPT)
+    text, problem = clean_prompt(prompt, PROMPT_CHARS)
+    if problem:
+        st.warning(problem)
+        return
+    try:
+        table = next_tokens(sess, text, 12)   # batched with the other visitors' prompts, kept for the next who asks
+    except ValueError as e:
+        st.warning(f"{plain(e).capitalize()}.")
+        return
+    if table is None:                         # the server is busy: the message says so
+        return
+    st.plotly_chart(top_tokens_bar(table), width="stretch", key="start_bar")
+    st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
+               "Bars show the probability the model gives each possible next token.")
+    reproduce(snippets.start(sess.weights, text), "start")
 
 
-table = _scores(sess.label, text, 12)
-st.plotly_chart(top_tokens_bar(table), width="stretch", key="start_bar")
-st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
-           "Bars show the probability the model gives each possible next token.")
-reproduce(snippets.start(sess.weights, text), "start")
+live_part()
 if sess.weights == "random":
     st.info(RANDOM_NOTE)
 cols = st.columns(3)

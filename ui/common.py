@@ -203,6 +203,10 @@ def _draw_sidebar() -> Session:
         except Exception as e:  # any load failure becomes a message in the page, never a traceback
             err = f"Could not load the weights: {plain(scrub(str(e)))}"
     shown = WEIGHT_CHOICES[weights] + (f": {plain(label)}" if label else "")
+    if model is not None and weights == default:
+        from ui.warmup import ensure
+
+        ensure()            # once per process: every page drawn at its defaults before the next visitors come
     if err:
         st.sidebar.error(err)
     elif model is not None:

@@ -133,6 +133,22 @@ def _own(key: str, model):
     return story, tokens
 
 
+def far_fact_run(sess, story, tokens):
+    """The story's trace and its run with the global branch off, each one forward batched with the other visitors'
+    requests (ui.live.forward, kept server-wide), then read at the answer row. None after a busy message."""
+    from model import Ablation
+    from ui.live import forward
+
+    tr = forward(sess, "trace", tokens.ids, "tracing the far story", lens=False)
+    if tr is None:
+        return None
+    off = forward(sess, "next", tokens.ids, "running the story with the global branch off",
+                  ablation=Ablation(window_only=True))
+    if off is None:
+        return None
+    return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
+
+
 def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
     answer-predicting token did with the fact's compressed entries. Never stops the page."""
@@ -166,10 +182,9 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
             story, tokens = _own(key, model)
             if story is None:
                 return
-        ff = cached_with_progress("far_fact", (sess.label, tuple(tokens.ids), tuple(tokens.colour_positions),
-                                               tuple(tokens.sentence_positions), tokens.answer_id),
-                                  lambda progress: analyse(model, story, tokens),
-                                  "Tracing the story and running it with the global branch off ...", max_entries=8)
+        ff = far_fact_run(sess, story, tokens)
+        if ff is None:              # the server is busy: the message says so
+            return
     except Exception as e:  # a model-side problem becomes a message; the rest of the page still works
         st.error("The far-fact view could not run: " + type(e).__name__)
         st.text(str(e)[:300])

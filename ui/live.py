@@ -6,14 +6,20 @@ is kept as an object, never pickled). Pages turn it into plain numbers with `les
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import streamlit as st
-import torch
 
+from lessons.start import NextTokens, prompt_ids, top_tokens
+from model.arch.context import Ablation
+from model.inference.trace import LensChoice
 from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
+from ui.queue import BatchWorker, Busy, run_rows, wait_for
 from ui.state import arrived, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
@@ -80,14 +86,16 @@ class LiveTrace:
     text: str = ""            # the prompt as given (the "Reproduce in Python" snippets start from it)
 
 
-@st.cache_resource(max_entries=8, show_spinner="Tracing the prompt through every layer ...")
-def _trace(weights_label: str, text: str, _model) -> LiveTrace:
-    ids = _model.encode(text)
+def _trace(sess: Session, text: str) -> LiveTrace | None:
+    model = sess.model
+    ids = model.encode(text)
     truncated = len(ids) > MAX_TOKENS
     ids = ids[-MAX_TOKENS:]
-    with torch.no_grad():
-        tr = _model.trace(torch.tensor([ids]))
-    tokens = [show_token(_model.decode([i])) for i in ids]
+    # the lens of the rows a page draws, when drawn; the forward batched with the other visitors' (ui.queue)
+    tr = forward(sess, "trace", ids, what="tracing the prompt through every layer", lens="lazy")
+    if tr is None:
+        return None
+    tokens = [show_token(model.decode([i])) for i in ids]
     return LiveTrace(tr, tokens, len(ids), truncated, text)
 
 
@@ -100,9 +108,11 @@ def live_trace(sess: Session, text: str) -> LiveTrace | None:
         if not sess.model.encode(text):
             st.warning("The prompt produced no tokens.")
             return None
-        lt = _trace(sess.label, text, sess.model)
+        lt = _trace(sess, text)
     except Exception as e:  # bad input or a model error becomes a message, never a traceback
         st.error(f"Could not trace this prompt: {plain(e)}")
+        return None
+    if lt is None:
         return None
     if lt.truncated:
         st.caption(f"Only the last {MAX_TOKENS} tokens were traced.")
@@ -116,3 +126,105 @@ def picked_trace(sess: Session, label: str = "Prompt") -> LiveTrace:
     if lt is None:
         st.stop()
     return lt
+
+
+# ---- forwards shared with every other visitor: batched, cached, bounded -------------------------------------------
+KINDS = ("next", "logits", "trace")   # next-token logits [V]; every position's logits [n, V]; an exact trace
+RESULTS_KEPT = {"next": 512, "logits": 8, "trace": 8}   # a next-token row is 16 KB; a trace up to tens of MB
+
+
+def run_forward(kind: str, context, payloads: list) -> list:
+    """The batch worker's runner: one batched forward of `kind` over the rows (model/inference/batch.py)."""
+    from streamlit.logger import get_logger
+
+    from model.inference import batch
+
+    model, ablation, lens = context
+    fns = {"next": lambda rows: batch.next_logits(model, rows, ablation),
+           "logits": lambda rows: batch.row_logits(model, rows, ablation),
+           "trace": lambda rows: batch.traces(model, rows, ablation, lens=lens)}
+    t0 = time.perf_counter()
+    out = run_rows(fns[kind], payloads)
+    get_logger(__name__).info("Batched forward: kind=%s rows=%d seconds=%.3f", kind, len(payloads),
+                              time.perf_counter() - t0)   # bench.load counts them
+    return out
+
+
+@st.cache_resource(show_spinner=False)
+def batch_worker() -> BatchWorker:
+    """The server's one batch worker (it owns every batched forward, for every loaded model)."""
+    return BatchWorker(run=run_forward)
+
+
+@st.cache_resource(show_spinner=False)
+def _results() -> dict:
+    return {k: OrderedDict() for k in KINDS}
+
+
+@st.cache_resource(show_spinner=False)
+def _inflight() -> dict:
+    return {}
+
+
+_results_lock = threading.Lock()
+
+
+def forward(sess: Session, kind: str, ids: list[int], what: str, ablation: Ablation | None = None,
+            lens: LensChoice = False):
+    """A forward of `kind` over one prompt's token ids, run in the server's batch worker together with the other
+    visitors' requests of the same kind and weights, kept server-wide for the next visitor who asks the same.
+    Returns None after a plain "the server is busy" message when the queue is full (press to try again)."""
+    key = (sess.label, tuple(ids), repr(ablation), repr(lens))
+    store, inflight = _results()[kind], _inflight()
+    worker = batch_worker()
+    with _results_lock:
+        if key in store:
+            store.move_to_end(key)
+            return store[key]
+        ticket = inflight.get((kind, key))            # asked by another visitor a moment ago: wait for that one
+        if ticket is None or ticket.cancelled:
+            group = (sess.label, id(sess.model), repr(ablation), repr(lens))
+            try:
+                ticket = worker.submit(kind, group, (sess.model, ablation, lens), list(ids))
+            except Busy as e:
+                ticket = None
+                busy = e
+            else:
+                inflight[(kind, key)] = ticket
+    if ticket is None:
+        busy_message(busy, what)
+        return None
+    box = st.empty()
+
+    def show(msg: str | None) -> None:
+        if msg is None:
+            box.empty()
+        else:
+            box.info(msg, icon=":material/hourglass_top:")
+
+    try:
+        value = wait_for(worker, ticket, what, show)
+    finally:
+        with _results_lock:
+            if inflight.get((kind, key)) is ticket and ticket.done.is_set():
+                del inflight[(kind, key)]
+    with _results_lock:
+        store[key] = value
+        while len(store) > RESULTS_KEPT[kind]:
+            store.popitem(last=False)
+    return value
+
+
+def busy_message(e: Busy, what: str) -> None:
+    st.warning(f"The server is busy: {e.waiting} requests from other visitors are waiting for the model, as many as "
+               f"it queues at once ({e.limit}), so yours ({what}) was not started. Nothing of yours is lost: try again "
+               "in a few seconds, and results already finished (yours or anyone's) are kept ready.",
+               icon=":material/groups:")
+    st.button("Try again", key=f"busy_retry_{what}")
+
+
+def next_tokens(sess: Session, text: str, k: int = 12) -> NextTokens | None:
+    """The Start page's next-token table for `text`, batched with everyone's (None after a busy message)."""
+    ids = prompt_ids(sess.model, text)
+    logits = forward(sess, "next", ids, "scoring the next token")
+    return None if logits is None else top_tokens(sess.model, logits, len(ids), k)

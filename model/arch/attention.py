@@ -232,16 +232,14 @@ class Attention(torch.nn.Module):
                                                 self.cfg.candidate_block_size)
             csa.candidates = pool
             if ctx.trace is not None:
-                ctx.trace.record(lid, "candidates", pool)
-                ctx.trace.record(lid, "block_scores", block_scores)
+                ctx.trace.pool(lid, pool, block_scores)
         elif self.spec.searches_pool and csa.candidates is not None and not ctx.ablation.no_candidates:
             scores = scores.masked_fill(~csa.candidates, NEG_INF)
         k = ctx.ablation.index_topk or self.cfg.index_topk
         idx, _ = select_topk(scores, k)
         csa.topk = idx
         if ctx.trace is not None:
-            ctx.trace.record(lid, "index_scores", scores)
-            ctx.trace.record(lid, "topk", idx)
+            ctx.trace.selection(lid, scores, idx)
         if ctx.indexer_loss:
             csa.kl = KLInputs(indexer, xi, qi, cos, sin)
 
@@ -258,17 +256,17 @@ class Attention(torch.nn.Module):
                     entries, keys = self._entries_and_keys(latent, g0, rope)
                     src.append(entries, keys)
                     if ctx.trace is not None:
-                        ctx.trace.record(lid, "latent", latent, g0=g0)
+                        ctx.trace.latent(lid, latent, g0)
             table = src
         else:
             latent = self.compressor.forward_full(x)
             entries, keys = self._entries_and_keys(latent, 0, rope)
             table = DenseTable(entries, keys)
             if ctx.trace is not None:
-                ctx.trace.record(lid, "latent", latent, g0=0)
+                ctx.trace.latent(lid, latent, 0)
         ctx.csa.table = table
         if ctx.trace is not None:
-            ctx.trace.record(lid, "source_len", len(table))
+            ctx.trace.source_len(lid, len(table))
 
     def _entries_and_keys(self, latent: torch.Tensor, g0: int, rope: RopeTables) -> tuple[torch.Tensor, torch.Tensor]:
         pos = g0 + self.ratio * torch.arange(latent.shape[1], device=latent.device)

@@ -35,6 +35,15 @@ class ModelOutput:
     routings: list = field(default_factory=list)  # (layer, chosen experts) when collect_routing
 
 
+@dataclass
+class Segment:
+    """Rows after a segment of layers: what the next segment starts from."""
+
+    streams: torch.Tensor                      # [B, S, n, D] residual streams
+    pre_mix: torch.Tensor                      # [B, S, n] the last FFN site's pre
+    taps: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
 class Backbone(torch.nn.Module):
     """The text backbone: embeddings, the layers, final norm and head, and the forward maths.
 
@@ -153,7 +162,7 @@ class Backbone(torch.nn.Module):
         for i in range(lo, hi):
             streams, pre_mix = self.layer(i)(streams, pre_mix, ctx, rope, hash_ids)
             if ctx.trace is not None and not ctx.publish_only:
-                ctx.trace.after_layer(i, streams, pre_mix, self.finish)
+                ctx.trace.after_layer(i, streams, pre_mix, self)
             if progress is not None:
                 progress(i)
         return streams, pre_mix
@@ -170,6 +179,64 @@ class Backbone(torch.nn.Module):
             streams, pre_mix = streams[:, -1:], pre_mix[:, -1:]
         hidden = self.norm(collapse(streams, pre_mix))
         return hidden, self.head(hidden).float()
+
+    # the logit lens (model/inference/trace.py) splits `finish` in two: the collapse when a layer ends, the
+    # norm and head only for the rows a reader asks for
+    def collapse(self, streams: torch.Tensor, pre_mix: torch.Tensor) -> torch.Tensor:
+        """The streams collapsed with the last FFN site's `pre`, before the final norm: [B, S, D]."""
+        return collapse(streams, pre_mix)
+
+    def project(self, collapsed: torch.Tensor) -> torch.Tensor:
+        """Final norm and head on collapsed rows -> fp32 logits (`finish` = project(collapse(...)))."""
+        return self.head(self.norm(collapsed)).float()
+
+    # ---- narrow entry points: the engine, the tracer, the batch runner and the inspector call these ---------------
+    def segment(self, input_ids: torch.Tensor, cache: LayerCache, lo: int, hi: int, *, publish: int | None = None,
+                trace: Recorder | None = None, ablation: Ablation | None = None, tap_layers=()) -> Segment:
+        """New rows against a cache through layers [lo, hi) (lo = 0: embedded and hashed here); with `publish`,
+        that layer then only publishes its compressed entries and index keys for the rows (bounded prefill's
+        first decoder layer). The cache is not advanced: the caller does, once the rows are done."""
+        streams, pre_mix, ctx, rope, hash_ids = self.prepare(input_ids, cache, trace=trace, ablation=ablation,
+                                                             tap_layers=tap_layers)
+        streams, pre_mix = self.run_layers(streams, pre_mix, lo, hi, ctx, rope, hash_ids)
+        taps = dict(ctx.taps)
+        if publish is not None:
+            ctx.publish_only = True
+            self.layer(publish)(streams, pre_mix, ctx, rope, hash_ids)
+        return Segment(streams=streams, pre_mix=pre_mix, taps=taps)
+
+    def resume(self, streams: torch.Tensor, pre_mix: torch.Tensor, cache: LayerCache, lo: int, hi: int, *,
+               start: int, hash_ids: torch.Tensor | None = None, trace: Recorder | None = None,
+               ablation: Ablation | None = None, skip_compress: frozenset[int] = frozenset(), tap_layers=(),
+               last_only: bool = False) -> ModelOutput:
+        """Rows that already went through layers [0, lo) (their streams and pre mix, at positions start..) continue
+        through layers [lo, hi) against a cache and finish: bounded prefill's replay segment. `skip_compress`:
+        KV sources whose entries for these rows the cache already holds."""
+        positions = torch.arange(start, start + streams.shape[1], device=self.device)
+        ctx = Context(positions=positions, cache=cache, ablation=ablation or Ablation(), skip_compress=skip_compress,
+                      trace=trace, tap_layers=frozenset(tap_layers))
+        rope = RopeTables.at(self.rotary, positions)
+        streams, pre_mix = self.run_layers(streams, pre_mix, lo, hi, ctx, rope, hash_ids)
+        hidden, logits = self.finish(streams, pre_mix, last_only)
+        if trace is not None:
+            trace.end(hidden, logits)
+        return ModelOutput(logits=logits, hidden=hidden, taps=ctx.taps)
+
+    def full(self, input_ids: torch.Tensor, *, lengths: list[int] | None = None, last_only: bool = False,
+             trace: Recorder | None = None, ablation: Ablation | None = None) -> ModelOutput:
+        """One forward over whole prompts, no cache. `lengths`: rows right-padded to the longest (each row's
+        results are its own: model/inference/batch.py); with `last_only`, each row's logits at its own last
+        token [B, 1, V]."""
+        streams, pre_mix, ctx, rope, hash_ids = self.prepare(input_ids, None, trace=trace, ablation=ablation)
+        streams, pre_mix = self.run_layers(streams, pre_mix, 0, self.cfg.num_hidden_layers, ctx, rope, hash_ids)
+        if last_only and lengths is not None:
+            rows = torch.arange(streams.shape[0], device=streams.device)
+            last = torch.as_tensor(lengths, device=streams.device) - 1
+            streams, pre_mix = streams[rows, last].unsqueeze(1), pre_mix[rows, last].unsqueeze(1)
+        hidden, logits = self.finish(streams, pre_mix, last_only)
+        if trace is not None:
+            trace.end(hidden, logits)
+        return ModelOutput(logits=logits, hidden=hidden, taps=ctx.taps, routings=ctx.routings)
 
     def forward(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,

@@ -52,9 +52,7 @@ class Block(torch.nn.Module):
             live = None if ctx.image_mask is None else ~ctx.image_mask
             streams, gate = self.engram(streams, hash_ids[:, :, self.engram.slot], live)
             if tr is not None:
-                tr.record(lid, "engram_gate", gate)
-                tr.record(lid, "engram_hash", hash_ids[:, :, self.engram.slot])
-                tr.record(lid, "engram_out", streams)
+                tr.engram(lid, gate, hash_ids[:, :, self.engram.slot], streams)
         if lid in ctx.tap_layers:
             ctx.taps[lid] = streams.float().mean(dim=2)
         x = self.attn_norm(collapse(streams, pre_mix))

@@ -10,7 +10,7 @@ keep arch/ free of imports from the packages above it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -108,13 +108,29 @@ class LayerCache(Protocol):
     def advance(self, n: int) -> None: ...
 
 
+class LensHead(Protocol):
+    """The model's output end, split for the logit lens: collapse when a layer ends, norm + head when read."""
+
+    def collapse(self, streams: torch.Tensor, pre_mix: torch.Tensor) -> torch.Tensor: ...  # [B, S, D]
+
+    def project(self, collapsed: torch.Tensor) -> torch.Tensor: ...  # fp32 logits [..., V]
+
+
 class Recorder(Protocol):
     """The trace hooks a forward calls (only when a recorder is passed)."""
 
     def begin(self, cfg: V41Config, ids: torch.Tensor, positions: torch.Tensor,
               hash_ids: torch.Tensor | None) -> None: ...
 
-    def record(self, layer: int, key: str, value, **meta) -> None: ...
+    def engram(self, layer: int, gate: torch.Tensor, hashes: torch.Tensor, out: torch.Tensor) -> None: ...
+
+    def pool(self, layer: int, candidates: torch.Tensor, block_scores: torch.Tensor) -> None: ...
+
+    def selection(self, layer: int, scores: torch.Tensor, topk: torch.Tensor) -> None: ...
+
+    def latent(self, layer: int, latent: torch.Tensor, g0: int) -> None: ...  # a KV source's new latents
+
+    def source_len(self, layer: int, n: int) -> None: ...   # entries a KV source holds after this call
 
     def attention(self, layer: int, positions: torch.Tensor, probs: torch.Tensor, prev: torch.Tensor | None,
                   comp: CompressedRead | None, window: int) -> None: ...
@@ -122,8 +138,7 @@ class Recorder(Protocol):
     def block(self, layer: int, a: Mix, f: Mix, y: torch.Tensor, out: torch.Tensor, routing: Routing,
               new: torch.Tensor) -> None: ...
 
-    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor,
-                    finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> None: ...
+    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor, head: "LensHead") -> None: ...
 
     def end(self, hidden: torch.Tensor, logits: torch.Tensor) -> None: ...
 

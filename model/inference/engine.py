@@ -21,8 +21,7 @@ from typing import Callable
 import torch
 
 from ..arch.backbone import Backbone
-from ..arch.context import Ablation, Context
-from ..arch.rope import RopeTables
+from ..arch.context import Ablation
 from ..errors import InputError
 from .cache import Cache
 
@@ -98,14 +97,11 @@ def prefill(model: Backbone, input_ids, mode: str = "bounded", *, chunk_size: in
                 if last:
                     out_logits = out.logits[:, -1]
                     rl = out.logits[:, -w:] if replay_logits else None
-            else:
-                streams, pre, ctx, rope, hash_ids = model.prepare(ids[:, a:b], cache, ablation=ablation, trace=trace,
-                                                                  tap_layers=[t for t in tap_layers if t < dec])
-                streams, pre = model.run_layers(streams, pre, 0, dec, ctx, rope, hash_ids)
-                _keep_taps(taps, ctx.taps, w)
-                ctx.publish_only = True
-                model.layer(dec)(streams, pre, ctx, rope, hash_ids)
-                carry = _append_carry(carry, streams, pre, w)
+            else:   # the encoder over the chunk, then the first decoder layer publishes its entries for it
+                seg = model.segment(ids[:, a:b], cache, 0, dec, publish=dec, ablation=ablation, trace=trace,
+                                    tap_layers=[t for t in tap_layers if t < dec])
+                _keep_taps(taps, seg.taps, w)
+                carry = _append_carry(carry, seg.streams, seg.pre_mix, w)
                 cache.advance(b - a)
                 cache.carry = carry
             if prefix_cache is not None and b == save_at:
@@ -140,26 +136,20 @@ def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trac
     cfg = model.cfg
     dec, n_layers = cfg.decoder_start, cfg.num_hidden_layers
     streams, pre = carry
-    seg = streams.shape[1]
-    start = cache.length - seg
+    start = cache.length - streams.shape[1]
     cache.decoder_floor = start
-    positions = torch.arange(start, cache.length, device=model.device)
-    ctx = Context(positions=positions, cache=cache, ablation=ablation or Ablation(), skip_compress=frozenset({dec}),
-                  trace=trace, tap_layers=frozenset(taps or ()))
-    rope = RopeTables.at(model.rotary, positions)
     hash_ids = None
     if model.hasher is not None:
         n = cfg.engram_max_ngram_size - 1
         hist = cache.compressed[:, max(0, start - n):start] if start > 0 else None
         hash_ids = model.hasher(cache.compressed[:, start:], hist)
-    streams, pre = model.run_layers(streams, pre, dec, n_layers, ctx, rope, hash_ids)
-    hidden, logits = model.finish(streams, pre, last_only=not keep_all)
-    if trace is not None:
-        trace.end(hidden, logits)
+    out = model.resume(streams, pre, cache, dec, n_layers, start=start, hash_ids=hash_ids, trace=trace,
+                       ablation=ablation, skip_compress=frozenset({dec}), tap_layers=taps or (),
+                       last_only=not keep_all)
     cache.carry = None  # decode does not need it; the prefix cache keeps its own copy
     if taps is not None:
-        taps.update(ctx.taps)
-    return logits[:, -1], (logits if keep_all else None)
+        taps.update(out.taps)
+    return out.logits[:, -1], (out.logits if keep_all else None)
 
 
 def decode_step(model: Backbone, cache: Cache, token_ids, ablation: Ablation | None = None, trace=None,
