@@ -217,13 +217,14 @@ def far_fact(weights: str, own: bool, text: str = "", fact: str = "", answer: st
         story = [f"text = {text!r}", f"fact = {fact!r}", f"answer = {answer!r}   # empty: the colour in the fact",
                  "story, tokens, problem = own_story(text, fact, answer, model.tokenizer)",
                  "if problem:", "    raise SystemExit(problem)"]
-        names = "analyse, own_story, summary, table_rows"
+        names = ["from lessons.far_fact import analyse, summary, table_rows", "from lessons.far_story import own_story"]
     else:
         story = ["sample = far_sample(model.tokenizer, model.cfg.sliding_window)   # the fixed rule: FAR_RULE",
                  "story, tokens = sample.story, sample.tokens"]
-        names = "analyse, far_sample, summary, table_rows"
+        names = ["from lessons.far_fact import analyse, summary, table_rows",
+                 "from lessons.far_story import far_sample"]
     num = "lambda i: i + 1" if one_based else "lambda i: i"
-    return _join(model_lines(weights), [f"from lessons.far_fact import {names}"], story,
+    return _join(model_lines(weights), names, story,
                  ["result = analyse(model, story, tokens)   # one traced forward, one with the global branch off",
                   f"for line in summary(result, num={num}):", "    print(line)",
                   f"for row in table_rows(result, num={num}):",

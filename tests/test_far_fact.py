@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import ROOT, random_tiny
 
-from lessons import far_fact as ff
+from lessons import far_fact as ff, far_story as fs
 from lessons.shares import entry_span
 from model.arch.context import Ablation
 from model.corpus.dataset import story_eval_batches
@@ -48,15 +48,15 @@ def test_visible_entries_are_the_complete_ones(ratio):
 
 def test_covering_positions_overlap_bytelevel_spans():
     offsets = [(0, 3), (3, 7), (7, 12), (12, 13)]      # "The| key| blue|." with the space in each span
-    assert ff.covering_positions(offsets, 8, 12) == [2]
-    assert ff.covering_positions(offsets, 4, 12, shift=1) == [2, 3]
-    assert ff.covering_positions(offsets, 13, 20) == []
+    assert fs.covering_positions(offsets, 8, 12) == [2]
+    assert fs.covering_positions(offsets, 4, 12, shift=1) == [2, 3]
+    assert fs.covering_positions(offsets, 13, 20) == []
 
 
 def test_heldout_positions_equal_the_evaluation_batches(tok):
     rows = [r for r in load_heldout_stories() if r["bucket"] == "far"][:5]
     for r, b in zip(rows, [next(story_eval_batches(tok, [r], batch_size=1)) for r in rows]):
-        t = ff.heldout_tokens(tok, r)
+        t = fs.heldout_tokens(tok, r)
         assert t.query == int(b["answer_pos"][0])
         assert t.ids == b["input_ids"][0, : t.query + 1].tolist()
         assert t.answer_id == int(b["answer_id"][0])
@@ -70,7 +70,7 @@ def test_heldout_positions_equal_the_evaluation_batches(tok):
 
 def test_far_sample_rule_picks_the_median_far_story_past_the_window(tok):
     window = 32
-    s = ff.far_sample(tok, window)
+    s = fs.far_sample(tok, window)
     assert s.story.bucket == "far"
     assert s.tokens.distance > window
     # independently: the lower median of the far stories' distances (answer index - fact colour index)
@@ -83,11 +83,11 @@ def test_far_sample_rule_picks_the_median_far_story_past_the_window(tok):
     dists = sorted(d for d in dists if d > window)
     assert s.distances == dists
     assert s.tokens.distance == dists[(len(dists) - 1) // 2]
-    assert ff.far_sample(tok, window).story.seed == s.story.seed            # fixed: the same story every time
-    top = ff.far_sample(tok, dists[-1] - 1)                                # relative to the window given:
+    assert fs.far_sample(tok, window).story.seed == s.story.seed            # fixed: the same story every time
+    top = fs.far_sample(tok, dists[-1] - 1)                                # relative to the window given:
     assert top.candidates == 1 and top.tokens.distance == dists[-1]        # only the farthest story is past it
     with pytest.raises(ValueError):
-        ff.far_sample(tok, 10_000)
+        fs.far_sample(tok, 10_000)
 
 
 # ---- the reader's story ---------------------------------------------------------------------------------------
@@ -98,16 +98,16 @@ STORY = "Tom put the coin in the red bag. Anna walked to the park. Where is the 
 def test_own_story_messages_never_quote_the_text(tok):
     for text, fact in [("", "red"), ("   ", "red"), (STORY, ""), (STORY, "the rde bag"), ("x" * 20001, "x"),
                        (STORY, "y" * 1001)]:
-        story, toks, problem = ff.own_story(text, fact, None, tok)
+        story, toks, problem = fs.own_story(text, fact, None, tok)
         assert story is None and toks is None and problem
         assert "rde" not in problem and "<" not in problem
-    assert "not found" in ff.own_story(STORY, "the rde bag", None, tok)[2]
+    assert "not found" in fs.own_story(STORY, "the rde bag", None, tok)[2]
     long = " ".join(["Tom put the coin in the red bag."] * 400)
-    assert "tokens long" in ff.own_story(long, "red bag", None, tok, max_tokens=512)[2]
+    assert "tokens long" in fs.own_story(long, "red bag", None, tok, max_tokens=512)[2]
 
 
 def test_own_story_finds_the_fact_and_its_colour(tok):
-    story, toks, problem = ff.own_story(STORY, "tom PUT the coin in the red bag.", None, tok)
+    story, toks, problem = fs.own_story(STORY, "tom PUT the coin in the red bag.", None, tok)
     assert problem is None
     assert STORY[story.fact_start:story.fact_end] == "Tom put the coin in the red bag."
     assert STORY[story.colour_start:story.colour_end] == "red"
@@ -115,7 +115,7 @@ def test_own_story_finds_the_fact_and_its_colour(tok):
     assert toks.ids[0] == EOS_ID and toks.query == len(toks.ids) - 1          # <|eos|> first, the last token asks
     assert tok.decode([toks.ids[p] for p in toks.colour_positions]).strip() == "red"
     # a word as the fact, and an explicit answer that wins over the colour
-    story, toks, _ = ff.own_story(STORY, "park", "blue", tok)
+    story, toks, _ = fs.own_story(STORY, "park", "blue", tok)
     assert story.answer == "blue" and tok.decode([toks.ids[p] for p in toks.colour_positions]).strip() == "park"
 
 
@@ -194,8 +194,8 @@ def test_layer_facts_window_share_and_missing_pool_entry():
 
 
 def _far(layers, on_id=7, off_id=7, answer="red"):
-    story = ff.FactStory("s", "text", 0, 4, 0, 4, answer)
-    toks = ff.FactTokens(ids=list(range(101)), query=100, colour_positions=[10], sentence_positions=[8, 9, 10],
+    story = fs.FactStory("s", "text", 0, 4, 0, 4, answer)
+    toks = fs.FactTokens(ids=list(range(101)), query=100, colour_positions=[10], sentence_positions=[8, 9, 10],
                          answer_id=None if answer is None else 9)
     answers = [ff.Answer("everything on", " red" if on_id == 9 else " x", on_id, 0.5, 0.25, "red", on_id == 9),
                ff.Answer("global branch off", " red" if off_id == 9 else " y", off_id, 0.4, 0.07, "blue",
@@ -235,7 +235,7 @@ def tiny():
 
 
 def test_analyse_matches_the_model_on_and_off(tiny):
-    s = ff.far_sample(tiny.tokenizer, tiny.cfg.sliding_window)
+    s = fs.far_sample(tiny.tokenizer, tiny.cfg.sliding_window)
     res = ff.analyse(tiny, s.story, s.tokens)
     ids = torch.tensor([s.tokens.ids])
     with torch.no_grad():

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from lessons import far_fact as ff
+from lessons import far_fact as ff, far_story as fs
 from model import V41Config
 
 RELEASE = V41Config.preset("v4.1-flash")
@@ -39,8 +39,8 @@ def test_far_fact_intro_says_direct_road_not_only_road():
 
 def _far(n_layers: int, distance: int, window: int = 32) -> ff.FarFact:
     q = distance + 20
-    story = ff.FactStory("s", "text", 0, 4, 0, 4, "red")
-    toks = ff.FactTokens(ids=list(range(q + 1)), query=q, colour_positions=[q + 1 - distance],
+    story = fs.FactStory("s", "text", 0, 4, 0, 4, "red")
+    toks = fs.FactTokens(ids=list(range(q + 1)), query=q, colour_positions=[q + 1 - distance],
                          sentence_positions=[q + 1 - distance], answer_id=9)
     answers = [ff.Answer("everything on", " x", 7, 0.5, 0.05, "blue", False, 0.2),
                ff.Answer("global branch off", " x", 7, 0.5, 0.04, "red", False, 0.5)]

@@ -38,6 +38,7 @@ from ui.checkpoints import (
 from ui.queue import heavy_run
 from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed
 from ui.text import plain
+from ui.warmup import ensure
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
 # cannot get all its cores makes every op wait for the missing thread.
@@ -204,8 +205,6 @@ def _draw_sidebar() -> Session:
             err = f"Could not load the weights: {plain(scrub(str(e)))}"
     shown = WEIGHT_CHOICES[weights] + (f": {plain(label)}" if label else "")
     if model is not None and weights == default:
-        from ui.warmup import ensure
-
         ensure()            # once per process: every page drawn at its defaults before the next visitors come
     if err:
         st.sidebar.error(err)

@@ -19,18 +19,19 @@ from lessons.far_fact import (
     INTRO,
     OWN_HELP,
     analyse,
-    far_sample,
     head_rows,
     marked_text,
-    own_story,
     reach_sentence,
     summary,
     table_rows,
     weights_note,
 )
+from lessons.far_story import far_sample, own_story
+from model.arch.context import Ablation
 from ui.common import TINY_DIR, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
+from ui.live import forward
 from ui.reproduce import reproduce
 from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 
@@ -136,9 +137,6 @@ def _own(key: str, model):
 def far_fact_run(sess, story, tokens):
     """The story's trace and its run with the global branch off, each one forward batched with the other visitors'
     requests (ui.live.forward, kept server-wide), then read at the answer row. None after a busy message."""
-    from model import Ablation
-    from ui.live import forward
-
     tr = forward(sess, "trace", tokens.ids, "tracing the far story", lens=False)
     if tr is None:
         return None

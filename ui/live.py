@@ -12,9 +12,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.logger import get_logger
 
 from lessons.start import NextTokens, prompt_ids, top_tokens
 from model.arch.context import Ablation
+from model.inference import batch
 from model.inference.trace import LensChoice
 from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
@@ -135,10 +137,6 @@ RESULTS_KEPT = {"next": 512, "logits": 8, "trace": 8}   # a next-token row is 16
 
 def run_forward(kind: str, context, payloads: list) -> list:
     """The batch worker's runner: one batched forward of `kind` over the rows (model/inference/batch.py)."""
-    from streamlit.logger import get_logger
-
-    from model.inference import batch
-
     model, ablation, lens = context
     fns = {"next": lambda rows: batch.next_logits(model, rows, ablation),
            "logits": lambda rows: batch.row_logits(model, rows, ablation),

@@ -24,6 +24,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import streamlit as st
+import websockets
+from streamlit.logger import get_logger
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
 ROOT = Path(__file__).resolve().parents[1]
 DONE_LINE = "Warm-up done:"
 PAGE_TIMEOUT_S = 300.0
@@ -54,10 +60,6 @@ def page_paths(app: Path = ROOT / "app.py") -> list[str]:
 
 async def visit(port: int, path: str, query: str, timeout: float = PAGE_TIMEOUT_S) -> tuple[float, str]:
     """Open one page in a fresh session and wait for its run to finish: (seconds, problem or "")."""
-    import websockets
-    from streamlit.proto.BackMsg_pb2 import BackMsg
-    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
     t0 = time.perf_counter()
     async with websockets.connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"],
                                   origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=60,
@@ -80,8 +82,6 @@ async def visit(port: int, path: str, query: str, timeout: float = PAGE_TIMEOUT_
 
 
 def _run(state: Warmup, port: int) -> None:
-    from streamlit.logger import get_logger
-
     log = get_logger(__name__)
     for path in page_paths():
         try:
@@ -101,8 +101,6 @@ def _run(state: Warmup, port: int) -> None:
 
 def ensure(query: str = "") -> Warmup | None:
     """Start the warm-up once per process (a no-op when it runs or ran, under AppTest, or with V41_WARMUP=0)."""
-    import streamlit as st
-
     if os.environ.get("V41_WARMUP", "1") == "0" or st.get_option("global.appTest"):
         return None
     store = _store()
@@ -119,8 +117,6 @@ _lock = threading.Lock()
 
 
 def _store() -> dict:
-    import streamlit as st
-
     @st.cache_resource(show_spinner=False)
     def _warmups() -> dict:
         return {}
