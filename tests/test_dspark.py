@@ -83,8 +83,9 @@ def _assert_same_cache(a, b, exact_windows: bool = True):
         if k.startswith("pending"):  # fp32 projections: a 4-row and a 1-row matmul differ in the last bit
             torch.testing.assert_close(la[k], lb[k], atol=1e-5, rtol=0)
         elif k.startswith("window") and not exact_windows:
-            # many steps of batched vs single-row forwards: allow an occasional one-step FP8 rounding flip
-            assert (la[k] != lb[k]).float().mean() < 0.01, k
+            # many steps of batched vs single-row forwards: allow occasional one-step FP8 rounding flips (under 1% on
+            # one CPU model, up to 3.8% of a window's numbers on another); a real mismatch moves most of them
+            assert (la[k] != lb[k]).float().mean() < 0.08, k
         else:
             assert torch.equal(la[k], lb[k]), k
 
