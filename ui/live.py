@@ -21,7 +21,7 @@ from model.inference.trace import LensChoice
 from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
-from ui.queue import BatchWorker, Busy, run_rows, wait_for
+from ui.queue import BatchWorker, Busy, run_rows, wait_for, waiting_box
 from ui.state import arrived, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
@@ -192,13 +192,7 @@ def forward(sess: Session, kind: str, ids: list[int], what: str, ablation: Ablat
     if ticket is None:
         busy_message(busy, what)
         return None
-    box = st.empty()
-
-    def show(msg: str | None) -> None:
-        if msg is None:
-            box.empty()
-        else:
-            box.info(msg, icon=":material/hourglass_top:")
+    show = waiting_box()
 
     try:
         value = wait_for(worker, ticket, what, show)

@@ -91,16 +91,7 @@ def heavy_run(what: str, show: Callable[[str | None], None] | None = None,
     """Wait for a slot in the server-wide queue, saying where this run stands, then run the block."""
     q = queue or _server_queue()
     if show is None:
-        # Streamlit only for the default display (see _server_queue)
-        import streamlit as st
-
-        box = st.empty()
-
-        def show(msg: str | None) -> None:
-            if msg is None:
-                box.empty()
-            else:
-                box.info(msg, icon=":material/hourglass_top:")
+        show = waiting_box()
     ticket = q.join()
     try:
         while not q.try_start(ticket):
@@ -341,3 +332,18 @@ def wait_for(worker: BatchWorker, ticket: Ticket, what: str, show: Callable[[str
         return ticket.value()
     finally:
         worker.leave(ticket)
+
+
+def waiting_box():
+    """A placeholder in the page and a function that writes a waiting message there (None clears it)."""
+    # Streamlit only for the default display (see _server_queue)
+    import streamlit as st
+
+    box = st.empty()
+
+    def show(msg: str | None) -> None:
+        if msg is None:
+            box.empty()
+        else:
+            box.info(msg, icon=":material/hourglass_top:")
+    return show
