@@ -435,6 +435,7 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     finish(run, tmp_path / "out", "test", 1.0)
     rec = json.loads((tmp_path / "out" / "training.json").read_text())
     assert [p["stage"] for p in rec["curriculum"]["passed"]] == [0, 1]
+    assert rec["tokens"] == 4 * 2 * 32           # the stages' rows (2 x 32), not the run's default 16 x 512
     # the next sitting: a fresh run from stage 1's weights, at stage 1
     tc2 = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "stages" / "stage1"), "start_stage": 1})
     run2 = start_run(tc2, torch.device("cpu"), tmp_path / "ckpt2", resume=False)

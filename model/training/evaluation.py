@@ -99,10 +99,11 @@ def fact_in_pool(m: V41Model, tok, bucket: str = "far", max_stories: int = 24) -
 
 
 @torch.no_grad()
-def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: bool = False) -> dict[str, float]:
+def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: bool = False,
+               step: int = 0) -> dict[str, float]:
     """The gate of a curriculum stage: copy accuracy on fresh synthetic copy rows made with the stage's
     own settings (rows, span, ids) at its longest distances (the top quarter of a spread row's gaps, or
-    exactly `copy_gap`), read at the stage's training window, dense and sparse. `broad` draws the ids
+    exactly `copy_gap`), read at the training window of `step`, dense and sparse. `broad` draws the ids
     from the unigram^0.5 over the whole vocabulary instead (does the copy carry to ids it was not drilled
     on?). Keys: probe, probe_sparse (or probe_broad, probe_broad_sparse)."""
     span = max(3, tc.copy_span)
@@ -112,7 +113,7 @@ def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: 
     g = torch.Generator().manual_seed(seed)
     x, y, answers = copy_rows(ids, n, tc.seq_len, g, span, top, gap_min=gap_min, spread=tc.copy_spread)
     x, y, answers = x.to(m.device), y.to(m.device), answers.to(m.device)
-    set_window(m, window_at(tc, 0))
+    set_window(m, window_at(tc, step))
     m.eval()
     name = "probe_broad" if broad else "probe"
     out = {}

@@ -53,6 +53,7 @@ class Run:
     stage_start: int = 0                 # the step it started at
     passed: list[dict] = field(default_factory=list)    # one record per stage passed (step, probe, weights)
     finished: bool = False               # the last stage passed: nothing left to train
+    tokens_this_process: int = 0         # for the progress line's rate
 
     def stage_config(self) -> TrainConfig:
         """The run's settings with the current stage's applied (the last stage's once all passed)."""
@@ -74,7 +75,14 @@ class Run:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.tc.batch * self.tc.seq_len
+        """Tokens in one step of the current stage (of the run without a curriculum)."""
+        ts = self.stage_config()
+        return ts.batch * ts.seq_len
+
+    def tokens_done(self) -> int:
+        """Tokens trained so far: each logged step's own count (a curriculum's rows change by stage; a log
+        written before steps recorded it counts the run's batch x seq_len)."""
+        return sum(r.get("tokens", self.tc.batch * self.tc.seq_len) for r in self.log)
 
 
 def start_run(tc: TrainConfig, device: torch.device, ckpt_dir: Path, resume: bool) -> Run:
@@ -111,7 +119,7 @@ def train_steps(run: Run) -> float:
         x, y, answers = make_batch(ts, run.stream, run.tok, step)
         set_window(m, window_at(ts, step))
         rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), ts, step, answers)
-        rec["step"] = step + 1
+        rec["step"], rec["tokens"] = step + 1, x.numel()
         _progress(run, rec, step, time.time() - t0)
         if run.stages:
             rec["stage"] = run.stage
@@ -138,8 +146,8 @@ def _gate(run: Run, ts: TrainConfig, step: int, rec: dict) -> None:
     done = step + 1 - run.stage_start
     if done < ts.gate_min_steps or done % run.tc.gate_every:
         return
-    rec.update(copy_probe(run.model, ts, run.stream))
-    rec.update(copy_probe(run.model, ts, run.stream, broad=True))
+    rec.update(copy_probe(run.model, ts, run.stream, step=step))
+    rec.update(copy_probe(run.model, ts, run.stream, broad=True, step=step))
     print(f"\n  stage {run.stage} step {step + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items()
                                                             if k.startswith("probe")), file=sys.stderr)
     if rec["probe"] < ts.gate:
@@ -158,7 +166,8 @@ def _gate(run: Run, ts: TrainConfig, step: int, rec: dict) -> None:
 def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
     steps = run.tc.steps
     done = step + 1 - run.start
-    rate = done * run.tokens_per_step / elapsed
+    run.tokens_this_process += rec["tokens"]
+    rate = run.tokens_this_process / elapsed
     eta = (steps - step - 1) * elapsed / done
     bar = "#" * int(30 * (step + 1) / steps)
     print(f"\r[{bar:<30}] {step + 1}/{steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f} "
@@ -192,7 +201,7 @@ def training_record(run: Run, command: str, train_seconds: float, drafter_info: 
     prior = Path(tc.init_from) / "training.json" if tc.init_from else None
     phases = json.loads(prior.read_text()).get("phases", []) if prior is not None and prior.exists() else []
     phases = phases + [{"run": str(run.ckpt_dir), "steps_done": end, "schedule_steps": tc.steps,
-                        "tokens": end * run.tokens_per_step,
+                        "tokens": run.tokens_done(),
                         "command": command,
                         "wall_seconds_last_segment": round(train_seconds, 1), "resumed_at_step": run.start or None,
                         "last_eval": {k: v for k, v in final.items() if k.startswith(EVAL_KEYS)}}]
@@ -200,7 +209,7 @@ def training_record(run: Run, command: str, train_seconds: float, drafter_info: 
         "command": command,
         "seed": tc.seed, "preset": tc.preset, "train_config": asdict(tc),
         "data": {"stream": tc.stream, "manifest": run.stream.manifest, "tokenizer": tc.tokenizer},
-        "steps": end, "tokens": end * run.tokens_per_step, "parameters": sum(p.numel() for p in run.model.parameters()),
+        "steps": end, "tokens": run.tokens_done(), "parameters": sum(p.numel() for p in run.model.parameters()),
         "wall_seconds": round(train_seconds, 1), "resumed_at_step": run.start or None,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(run.device),
