@@ -10,12 +10,15 @@ reader waits for are cached with a progress bar (`cached_with_progress`). URL an
 
 from __future__ import annotations
 
+import hashlib
+import io
+import pickle
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator, TypeVar
 
 import streamlit as st
 import torch
@@ -258,4 +261,60 @@ def cached_with_progress(namespace: str, key: Hashable, compute: Callable[[Calla
     store[key] = value
     while len(store) > max_entries:
         store.popitem(last=False)
+    return value
+
+
+# ---- pure results (figures, tables) made once per argument values -------------------------------------------------
+T = TypeVar("T")
+BUILT_KEPT = 256      # results kept server-wide (a figure is tens to hundreds of KB)
+
+
+class _Fingerprint(pickle.Pickler):
+    """Pickles a builder's arguments by value, to name them in the store. A Session stands for its choices
+    (its model is the same object for the same label), so `sess.num` is its numbering; a tensor for its bytes."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, Session):
+            return tuple, ((obj.label, obj.weights, obj.device, obj.one_based),)
+        if isinstance(obj, torch.Tensor):
+            return tuple, ((str(obj.dtype), tuple(obj.shape), obj.detach().cpu().contiguous().numpy().tobytes()),)
+        return NotImplemented
+
+
+def _fingerprint(*parts) -> bytes | None:
+    buf = io.BytesIO()
+    try:
+        _Fingerprint(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(parts)
+    except (pickle.PicklingError, TypeError, AttributeError):   # a lambda, a lock ...: not named by value
+        return None
+    return hashlib.blake2b(buf.getvalue(), digest_size=20).digest()
+
+
+@st.cache_resource(show_spinner=False)
+def _built_store() -> OrderedDict:
+    return OrderedDict()
+
+
+_built_lock = threading.Lock()
+
+
+def built(build: Callable[..., T], *args, **kwargs) -> T:
+    """`build(*args, **kwargs)` for a pure builder (a Plotly figure, a table), made once per argument values and
+    shared server-wide, read-only: a page's rerun, or another visitor at the same inputs, reuses the result
+    instead of building it again (a Plotly figure costs tens of milliseconds to hundreds to validate; passing
+    the same figure object to st.plotly_chart again only serialises it). Arguments are named by value (pickled,
+    then hashed); arguments that cannot be pickled make it build every time. Callers must not change the result."""
+    key = _fingerprint(build.__module__, build.__qualname__, args, kwargs)
+    if key is None:
+        return build(*args, **kwargs)
+    store = _built_store()
+    with _built_lock:
+        if key in store:
+            store.move_to_end(key)
+            return store[key]
+    value = build(*args, **kwargs)
+    with _built_lock:
+        store[key] = value
+        while len(store) > BUILT_KEPT:
+            store.popitem(last=False)
     return value

@@ -28,7 +28,7 @@ from lessons.far_fact import (
 )
 from lessons.far_story import far_sample, own_story
 from model.arch.context import Ablation
-from ui.common import TINY_DIR, cached_with_progress
+from ui.common import TINY_DIR, built, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
@@ -202,7 +202,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     m[3].metric("Answer, global off", off.token.strip() or repr(off.token),
                 help="The top token with every layer reading only its window and the sink.")
     st.text("\n".join(lines))
-    st.plotly_chart(far_fact_figure(ff, sess.num), width="stretch", key=f"{key}_ff_fig",
+    st.plotly_chart(built(far_fact_figure, ff, sess.num), width="stretch", key=f"{key}_ff_fig",
                     config={"displayModeBar": False})
     st.code(marked_text(ff), language=None, wrap_lines=True)
     st.caption("Above: the story around the fact. Between ⟦ ⟧ the tokens packed in the fact's entries of the "
