@@ -147,9 +147,12 @@ def far_fact_run(sess, story, tokens):
     return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
 
 
+@st.fragment
 def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
-    answer-predicting token did with the fact's compressed entries. Never stops the page."""
+    answer-predicting token did with the fact's compressed entries. Never stops the page. A fragment: choosing
+    the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
+    the pools' tables)."""
     model = sess.model
     st.subheader("Far fact: does the answer reach back?")
     if model is None or getattr(model, "tokenizer", None) is None:
