@@ -432,10 +432,11 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, copy_frac=1.0, warmup_steps=1,
                      stream=str(tmp_path / "stream.npy"), tokenizer=str(tok), eval_every=0, ckpt_every=100,
                      drafter_steps=0, gate_every=2, gate_min_steps=2, stage_dir=str(tmp_path / "stages"),
-                     curriculum="train_window=2 copy_gap=2 gate=0; train_window=2 copy_spread=1 gate=0")
+                     curriculum="train_window=2 copy_gap=2 gate=0 gate_min_steps=4; train_window=2 copy_spread=1 gate=0")
     run = start_run(tc, torch.device("cpu"), tmp_path / "ckpt", resume=False)
     train_steps(run)
-    assert [p["passed_at_step"] for p in run.passed] == [2, 4] and run.finished and run.end == 4
+    # stage 0 holds its own 4 steps before its first probe, stage 1 the run's 2
+    assert [p["passed_at_step"] for p in run.passed] == [4, 6] and run.finished and run.end == 6
     assert all(0 <= p["probe"] <= 1 and "probe_broad_sparse" in p for p in run.passed)
     from safetensors import safe_open
     with safe_open(str(tmp_path / "stages" / "stage1" / "model.safetensors"), "pt") as f:
@@ -444,7 +445,7 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     finish(run, tmp_path / "out", "test", 1.0)
     rec = json.loads((tmp_path / "out" / "training.json").read_text())
     assert [p["stage"] for p in rec["curriculum"]["passed"]] == [0, 1]
-    assert rec["tokens"] == 4 * 2 * 32           # the stages' rows (2 x 32), not the run's default 16 x 512
+    assert rec["tokens"] == 6 * 2 * 32           # the stages' rows (2 x 32), not the run's default 16 x 512
     # the next sitting: a fresh run from stage 1's weights, at stage 1
     tc2 = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "stages" / "stage1"), "start_stage": 1})
     run2 = start_run(tc2, torch.device("cpu"), tmp_path / "ckpt2", resume=False)
