@@ -51,7 +51,8 @@ def test_built_keeps_a_bounded_number_of_results(monkeypatch):
     assert built(_bar, [0], title="bounded") is not first  # the oldest was dropped
 
 
-@pytest.mark.parametrize("page", ["inspector", "attention_shares", "indexer_pools", "figure3"])
+@pytest.mark.parametrize("page", ["start", "figure3", "layer_map", "attention_shares", "recurrence", "cache_calculator",
+                                  "prefill_decode", "compare_designs", "inspector", "indexer_pools", "ablation"])
 def test_a_warm_rerun_builds_no_figure(page, monkeypatch):
     from plotly.basedatatypes import BaseFigure
 
