@@ -28,6 +28,24 @@ def test_built_returns_the_same_result_for_the_same_argument_values():
     assert built(_bar, [1, 2, 3], title="x").to_dict() == _bar([1, 2, 3], title="x").to_dict()
 
 
+def test_built_names_frames_arrays_tensors_and_dataclasses_by_value():
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from lessons.start import NextTokens
+
+    frame = pd.DataFrame({"position": [1, 2], "rate": [0.5, 0.25]})
+    values = [frame, frame["rate"], np.arange(3.0), torch.arange(3), NextTokens(["a"], [1], [0.5], 2)]
+    for v in values:
+        assert common._fingerprint(v) is not None, type(v)
+    assert common._fingerprint(frame) == common._fingerprint(frame.copy())
+    assert common._fingerprint(frame) != common._fingerprint(frame.assign(rate=[0.5, 0.3]))
+    assert common._fingerprint(torch.arange(3)) != common._fingerprint(torch.arange(4))
+    a, b = NextTokens(["a"], [1], [0.5], 2), NextTokens(["b"], [1], [0.5], 2)
+    assert common._fingerprint(a) != common._fingerprint(b)
+
+
 def test_built_names_a_session_by_its_choices_and_builds_unpicklable_arguments_every_time():
     def numbered(num, n):
         return [num(i) for i in range(n)]
@@ -66,3 +84,19 @@ def test_a_warm_rerun_builds_no_figure(page, monkeypatch):
     at.run()
     assert not at.exception and not at.error
     assert made == []
+
+
+def test_dspark_whole_run_figures_are_reused_on_a_rerun(monkeypatch):
+    from plotly.basedatatypes import BaseFigure
+
+    at = AppTest.from_file(str(ROOT / "pages" / "dspark.py"), default_timeout=300)
+    at.query_params["weights"] = "random"
+    at.query_params["gen"] = "6"
+    at.run()
+    at.button(key="ds_run").click().run()
+    assert not at.exception and not at.error and len(at.get("plotly_chart")) == 2
+    made = []
+    init = BaseFigure.__init__
+    monkeypatch.setattr(BaseFigure, "__init__", lambda self, *a, **k: made.append(type(self)) or init(self, *a, **k))
+    at.run()
+    assert not at.exception and len(at.get("plotly_chart")) == 2 and made == []

@@ -317,7 +317,8 @@ def _feed(h, obj, depth: int = 0) -> None:
         else:
             up(np.ascontiguousarray(obj).tobytes())
     elif isinstance(obj, (pd.DataFrame, pd.Series)):
-        _feed(h, (type(obj).__name__, [str(c) for c in getattr(obj, "columns", [obj.name])]), depth + 1)
+        _feed(h, (type(obj).__name__, [str(c) for c in obj.columns] if isinstance(obj, pd.DataFrame) else obj.name),
+              depth + 1)
         up(pd.util.hash_pandas_object(obj, index=True).to_numpy().tobytes())
     elif dataclasses.is_dataclass(obj):
         _feed(h, (type(obj).__module__, type(obj).__qualname__), depth + 1)
