@@ -58,29 +58,34 @@ def number(text: str) -> float | None:
 
 
 def table(rows: list[dict], before: str, after: str) -> str:
-    """benchmark, key, before median (n), after median (n), after/before; `<-- >10%` past FLAG."""
-    out = [f"{'benchmark':<12} {'key':<30} {'before (median, n)':>22} {'after (median, n)':>22} after/before"]
+    """Per benchmark (a heading with its arguments), per key: each side's median (n), after/before of the
+    medians (`<-- >10%` past FLAG) and the range of the ratios run by run (the i-th after over the i-th
+    before run, which ran next to each other), which shows how far the machine moved the figures."""
+    out = [f"{'key':<30} {'before (median, n)':>20} {'after (median, n)':>20} {'after/before':>12}   run by run"]
     for bench in dict.fromkeys(r["bench"] for r in rows):
-        name = bench.split()[0]
+        out.append(f"python -m bench.{bench}")
         side = {s: [r["values"] for r in rows if r["bench"] == bench and r["checkout"] == s and r["values"]]
                 for s in (before, after)}
         for key in dict.fromkeys(k for s in (before, after) for v in side[s] for k in v):
-            cells, med = [], {}
+            cells, med, nums = [], {}, {}
             for s in (before, after):
-                vals = [v[key] for v in side[s] if key in v]
-                nums = [x for x in map(number, vals) if x is not None]
-                if nums and len(nums) == len(vals):
-                    med[s] = statistics.median(nums)
-                    cells.append(f"{med[s]:.4g} (n={len(nums)})")
+                vals = [v.get(key) for v in side[s]]
+                nums[s] = [number(x) if x is not None else None for x in vals]
+                got = [x for x in nums[s] if x is not None]
+                if got and len(got) == len([x for x in vals if x is not None]):
+                    med[s] = statistics.median(got)
+                    cells.append(f"{med[s]:.4g} (n={len(got)})")
                 else:
-                    cells.append(f"{'/'.join(dict.fromkeys(vals)) or '-'} (n={len(vals)})")
-            ratio = ""
+                    cells.append(f"{'/'.join(dict.fromkeys(x for x in vals if x)) or '-'} (n={len(got)})")
+            ratio, pairs = "", ""
             if len(med) == 2 and med[before] != 0:
                 r = med[after] / med[before]
-                ratio = f"{r:12.3f}" + ("  <-- >10%" if abs(r - 1) > FLAG else "")
+                ratio = f"{r:12.3f}" + ("  <-- >10%" if abs(r - 1) > FLAG else "           ")
+                each = [a / b for a, b in zip(nums[after], nums[before]) if a is not None and b]
+                pairs = f"{min(each):.2f}-{max(each):.2f}" if len(each) > 1 and len(set(each)) > 1 else ""
             elif len(med) == 2:
-                ratio = f"{1.0:12.3f}" if med[after] == 0 else "  (before 0)"
-            out.append(f"{name:<12} {key:<30} {cells[0]:>22} {cells[1]:>22} {ratio}")
+                ratio = f"{1.0:12.3f}           " if med[after] == 0 else "    (before 0)         "
+            out.append(f"  {key:<28} {cells[0]:>20} {cells[1]:>20} {ratio} {pairs}".rstrip())
     return "\n".join(out)
 
 
