@@ -109,9 +109,12 @@ def notation(cfg: V41Config, one_based: bool = False) -> str:
 
 
 def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = None,
-          total_params: int | None = None) -> list[Step]:
+          total_params: int | None = None, engram_proj: int | None = None,
+          active_decode: int | None = None) -> list[Step]:
     """The story. `engram_params` / `total_params` (from model.count_params, computed by the caller) let the
-    Engram step say how much memory its tables take; without them it counts the tables from the config."""
+    Engram step say how much memory its tables take; without them it counts the tables from the config.
+    `engram_proj` (one Engram layer's projection parameters) and `active_decode` (active parameters per
+    decoded token) let it put a number on the projection's work: one multiply-add per weight per token."""
     f = facts(cfg)
     n = lambda i: _num(i, one_based)  # noqa: E731
     enc_runs = " + ".join(r.formula() for r in f["runs"]["encoder"])
@@ -132,6 +135,14 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
     tables = engram_params if engram_params is not None else sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
     share = (f", out of {total_params / 1e9:,.0f}B parameters in all" if total_params else "")
     big = f"{tables / 1e9:,.0f}B parameters" if tables >= 1e9 else f"{tables:,} parameters"
+    n_engram = len([i for i in f["engram"] if i < cfg.num_hidden_layers])
+    if engram_proj and active_decode and n_engram:
+        per_layer = f"{engram_proj / 1e6:,.0f}M" if engram_proj >= 1e6 else f"{engram_proj:,}"
+        work = (f" (about {per_layer} multiply-adds per token at each Engram layer; at {n_engram} such layers, "
+                f"about {100 * n_engram * engram_proj / active_decode:.0f}% of the weights one decoded token is "
+                f"multiplied by)")
+    else:
+        work = ""
     return [
         Step("job", "Start with the job",
              "Read the drawing from the bottom. Text comes in as token ids; the embedding turns each id into a "
@@ -202,7 +213,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              f"At {engram}, the last few token ids (up to {f['ngram']} in a row) are hashed into addresses "
              "of large learned tables. The rows found there are gated into the state before attention runs. "
              "The lookup itself is only a few table rows per token, but projecting those rows into the streams "
-             "is ordinary matrix work at each Engram layer, and the tables are large in memory: they hold "
+             f"is ordinary matrix work{work}, and the tables are large in memory: they hold "
              f"{big}{share}, learned like any other weight.",
              frozenset({"engram"}), None, read_along=read_along("§2.4.2")),
         Step("mhc", "mHC: several residual paths",

@@ -51,7 +51,8 @@ if which == "running" and sess.model is None:
     which = "full"
 cfg = _full_cfg() if which == "full" else sess.model.cfg
 counts = param_counts("v4.1-flash") if which == "full" else {}   # the tiny config's Engram tables: from cfg
-story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_params=counts.get("total"))
+story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_params=counts.get("total"),
+              engram_proj=counts.get("engram_proj_per_layer"), active_decode=counts.get("active_decode"))
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 with top[2]:

@@ -175,23 +175,19 @@ def test_frequent_ids_rank_by_count_and_leave_special_ids_out():
     assert s.frequent_ids(1, prefix=70).tolist() == [7]     # counted over the first 70 tokens only
 
 
-def _intel_cpu() -> bool:
-    try:
-        return "GenuineIntel" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-
-
-# On an Intel Xeon host the compiled step drifts from the eager one well past rounding (indexer KL 5.7e-4 relative,
-# gradients up to 3.3e-2, a swapped near-tie in the top-k), the same before and after the 2026-12-02 changes; it
-# holds to 1e-5 / 1e-4 on the AMD EPYC hosts it was written on. Kept strict there; to be traced to its kernel.
 @pytest.mark.slow
-@pytest.mark.xfail(condition=_intel_cpu(), reason="compiled kernels drift on Intel hosts (see comment)", strict=False)
 def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
     """model/fusion.py's compiled kernels change speed, not maths: on one batch, the loss, every
-    parameter's gradient and every discrete choice (experts, top-k picks, candidate pools) agree."""
+    parameter's gradient and every discrete choice (experts, top-k picks, candidate pools) agree.
+
+    Compared with the fake quantisation off: FP4 has 16 levels, so a rounding-level difference upstream
+    (a compiled reduction summing in another order) can move a value across a rounding boundary and change
+    an index score by a whole FP4 step, then a top-k pick, then the gradients; seen on an Intel Xeon host
+    (index scores 3% apart, one pick swapped), never on the AMD hosts. The quantisers themselves are
+    checked compiled against eager, bit for bit, and with quantisation on the loss still agrees."""
     import model.arch.attention as attention
-    from model.fusion import compile_error, configure
+    from model import quant
+    from model.fusion import compile_error, configure, fused
     from model.training import forward_backward
 
     configure()
@@ -207,16 +203,20 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
     monkeypatch.setattr(attention, "select_topk", recording("topk", attention.select_topk))
     monkeypatch.setattr(attention, "candidate_pool", recording("pool", attention.candidate_pool))
     x, y = sample_batch(_stream(), 4, 48, torch.Generator().manual_seed(3))
-    runs = {}
+    runs, losses = {}, {}
     for fast in (False, True):
         for dense in (True, False):
             tc, m, _ = _setup()
             tc.fast = fast
             chosen.update(topk=[], pool=[])
-            lm, il, out = forward_backward(m, x, y, tc, dense)
+            with quant.fake_quant_disabled():
+                lm, il, out = forward_backward(m, x, y, tc, dense)
             runs[fast, dense] = (float(lm), float(il), {n: p.grad.clone() for n, p in m.named_parameters()
                                                         if p.grad is not None},
                                  [r for _, r in out.routings], list(chosen["topk"]), list(chosen["pool"]))
+            tc, m, _ = _setup()
+            tc.fast = fast
+            losses[fast, dense] = float(forward_backward(m, x, y, tc, dense)[0])
     assert compile_error() is None
     for dense in (True, False):
         (le, ie, ge, re_, te, pe), (lf, if_, gf, rf, tf, pf) = runs[False, dense], runs[True, dense]
@@ -228,6 +228,15 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
         assert len(re_) == len(rf) and all(torch.equal(a, b) for a, b in zip(re_, rf))
         assert te and len(te) == len(tf) and all(torch.equal(a, b) for a, b in zip(te, tf))
         assert pe and len(pe) == len(pf) and all(torch.equal(a, b) for a, b in zip(pe, pf))
+        assert abs(losses[True, dense] - losses[False, dense]) <= 1e-5 * abs(losses[False, dense])
+    g = torch.Generator().manual_seed(0)
+    for shape in ((4, 48, 64), (4, 24, 32)):
+        v = torch.randn(*shape, generator=g) * 0.1
+        for fn, args in ((quant._fake_fp4_values, (16, True)), (quant._fake_fp4_values, (32, False)),
+                         (quant._fake_fp8_values, (32,))):
+            eager = fn(v, *args)
+            with fused():
+                assert torch.equal(fn(v, *args), eager), (fn.__name__, args, shape)
 
 
 def test_stages_pick_the_last_started_value_and_reject_garbage():
@@ -420,10 +429,12 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, copy_frac=1.0, warmup_steps=1,
                      stream=str(tmp_path / "stream.npy"), tokenizer=str(tok), eval_every=0, ckpt_every=100,
                      drafter_steps=0, gate_every=2, gate_min_steps=2, stage_dir=str(tmp_path / "stages"),
-                     curriculum="train_window=2 copy_gap=2 gate=0; train_window=2 copy_spread=1 gate=0")
+                     curriculum="train_window=2 copy_gap=2 gate=0 gate_min_steps=4; "
+                                "train_window=2 copy_spread=1 gate=0")
     run = start_run(tc, torch.device("cpu"), tmp_path / "ckpt", resume=False)
     train_steps(run)
-    assert [p["passed_at_step"] for p in run.passed] == [2, 4] and run.finished and run.end == 4
+    # stage 0 holds its own 4 steps before its first probe, stage 1 the run's 2
+    assert [p["passed_at_step"] for p in run.passed] == [4, 6] and run.finished and run.end == 6
     assert all(0 <= p["probe"] <= 1 and "probe_broad_sparse" in p for p in run.passed)
     from safetensors import safe_open
     with safe_open(str(tmp_path / "stages" / "stage1" / "model.safetensors"), "pt") as f:
@@ -432,7 +443,7 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     finish(run, tmp_path / "out", "test", 1.0)
     rec = json.loads((tmp_path / "out" / "training.json").read_text())
     assert [p["stage"] for p in rec["curriculum"]["passed"]] == [0, 1]
-    assert rec["tokens"] == 4 * 2 * 32           # the stages' rows (2 x 32), not the run's default 16 x 512
+    assert rec["tokens"] == 6 * 2 * 32           # the stages' rows (2 x 32), not the run's default 16 x 512
     # the next sitting: a fresh run from stage 1's weights, at stage 1
     tc2 = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "stages" / "stage1"), "start_stage": 1})
     run2 = start_run(tc2, torch.device("cpu"), tmp_path / "ckpt2", resume=False)

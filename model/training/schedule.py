@@ -57,7 +57,8 @@ class TrainConfig:
     start_stage: int = 0                # resume the curriculum at this stage (with --init-from its weights)
     gate: float = 0.6                   # a stage ends when its copy probe reaches this accuracy ...
     gate_every: int = 50                # ... measured every this many steps ...
-    gate_min_steps: int = 50            # ... once the stage has run this many steps
+    gate_min_steps: int = 50            # ... once the stage has run this many steps (a stage may set its own: a
+                                        # long one, e.g. language with the copies kept, is then a fixed length)
     stage_dir: str = ""                 # where each passed stage's weights go (bf16), e.g. runs/checkpoints/s1
     train_only: str = ""                # regex: train only the parameters whose name matches (the rest frozen)
 
@@ -97,7 +98,7 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
 # Fields a curriculum stage may set: the data, the rows and the window; not the optimizer or the run.
 STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "repeat_frac", "repeat_pieces",
-                "answer_weight", "dense_warmup_frac", "lr", "gate")
+                "answer_weight", "dense_warmup_frac", "lr", "gate", "gate_min_steps")
 
 
 @dataclass
