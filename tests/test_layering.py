@@ -233,15 +233,16 @@ FACE_EXCEPTIONS = {
 
 
 def face_exports(root: Path = REPO) -> dict[str, list[str]]:
-    """Each sub-package of model/ -> the names its `__init__` lists in `__all__` (read with ast, not imported)."""
+    """`model` and each of its sub-packages -> the names its `__init__` lists in `__all__` (read with ast, not
+    imported)."""
     out = {}
-    for init in sorted((root / "model").glob("*/__init__.py")):
+    for init in [root / "model" / "__init__.py", *sorted((root / "model").glob("*/__init__.py"))]:
         names: list[str] = []
         for node in ast.parse(init.read_text()).body:
             targets = node.targets if isinstance(node, ast.Assign) else []
             if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
                 names = list(ast.literal_eval(node.value))
-        out[f"model.{init.parent.name}"] = names
+        out[module_name(init, root)] = names
     return out
 
 
@@ -287,7 +288,8 @@ def face_violations(root: Path = REPO) -> list[str]:
             if imp.top == "model" and imp.target not in doors and (rel, imp.target) not in FACE_EXCEPTIONS:
                 bad.append(f"{rel}:{imp.line} imports {imp.target}: import it from its package's face")
         for node in ast.walk(ast.parse(p.read_text())):
-            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("model")):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and
+                    node.module.split(".")[0] == "model"):
                 continue
             for a in node.names:
                 if a.name.startswith("_"):
@@ -362,7 +364,7 @@ CLEAN = {
     "pages/__init__.py": "", "pages/page.py": "from ui import widgets\nfrom lessons import lesson\n",
     "ui/__init__.py": "", "ui/widgets.py": "import plotly\nfrom lessons import lesson\nfrom model.config import x\n",
     "lessons/__init__.py": "", "lessons/lesson.py": "import torch\nfrom model.arch import Attention\n",
-    "model/__init__.py": "", "model/config.py": "x = 1\n",
+    "model/__init__.py": "from .config import x\n__all__ = ['x']\n", "model/config.py": "x = 1\n",
     "model/arch/__init__.py": "from .attention import Attention\n__all__ = ['Attention']\n",
     "model/arch/attention.py": "from ..config import x\nclass Attention: ...\n",
     "model/inference/__init__.py": "from .engine import prefill\n__all__ = ['prefill']\n",
@@ -409,6 +411,8 @@ def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
                                                  "from .engine import prefill\n__all__ = ['prefill', 'decode']\n",
                                                  face_gaps),
         "a face without __all__": ("model/arch/__init__.py", "from .attention import Attention\n", face_gaps),
+        "pages imports from model a name its __all__ does not list": ("pages/bad.py", "from model import config_x\n",
+                                                                        face_violations),
     }
     for what, (rel, text, check) in probes.items():
         root = tmp_path / what.replace(" ", "_")
