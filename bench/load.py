@@ -13,7 +13,9 @@ Batched vs one at a time, in one run: the same load runs twice, each against a f
 the app runs (the server's batch worker, ui/queue.py, runs the prompts that arrive together as one
 forward) and once with the worker limited to one row per forward (V41_BATCH_ROWS=1: each prompt's
 forward waits for the others, one at a time). The ratio of their p95 latencies is the batching gain
-on this machine now; absolute seconds depend on what else the machine runs.
+on this machine now; absolute seconds depend on what else the machine runs. On a shared machine one
+pair of runs can land on a busy or a quiet moment, so `--rounds N` alternates the two modes N times
+(batched, one at a time, batched, ...) and reports every round's ratio and their median.
 
 A full queue: when the worker already holds its limit of requests (V41_QUEUE_LIMIT, `--queue-limit`
 here), a page says at once that the server is busy, with how many requests are waiting, instead of
@@ -34,7 +36,8 @@ and the batches the worker ran (ui.live logs one line per batched forward).
 Bounded: `--sessions` sessions, `--prompts` prompt runs each, `--timeout` seconds in all; only
 127.0.0.1 is contacted. Ends with one line:
 `load: sessions=30 errors=0 p50_s=... p95_s=... serial_p50_s=... serial_p95_s=... speedup_p95=... peak_mb=...
-model_loads=1 busy=0 completed=30 batches=... largest_batch=...`.
+model_loads=1 busy=0 completed=30 batches=... largest_batch=...` (with `--rounds N`: the median round's seconds,
+the median ratio, and `speedups=a,b,c`).
 """
 
 from __future__ import annotations
@@ -345,19 +348,32 @@ def main() -> None:
     ap.add_argument("--no-compare", action="store_true", help="only the batched server (no one-at-a-time run)")
     ap.add_argument("--queue-limit", type=int, default=None, help="the server's queue limit (default: the app's)")
     ap.add_argument("--retries", type=int, default=10, help="tries after a busy message, per prompt")
+    ap.add_argument("--rounds", type=int, default=1, help="batched / one-at-a-time pairs, alternating (median)")
     a = ap.parse_args()
-    if not 1 <= a.sessions <= 64 or not 1 <= a.prompts <= 10:
-        sys.exit("--sessions must be 1..64 and --prompts 1..10 (the load stays bounded)")
+    if not 1 <= a.sessions <= 64 or not 1 <= a.prompts <= 10 or not 1 <= a.rounds <= 5:
+        sys.exit("--sessions must be 1..64, --prompts 1..10 and --rounds 1..5 (the load stays bounded)")
     weights = None if a.weights == "trained" else a.weights
-    rep = run_load(a.sessions, a.prompts, a.timeout, weights, queue_limit=a.queue_limit, retries=a.retries)
-    reports = [rep]
-    serial = None
-    if not a.no_compare:
-        serial = run_load(a.sessions, a.prompts, a.timeout, weights, batch_rows=1, queue_limit=a.queue_limit,
-                          retries=a.retries)
-        reports.append(serial)
+    pairs, loads = [], []
+    for _ in range(a.rounds):
+        loads.append(os.getloadavg()[0])
+        rep = run_load(a.sessions, a.prompts, a.timeout, weights, queue_limit=a.queue_limit, retries=a.retries)
+        serial = None
+        if not a.no_compare:
+            serial = run_load(a.sessions, a.prompts, a.timeout, weights, batch_rows=1, queue_limit=a.queue_limit,
+                              retries=a.retries)
+        if a.rounds > 1:
+            for r in (rep, serial):
+                if r is not None:
+                    r.mode += f", round {len(pairs) + 1}"
+        pairs.append((rep, serial))
+    # the round with the median ratio (the median batched p95 without a comparison) stands for the run
+    order = sorted(range(len(pairs)), key=lambda i: pairs[i][1].p95 / pairs[i][0].p95 if pairs[i][1] is not None
+                   else pairs[i][0].p95)
+    rep, serial = pairs[order[len(order) // 2]]
+    reports = [r for pair in pairs for r in pair if r is not None]
     print(f"{a.sessions} sessions x {a.prompts} prompt run(s), each mode on a fresh server; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+          + (f" ({', '.join(f'{x:.1f}' for x in loads)} at the start of each round)" if a.rounds > 1 else ""))
     if rep.opens:
         print(f"page open (the model is loaded by a first visit before): p50 {percentile(rep.opens, .5):.2f} s, "
               f"max {max(rep.opens):.2f} s")
@@ -373,7 +389,9 @@ def main() -> None:
     if serial is not None:
         extra = (f" serial_p50_s={serial.p50:.2f} serial_p95_s={serial.p95:.2f} "
                  f"speedup_p95={serial.p95 / rep.p95:.2f}")
-    print(f"load: sessions={rep.sessions} errors={len(rep.errors) + (len(serial.errors) if serial else 0)} "
+        if a.rounds > 1:
+            extra += " speedups=" + ",".join(f"{s.p95 / b.p95:.2f}" for b, s in pairs)
+    print(f"load: sessions={rep.sessions} errors={sum(len(r.errors) for r in reports)} "
           f"p50_s={rep.p50:.2f} p95_s={rep.p95:.2f}{extra} peak_mb={rep.peak_mb:.0f} model_loads={rep.model_loads} "
           f"busy={rep.busy} completed={rep.completed} batches={len(rep.batches)} "
           f"largest_batch={max(rep.batches, default=0)}")

@@ -23,7 +23,7 @@ from lessons.ablation import (
 from lessons.far_fact import weights_note
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
-from ui.common import cached_with_progress, require_model, sidebar
+from ui.common import built, cached_with_progress, require_model, sidebar
 from ui.far_fact import far_fact_panel, training_record
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
@@ -132,9 +132,9 @@ st.dataframe(df, hide_index=True, column_config={
     "cache_bytes": st.column_config.NumberColumn("cache bytes", format="%d"),
 })
 st.download_button("Table (CSV)", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv", key="abl_dl")
-st.plotly_chart(ablation_figure(table, [("loss", "held-out loss"), ("recall_far", "far recall"),
-                                        ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
-                                f"Same prompt ({len(cost_ids)} tokens), same budget"), width="stretch",
+st.plotly_chart(built(ablation_figure, table, [("loss", "held-out loss"), ("recall_far", "far recall"),
+                                               ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
+                      f"Same prompt ({len(cost_ids)} tokens), same budget"), width="stretch",
                 key="abl_chart")
 for line in reading(table):
     st.write(line)

@@ -18,7 +18,7 @@ from lessons.shares import (
     share_view,
     two_value_mix,
 )
-from ui.common import sidebar
+from ui.common import built, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
@@ -48,8 +48,8 @@ for col, (i, (name, default)) in zip(cols, enumerate(TOY_QUERIES)):
         st.caption(r.derivation())
 qp_set(**{f"toy{i}": st.session_state[f"toy_{i}"] for i in range(len(TOY_QUERIES))})
 parts = {f"{fmt(v)} x its share": [r.shares[k] * v for _, r in results] for k, v in enumerate(TOY_VALUES)}
-st.plotly_chart(stacked_bars([n for n, _ in results], parts, title="What each query reads", axis_title="result",
-                             text_fmt=fmt, height=220), key="toy_bars", config={"displayModeBar": False})
+st.plotly_chart(built(stacked_bars, [n for n, _ in results], parts, title="What each query reads", axis_title="result",
+                      text_fmt=fmt, height=220), key="toy_bars", config={"displayModeBar": False})
 st.write(TOY_POINT)
 
 # ---- live shares -----------------------------------------------------------------------------------------
@@ -88,8 +88,8 @@ view = share_view(tr, layer, pos, lt.tokens)
 st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(layer)} is "
            f"{tr.layers[layer].spec.role}; it read {sum(k == 'window' for k in view.kinds)} window rows and "
            f"{len(view.entry_ids)} compressed entries.")
-st.plotly_chart(share_heatmap(view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
-                              title=f"Shares at layer {sess.num(layer)}, position {pos}"),
+st.plotly_chart(built(share_heatmap, view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
+                      title=f"Shares at layer {sess.num(layer)}, position {pos}"),
                 key="sh_heat", config={"displayModeBar": False})
 tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
@@ -122,9 +122,9 @@ if not cmp.entry_ids:
             f"{tr.layers[ru].spec.compress_ratio - 1}); move the query position to the right.")
 else:
     src, me = f"layer {sess.num(cmp.source)} (picks)", f"layer {sess.num(cmp.layer)} (Reuse)"
-    st.plotly_chart(grouped_bars(cmp.spans, {src: cmp.source_shares, me: cmp.layer_shares},
-                                 title=f"Head {head}, position {pos}: shares over the same selected entries",
-                                 yaxis_title="share"), key="sh_reuse_bars", config={"displayModeBar": False})
+    st.plotly_chart(built(grouped_bars, cmp.spans, {src: cmp.source_shares, me: cmp.layer_shares},
+                          title=f"Head {head}, position {pos}: shares over the same selected entries",
+                          yaxis_title="share"), key="sh_reuse_bars", config={"displayModeBar": False})
     same = "the same entries in the same order (checked)" if cmp.same_entries else "DIFFERENT entries"
     st.write(f"Both layers read {same}: {len(cmp.entry_ids)} entries. The largest difference in the share "
              f"given to one entry is {cmp.largest_gap:.3f}.")

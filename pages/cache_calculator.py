@@ -20,7 +20,7 @@ from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, 
 from lessons.layers import map_line
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
-from ui.common import sidebar
+from ui.common import built, sidebar
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (
@@ -122,10 +122,10 @@ tabs = st.tabs(["Bytes by kind", "By layer", "Derivation", "Check against the ru
                 "What the formula leaves out"])
 with tabs[0]:
     fmt = chart_format(f"{P}_fmt")
-    chart(kind_bar(hbm, f"{design.label}: {human_bytes(hbm.total)} at {knobs.context:,} tokens"), f"{P}_kind", fmt,
-          f"cache-{preset}-by-kind")
+    chart(built(kind_bar, hbm, f"{design.label}: {human_bytes(hbm.total)} at {knobs.context:,} tokens"),
+          f"{P}_kind", fmt, f"cache-{preset}-by-kind")
     if per.total:
-        chart(kind_bar(per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
+        chart(built(kind_bar, per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
               f"cache-{preset}-persistent")
 with tabs[1]:
     seed(f"{P}_log", qp_bool("log"), True)
@@ -135,13 +135,13 @@ with tabs[1]:
     def label(i: int) -> str:
         return design.layer_names.get(i, str(sess.num(i)))
 
-    chart(layer_bar(hbm, label, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
+    chart(built(layer_bar, hbm, label, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
           st.session_state.get(f"{P}_fmt", "png"), f"cache-{preset}-by-layer")
     st.caption("A shared copy is drawn at the layer that makes it; the derivation's 'read_by' column says how many "
                "layers read it.")
     if preset == "v4.1-flash":
-        st.plotly_chart(layer_map_figure([(design.label, layer_map(V41Config.preset("v4.1-flash")))], sess.one_based),
-                        width="stretch", key=f"{P}_map")
+        st.plotly_chart(built(layer_map_figure, [(design.label, layer_map(V41Config.preset("v4.1-flash")))],
+                              sess.one_based), width="stretch", key=f"{P}_map")
         full = [f"{sess.num(s.index)} (ratio {s.compress_ratio})" for s in layer_map(V41Config.preset("v4.1-flash"))
                 if s.role == "Full"]
         st.caption(f"Layers {', '.join(full)} are the Full layers holding the stored latents and index keys; every "

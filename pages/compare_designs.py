@@ -18,7 +18,7 @@ from lessons.designs import (
     v4_to_v41_waterfall,
     with_context,
 )
-from ui.common import sidebar
+from ui.common import built, sidebar
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
@@ -88,16 +88,16 @@ fmt = chart_format(f"{P}_fmt")
 seed(f"{P}_log", qp_bool("log"), True)
 log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
 qp_set(log=None if log else "0")
-chart(compare_bar([(c.design.short or c.design.label, c.hbm) for c in calcs],
-                  f"Cache on the accelerator at {int(ctx):,} tokens", log),
+chart(built(compare_bar, [(c.design.short or c.design.label, c.hbm) for c in calcs],
+            f"Cache on the accelerator at {int(ctx):,} tokens", log),
       f"{P}_bar", fmt, "compare-designs")
-chart(role_strip([c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
+chart(built(role_strip, [c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
 
 st.subheader("From V4-Flash to V4.1: one change at a time")
 st.write(LINEAGE)
 st.markdown(WATERFALL_NOTE)
 fall = v4_to_v41_waterfall()
-chart(waterfall_figure(fall, "Bytes per token, V4-Flash to V4.1-Flash"), f"{P}_waterfall", fmt, "v4-to-v41")
+chart(built(waterfall_figure, fall, "Bytes per token, V4-Flash to V4.1-Flash"), f"{P}_waterfall", fmt, "v4-to-v41")
 st.dataframe(pd.DataFrame([{"step": w.step, "bytes per token after": round(w.bytes_per_token, 2),
                             "change": round(w.change, 2), "what changes": w.why} for w in fall]),
              hide_index=True, key=f"{P}_waterfall_table")
@@ -121,9 +121,9 @@ for c in calcs:
         if c.design.unknowns:
             st.markdown("**Not known / not counted:**\n" + "\n".join(f"- {u}" for u in c.design.unknowns))
 
-out = {c.design.key: json.loads(c.to_json()) for c in calcs}
-d1, d2 = st.columns(2)
-d1.download_button("Comparison as CSV", pd.DataFrame(rows).to_csv(index=False).encode(),
+d1, d2 = st.columns(2)       # the files are written when the reader clicks, not on every rerun
+d1.download_button("Comparison as CSV", lambda: pd.DataFrame(rows).to_csv(index=False).encode(),
                    file_name=f"compare-{int(ctx)}.csv", mime="text/csv", key=f"{P}_csv")
-d2.download_button("Derivations as JSON", json.dumps(out, indent=2).encode(), file_name=f"compare-{int(ctx)}.json",
-                   mime="application/json", key=f"{P}_json")
+d2.download_button("Derivations as JSON",
+                   lambda: json.dumps({c.design.key: json.loads(c.to_json()) for c in calcs}, indent=2).encode(),
+                   file_name=f"compare-{int(ctx)}.json", mime="application/json", key=f"{P}_json")

@@ -38,7 +38,7 @@ from model.inference import (
     speculative_start,
     verify_step,
 )
-from ui.common import cached_with_progress, require_model, sidebar
+from ui.common import built, cached_with_progress, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
@@ -260,8 +260,8 @@ st.dataframe(expl, hide_index=True)
 pos = pd.DataFrame([vars(r) for r in position_rows(stats)])
 if not pos.empty:
     a1, a2 = st.columns(2)
-    a1.plotly_chart(acceptance_figure(pos), width="stretch", key="ds_acc")
-    a2.plotly_chart(calibration_figure(pos), width="stretch", key="ds_cal")
+    a1.plotly_chart(built(acceptance_figure, pos), width="stretch", key="ds_acc")
+    a2.plotly_chart(built(calibration_figure, pos), width="stretch", key="ds_cal")
     st.dataframe(pos, hide_index=True)
     st.download_button("Acceptance and calibration (CSV)", pos.to_csv(index=False), file_name="dspark_positions.csv",
                        mime="text/csv", key="ds_dl_pos")

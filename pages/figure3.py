@@ -11,7 +11,7 @@ from lessons.figure3 import box_text, live_layer, notation, sample_image, steps
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
 from model import V41Config
-from ui.common import sidebar
+from ui.common import built, sidebar
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
@@ -112,7 +112,7 @@ def walkthrough() -> None:
 
     selected = None if box_id == NONE else box_id
     with left:
-        fig = diagram_figure(diagram, step.focus, selected, height=diagram.height_px(30 if not compact else 44))
+        fig = built(diagram_figure, diagram, step.focus, selected, height=diagram.height_px(30 if not compact else 44))
         st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
                         config={"displayModeBar": False})
         st.caption(notation(cfg, sess.one_based))

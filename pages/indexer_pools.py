@@ -22,7 +22,7 @@ from lessons.pools import (
     trace_for_pools,
 )
 from model import V41Config, layer_map
-from ui.common import cached_with_progress, clean_prompt, require_model, sidebar
+from ui.common import built, cached_with_progress, clean_prompt, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
@@ -139,10 +139,10 @@ layer = st.radio("Reindex layer", layers, horizontal=True, key="pool_layer", per
                  format_func=lambda i: f"layer {sess.num(i)}")
 res = results[layer]
 pos_list = inp.positions.tolist()
-st.plotly_chart(recall_rows_figure(pos_list, {"recall": res.recall.tolist(),
-                                              "attention mass dropped": res.attention_mass.tolist(),
-                                              "indexer mass dropped": res.indexer_mass.tolist()},
-                                   f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
+st.plotly_chart(built(recall_rows_figure, pos_list, {"recall": res.recall.tolist(),
+                                                     "attention mass dropped": res.attention_mass.tolist(),
+                                                     "indexer mass dropped": res.indexer_mass.tolist()},
+                      f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
 
 # ---- one query row ---------------------------------------------------------------------------------------------
 qt = qp_int_or_none("token", pos_list[0], pos_list[-1], f"showing the last query row, {pos_list[-1]}")
@@ -163,10 +163,10 @@ m[0].metric("Recall", f"{d.recall:.0%}" if d.recall == d.recall else "n/a")
 m[1].metric("Dropped entries", len(d.dropped))
 m[2].metric("Indexer mass dropped", f"{d.indexer_mass:.1%}")
 m[3].metric("Attention mass dropped", f"{d.attention_mass:.1%}")
-st.plotly_chart(block_scores_figure(d, inp.block_size, f"Broad scan at layer {sess.num(inp.candidate_layer)}: "
-                                    "block scores"), width="stretch", key="pool_blocks")
-st.plotly_chart(pool_strip_figure(d, f"Layer {sess.num(layer)}: pool, choices and dropped entries"), width="stretch",
-                key="pool_strip")
+st.plotly_chart(built(block_scores_figure, d, inp.block_size, f"Broad scan at layer {sess.num(inp.candidate_layer)}: "
+                      "block scores"), width="stretch", key="pool_blocks")
+st.plotly_chart(built(pool_strip_figure, d, f"Layer {sess.num(layer)}: pool, choices and dropped entries"),
+                width="stretch", key="pool_strip")
 if d.dropped:
     li = inp.layers[layer]
     share = li.would_share[row].mean(0)

@@ -28,7 +28,7 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
-from ui.common import cached_with_progress, clean_prompt, require_model, sidebar
+from ui.common import built, cached_with_progress, clean_prompt, require_model, sidebar
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -154,7 +154,7 @@ stepper("insp_layer_step", n_layers, "insp_layer", where=lc1)          # Back / 
 with lc2:
     layer = st.select_slider("Layer", options=list(range(n_layers)), key="insp_layer", persist_state=KEEP,
                              format_func=lambda i: f"{sess.num(i)} {roles[i]}")
-st.plotly_chart(role_strip(roles, [str(sess.num(i)) for i in range(n_layers)], layer), width="stretch",
+st.plotly_chart(built(role_strip, roles, [str(sess.num(i)) for i in range(n_layers)], layer), width="stretch",
                 key="insp_roles")
 tc1, tc2 = st.columns([1, 9], vertical_alignment="bottom")
 stepper("insp_token_step", run.n, "insp_token", where=tc1)             # previous / next token
@@ -188,8 +188,8 @@ else:
         m2.metric("Compressed entries", f"{a.entries_total:.1%}")
         m3.metric("Sink", f"{a.sink:.1%}")
         reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
-        st.plotly_chart(attention_figure(a, run.tokens, pos, "Where this token's attention went"), width="stretch",
-                        key="insp_attn")
+        st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
+                        width="stretch", key="insp_attn")
         if a.entry_ids:
             st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); its bar spans them.")
             df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
@@ -208,13 +208,13 @@ else:
             c[0].metric("Visible entries", sel.visible)
             c[1].metric("Selected", len(sel.selected))
             c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
-            st.plotly_chart(selection_figure(sel, "Index scores of the visible entries"), width="stretch",
+            st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"), width="stretch",
                             key="insp_sel")
     with tabs[2]:
         r = view.router
         st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
                  f"{len(r.scores)} routed experts, weighted by their normalised scores.")
-        st.plotly_chart(router_figure(r, "Router scores (chosen experts in green, with their weights)"),
+        st.plotly_chart(built(router_figure, r, "Router scores (chosen experts in green, with their weights)"),
                         width="stretch", key="insp_router")
         st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts], "weight": [1.0] + r.weights}),
                      hide_index=True, key="insp_router_df")
@@ -230,8 +230,8 @@ else:
                                        "table row": [g["row"] for g in e.ngrams],
                                        "n-gram": [" | ".join(show_token(t) for t in g["tokens"]) for g in e.ngrams]}),
                          hide_index=True, key="insp_engram_df")
-            st.plotly_chart(small_bar(e.gate, [f"stream {i}" for i in range(len(e.gate))], "Engram gate per stream"),
-                            width="stretch", key="insp_engram_gate")
+            st.plotly_chart(built(small_bar, e.gate, [f"stream {i}" for i in range(len(e.gate))],
+                                  "Engram gate per stream"), width="stretch", key="insp_engram_gate")
     with tabs[4]:
         if view.hc is None:
             st.write("No mHC record.")
@@ -240,7 +240,7 @@ else:
                      "later), `post` writes the sublayer output back into each stream, `comb` mixes the streams "
                      f"(rows: from, columns: to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and "
                      "column sums to about 1).")
-            st.plotly_chart(comb_figure(view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
+            st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
             df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
             df.index = [f"stream {i}" for i in range(len(df))]
             df["RMS after layer"] = view.stream_norms
@@ -248,7 +248,8 @@ else:
     with tabs[5]:
         st.write("The logit lens: the model's own final norm and output head applied to this layer's streams, as if "
                  "the model stopped here.")
-        st.plotly_chart(lens_figure(view.lens, "Top next tokens after this layer"), width="stretch", key="insp_lens")
+        st.plotly_chart(built(lens_figure, view.lens, "Top next tokens after this layer"), width="stretch",
+                        key="insp_lens")
 
 # ---- whole-prompt overview -----------------------------------------------------------------------------------
 st.subheader("Whole-prompt overview")
@@ -259,9 +260,9 @@ quantity = st.selectbox("Quantity", qnames, key="insp_quantity", persist_state=K
 qp_set(quantity=quantity)
 st.caption(QUANTITIES[quantity])
 mat = overview(run, quantity)
-st.plotly_chart(overview_figure(mat, run.tokens, [str(sess.num(i)) for i in range(n_layers)], roles,
-                                f"{quantity}: layer x token", mark=(layer, pos), n_prompt=run.n_prompt,
-                                categorical=quantity == "top expert"), width="stretch", key="insp_overview")
+st.plotly_chart(built(overview_figure, mat, run.tokens, [str(sess.num(i)) for i in range(n_layers)], roles,
+                      f"{quantity}: layer x token", mark=(layer, pos), n_prompt=run.n_prompt,
+                      categorical=quantity == "top expert"), width="stretch", key="insp_overview")
 cov = covered_rows(run)
 st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells (blank cells: the layer never ran "
            "that token).")

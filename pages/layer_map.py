@@ -7,7 +7,7 @@ import streamlit as st
 from lessons.figure3 import notation
 from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
-from ui.common import sidebar
+from ui.common import built, sidebar
 from ui.figures import layer_map_figure
 from ui.sources import sources_footer
 from ui.state import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed
@@ -32,8 +32,8 @@ if sess.model is not None:
 n_max = max(c.num_hidden_layers for _, c in configs.values())
 NO_LAYER = -1
 seed("lm_layer", qp_int_or_none("layer", 0, n_max - 1, "no layer is highlighted", unit=LINK_LAYERS), NO_LAYER)
-st.plotly_chart(layer_map_figure([(name, layer_map(c)) for name, c in configs.values()], sess.one_based,
-                                 st.session_state["lm_layer"] if st.session_state["lm_layer"] >= 0 else None),
+st.plotly_chart(built(layer_map_figure, [(name, layer_map(c)) for name, c in configs.values()], sess.one_based,
+                      st.session_state["lm_layer"] if st.session_state["lm_layer"] >= 0 else None),
                 key="lm_strip", config={"displayModeBar": False})
 
 st.subheader("Counting the layers")

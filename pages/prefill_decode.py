@@ -21,7 +21,7 @@ from lessons.workload import (
     measure_round,
 )
 from model import V41Config
-from ui.common import sidebar
+from ui.common import built, sidebar
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
@@ -81,13 +81,13 @@ st.caption(bounded_note(V41Config.preset("v4.1-flash")))
 
 a, b = st.columns(2)
 with a:
-    st.plotly_chart(pair_bar(["read (prefill)", "written (decode)"], [work.read * rounds, work.written * rounds],
-                             "Tokens", [f"{work.read * rounds:,}", f"{work.written * rounds:,}"]),
+    st.plotly_chart(built(pair_bar, ["read (prefill)", "written (decode)"], [work.read * rounds, work.written * rounds],
+                          "Tokens", [f"{work.read * rounds:,}", f"{work.written * rounds:,}"]),
                     width="stretch", key=f"{P}_tokens")
 with b:
-    st.plotly_chart(pair_bar(["prefill", "decode"], [work.prefill_flops, work.decode_flops],
-                             "Weight-multiply work (FLOPs)", [human_flops(work.prefill_flops),
-                                                              human_flops(work.decode_flops)]),
+    st.plotly_chart(built(pair_bar, ["prefill", "decode"], [work.prefill_flops, work.decode_flops],
+                          "Weight-multiply work (FLOPs)", [human_flops(work.prefill_flops),
+                                                           human_flops(work.decode_flops)]),
                     width="stretch", key=f"{P}_work")
 st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in work.rows]),
              hide_index=True, key=f"{P}_rows")

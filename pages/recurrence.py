@@ -16,7 +16,7 @@ from lessons.recurrence import (
     storage_check,
 )
 from model import layer_map
-from ui.common import require_model, sidebar
+from ui.common import built, require_model, sidebar
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
@@ -46,7 +46,7 @@ layer = st.selectbox("Reuse layer", reuse, key="rec_layer", persist_state=KEEP,
                      format_func=lambda i: f"layer {sess.num(i)} (entries from layer {sess.num(specs[i].kv_source)})")
 qp_set(layer=layer)
 spec = specs[layer]
-st.plotly_chart(layer_map_figure([(model.cfg.name, specs)], sess.one_based, highlight=layer), key="rec_strip",
+st.plotly_chart(built(layer_map_figure, [(model.cfg.name, specs)], sess.one_based, highlight=layer), key="rec_strip",
                 config={"displayModeBar": False})
 st.caption(map_line(model.cfg, sess.one_based))
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE
-from ui.common import clean_prompt, require_model, sidebar
+from ui.common import built, clean_prompt, require_model, sidebar
 from ui.figures import top_tokens_bar
 from ui.limits import PROMPT_CHARS
 from ui.live import next_tokens
@@ -40,7 +40,7 @@ def live_part() -> None:
         return
     if table is None:                         # the server is busy: the message says so
         return
-    st.plotly_chart(top_tokens_bar(table), width="stretch", key="start_bar")
+    st.plotly_chart(built(top_tokens_bar, table), width="stretch", key="start_bar")
     st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
                "Bars show the probability the model gives each possible next token.")
     reproduce(snippets.start(sess.weights, text), "start")

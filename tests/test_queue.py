@@ -113,6 +113,18 @@ def test_requests_that_arrive_together_run_as_one_batch_per_group():
     assert w.stats["batches"] == 2 and w.stats["largest"] == 5
 
 
+def test_the_stragglers_of_a_burst_join_its_batch():
+    calls = []
+    w = BatchWorker(run=_echo_runner(calls), max_rows=32, limit=40, window_s=0.02, burst_gap_s=0.15, max_wait_s=3.0)
+    tickets = [w.submit("next", "g", "ctx", [0]), w.submit("next", "g", "ctx", [1])]    # a class presses Run ...
+    for i in range(2, 6):
+        time.sleep(0.05)                     # ... and the rest arrive later than a lone request's window
+        tickets.append(w.submit("next", "g", "ctx", [i]))
+    for t in tickets:
+        assert t.done.wait(5)
+    assert [len(c[2]) for c in calls] == [6]
+
+
 def test_one_bad_row_fails_only_its_own_request():
     w = BatchWorker(run=_echo_runner([]), max_rows=8, limit=20, window_s=0.1)
     good, bad, also = (w.submit("next", "g", "ctx", r) for r in ([1], "bad", [2]))

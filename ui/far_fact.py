@@ -28,7 +28,7 @@ from lessons.far_fact import (
 )
 from lessons.far_story import far_sample, own_story
 from model import Ablation
-from ui.common import TINY_DIR, cached_with_progress
+from ui.common import TINY_DIR, built, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
@@ -147,9 +147,12 @@ def far_fact_run(sess, story, tokens):
     return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
 
 
+@st.fragment
 def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
-    answer-predicting token did with the fact's compressed entries. Never stops the page."""
+    answer-predicting token did with the fact's compressed entries. Never stops the page. A fragment: choosing
+    the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
+    the pools' tables)."""
     model = sess.model
     st.subheader("Far fact: does the answer reach back?")
     if model is None or getattr(model, "tokenizer", None) is None:
@@ -202,7 +205,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     m[3].metric("Answer, global off", off.token.strip() or repr(off.token),
                 help="The top token with every layer reading only its window and the sink.")
     st.text("\n".join(lines))
-    st.plotly_chart(far_fact_figure(ff, sess.num), width="stretch", key=f"{key}_ff_fig",
+    st.plotly_chart(built(far_fact_figure, ff, sess.num), width="stretch", key=f"{key}_ff_fig",
                     config={"displayModeBar": False})
     st.code(marked_text(ff), language=None, wrap_lines=True)
     st.caption("Above: the story around the fact. Between ⟦ ⟧ the tokens packed in the fact's entries of the "

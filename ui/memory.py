@@ -57,11 +57,11 @@ def derivation_table(calc: Calculation) -> pd.DataFrame:
 
 
 def downloads(calc: Calculation, stem: str, key: str) -> None:
-    df = derivation_table(calc)
+    """The derivation as CSV and JSON, written when the reader clicks (not on every rerun of the page)."""
     c1, c2 = st.columns(2)
-    c1.download_button("Derivation as CSV", df.to_csv(index=False).encode(), file_name=f"{stem}.csv",
-                       mime="text/csv", key=f"{key}_csv")
-    c2.download_button("Derivation as JSON", calc.to_json().encode(), file_name=f"{stem}.json",
+    c1.download_button("Derivation as CSV", lambda: derivation_table(calc).to_csv(index=False).encode(),
+                       file_name=f"{stem}.csv", mime="text/csv", key=f"{key}_csv")
+    c2.download_button("Derivation as JSON", lambda: calc.to_json().encode(), file_name=f"{stem}.json",
                        mime="application/json", key=f"{key}_json")
 
 

@@ -112,8 +112,9 @@ def heavy_run(what: str, show: Callable[[str | None], None] | None = None,
 
 BATCH_ROWS = int(os.environ.get("V41_BATCH_ROWS", "32"))         # rows in one forward (1: one at a time)
 QUEUE_LIMIT = int(os.environ.get("V41_QUEUE_LIMIT", "48"))       # requests waiting or running, at most
-WINDOW_S = float(os.environ.get("V41_BATCH_WINDOW_S", "0.02"))   # a gap this long ends the collection window
-MAX_WAIT_S = 0.25
+WINDOW_S = float(os.environ.get("V41_BATCH_WINDOW_S", "0.02"))   # a lone request waits this long for company
+BURST_GAP_S = 0.06        # once company came, a gap this long ends the window (stragglers of a burst arrive late)
+MAX_WAIT_S = 0.5          # the longest a first request waits: about half a batched forward of a class's prompts
 BATCH_TOKENS = 8192
 
 
@@ -159,10 +160,10 @@ Runner = Callable[[str, Any, list], list]   # (kind, context, payloads) -> a res
 
 @dataclass
 class BatchWorker:
-    """One thread owns the forward passes. Requests that arrive within `window_s` of each other (up to `max_wait_s`
-    after the first), or while a batch runs, and share a group run as one batch of up to `max_rows` rows (and
-    `max_tokens` padded tokens); groups take turns in arrival order of their oldest request. At most `limit`
-    requests wait or run: past it `submit` raises Busy at once. A cancelled request (its visitor left) is
+    """One thread owns the forward passes. Requests that arrive together (the collection window, `_collect`: up
+    to `max_wait_s` after the first), or while a batch runs, and share a group run as one batch of up to `max_rows`
+    rows (and `max_tokens` padded tokens); groups take turns in arrival order of their oldest request. At most
+    `limit` requests wait or run: past it `submit` raises Busy at once. A cancelled request (its visitor left) is
     dropped before it runs; a row that fails fails only its own request (the runner retries the rows of a
     failed batch one by one)."""
 
@@ -170,6 +171,7 @@ class BatchWorker:
     max_rows: int = BATCH_ROWS
     limit: int = QUEUE_LIMIT
     window_s: float = WINDOW_S
+    burst_gap_s: float = BURST_GAP_S               # the window's gap once two or more requests wait
     max_tokens: int = BATCH_TOKENS                 # padded tokens in one forward (rows x the longest row)
     max_wait_s: float = MAX_WAIT_S                 # the longest a first request waits for company
     _cond: threading.Condition = field(default_factory=threading.Condition)
@@ -251,15 +253,20 @@ class BatchWorker:
             return take
 
     def _collect(self) -> None:
-        """The collection window: wait while requests keep arriving (each within `window_s` of the last), at most
-        `max_wait_s`, or until a full batch is there; the others of this moment then run with the first."""
+        """The collection window: wait while requests keep arriving, at most `max_wait_s`, or until a full batch is
+        there; the others of this moment then run with the first. A lone request waits `window_s` for company;
+        once a second one came (a class pressing Run together), the window closes only after `burst_gap_s`
+        without a new request. A burst's requests reach the queue over a few tenths of a second on a busy
+        server (each visitor's script run takes its turn at the interpreter before it submits), and a straggler
+        cut off by a short gap waits for the whole first forward before its own runs."""
         deadline = time.monotonic() + self.max_wait_s
         while True:
             with self._cond:
                 n = len(self._queue)
                 if n >= self.max_rows:
                     return
-            time.sleep(self.window_s)
+            time.sleep(min(self.window_s if n < 2 else max(self.window_s, self.burst_gap_s),
+                           max(0.0, deadline - time.monotonic())))
             with self._cond:
                 if len(self._queue) == n or time.monotonic() >= deadline:
                     return
