@@ -18,8 +18,8 @@ def tiny_model():
     if (TINY / "model.safetensors").exists():
         return load(TINY, device="cpu"), "trained tiny"
     from model import V41Config, V41Model
-    from model.arch.engram import compressed_token_map
-    from model.corpus.tokenizer import load_tokenizer
+    from model.arch import compressed_token_map
+    from model.corpus import load_tokenizer
 
     tok = load_tokenizer(TINY / "tokenizer.json")
     _, n = compressed_token_map(tok)

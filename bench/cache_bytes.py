@@ -16,9 +16,8 @@ from bench._common import line, random_ids, tiny_model
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model import V41Config
+    from model import V41Config, decode_step, prefill
     from model.accounting import cache_bytes
-    from model.inference.engine import decode_step, prefill
 
     model, what = tiny_model()
     total_m = total_f = 0

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _load(weights: Path):
     from model import load
-    from model.arch.drafter import Drafter, attach_drafter
+    from model.arch import Drafter, attach_drafter
 
     note = ""
     if (weights / "model.safetensors").exists():
@@ -54,9 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: decode is overhead-bound)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from model.inference.generate import generate, speculative_generate
-    from model.inference.sampling import Sampler
-    from model.inference.speculative import expected_tokens_per_pass
+    from model import Sampler
+    from model.inference import expected_tokens_per_pass, generate, speculative_generate
 
     m, note = _load(Path(args.weights))
     if note:

@@ -17,9 +17,8 @@ from pathlib import Path
 import torch
 
 from model import Ablation, load
-from model.corpus.dataset import TokenStream
-from model.training.batches import CopyIds, copy_rows
-from model.training.step import set_window
+from model.corpus import TokenStream
+from model.training import CopyIds, copy_rows, set_window
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"dense": Ablation(dense_compressed=True), "sparse": None, "window_only": Ablation(window_only=True)}

@@ -81,9 +81,9 @@ def scores(m, tokens: torch.Tensor, span: int = 12, gap: int = 4, n: int = 4) ->
 def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
-    from model.checkpoint.loader import load
-    from model.corpus.dataset import heldout_natural_tokens
-    from model.training.state import model_state
+    from model import load
+    from model.corpus import heldout_natural_tokens
+    from model.training import model_state
 
     ap = argparse.ArgumentParser(prog="python -m bench.heads", description=__doc__.split("\n\n")[0])
     ap.add_argument("weights", nargs="?", default="data/weights/tiny")

@@ -22,11 +22,9 @@ import time
 
 import torch
 
-from model.arch.context import Ablation
-from model.config import V41Config
-from model.model import V41Model
+from model import Ablation, V41Config, V41Model
 from model.quant import fake_quant_disabled
-from model.training.lookback import answer_weighted_ce, lookup_rows, recall_rows
+from model.training import answer_weighted_ce, lookup_rows, recall_rows
 
 
 def micro_variant(ratio: str) -> V41Config:
@@ -59,7 +57,7 @@ def grad_norms(m: V41Model) -> dict[str, float]:
 
 def comp_mass(m: V41Model, x: torch.Tensor, mask: torch.Tensor, ablation: Ablation) -> dict[int, float]:
     """Mean attention probability the answer-predicting queries put on compressed entries, per layer."""
-    from model.inference.trace import FULL  # noqa: F401  (trace is heavier; use hooks on _attend instead)
+    from model.inference import FULL  # noqa: F401  (trace is heavier; use hooks on _attend instead)
 
     got: dict[int, float] = {}
     hooks = []

@@ -15,8 +15,6 @@ import sys
 
 import torch
 
-from model.arch.mhc import collapse, expand  # noqa: F401
-
 
 def post_report(m, x: torch.Tensor) -> list[dict]:
     rows: list[dict] = []
@@ -25,6 +23,7 @@ def post_report(m, x: torch.Tensor) -> list[dict]:
         def hook(mod, args, out, _i=i):
             rows.append({"layer": _i, "y_rms": float(out.float().pow(2).mean().sqrt())})
         hooks.append(layer.attn.register_forward_hook(hook))
+    # the spy replaces the hc_mixes the block module calls, so it reaches into that module
     import model.arch.block as blk
 
     mixes: dict[int, dict] = {}
@@ -64,8 +63,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.checkpoint.loader import load
-    from model.corpus.dataset import heldout_natural_batches, heldout_natural_tokens
+    from model import load
+    from model.corpus import heldout_natural_batches, heldout_natural_tokens
 
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)

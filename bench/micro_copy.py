@@ -20,11 +20,8 @@ import time
 import torch
 
 from bench.heads import head_scores
-from model.arch.context import Ablation
-from model.config import V41Config
-from model.model import V41Model
-from model.training.batches import copy_rows
-from model.training.lookback import answer_weighted_ce
+from model import Ablation, V41Config, V41Model
+from model.training import answer_weighted_ce, copy_rows
 
 SPAN, GAP, LEAD = 5, 1, 40
 

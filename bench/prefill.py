@@ -18,8 +18,7 @@ from bench._common import best_of, line, random_ids
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model import V41Config, V41Model
-    from model.inference.engine import prefill
+    from model import V41Config, V41Model, prefill
 
     ap = argparse.ArgumentParser(prog="python -m bench.prefill")
     ap.add_argument("--lengths", type=int, nargs="*", default=[2048, 8192, 32768])

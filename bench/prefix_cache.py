@@ -20,8 +20,7 @@ from bench._common import line, random_ids, tiny_model
 
 
 def ttft(model, ids, pc) -> tuple[float, int]:
-    from model.inference.engine import prefill
-    from model.inference.sampling import Sampler
+    from model import Sampler, prefill
 
     t0 = time.perf_counter()
     pf = prefill(model, ids, "bounded", prefix_cache=pc)
@@ -30,7 +29,7 @@ def ttft(model, ids, pc) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.inference.prefix_cache import PrefixCache
+    from model.inference import PrefixCache
 
     ap = argparse.ArgumentParser(prog="python -m bench.prefix_cache")
     ap.add_argument("--tokens", type=int, default=4096)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.training.evaluation import Quality, evaluate, natural_loss, story_recall
+from model.training import Quality, evaluate, natural_loss, story_recall
 
 ROOT = Path(__file__).resolve().parents[1]
 # python -m model stories --heldout-templates
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22} {r['loss']:7.3f} {r['recall_inside']:7.1%} {r['recall_just_past']:7.1%} "
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
-    from model.corpus.dataset import heldout_natural_tokens
-    from model.training.evaluation import copy_accuracy, fact_in_pool
+    from model.corpus import heldout_natural_tokens
+    from model.training import copy_accuracy, fact_in_pool
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))

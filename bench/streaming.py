@@ -44,7 +44,7 @@ def build(out: Path, hidden: int, experts: int, inter: int, seed: int) -> dict:
     import torch
 
     from model import V41Config, V41Model
-    from model.checkpoint.writer import write_release
+    from model.checkpoint import write_release
 
     cfg = V41Config.preset("small").replace(hidden_size=hidden, n_routed_experts=experts, moe_intermediate_size=inter)
     cfg = cfg.validate()
@@ -70,8 +70,7 @@ def child(mode: str, ckpt: str, prompt_len: int, new_tokens: int, out: str, thre
     torch.set_num_threads(threads)
     from safetensors.torch import save_file
 
-    from model.checkpoint.loader import load
-    from model.inference.engine import decode_step, prefill
+    from model import decode_step, load, prefill
 
     base = status_mb("VmRSS")
     t0 = time.perf_counter()

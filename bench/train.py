@@ -26,10 +26,8 @@ from bench._common import ROOT, line
 
 
 def _setup(preset: str, batch: int, seq_len: int, fast: bool, seed: int = 0):
-    from model.corpus.dataset import TokenStream
-    from model.corpus.tokenizer import load_tokenizer
-    from model.training.schedule import TrainConfig
-    from model.training.step import build_model, make_optimizer
+    from model.corpus import TokenStream, load_tokenizer
+    from model.training import TrainConfig, build_model, make_optimizer
 
     tc = TrainConfig(preset=preset, batch=batch, seq_len=seq_len, steps=1000, dense_warmup_frac=0.0, fast=fast,
                      seed=seed)
@@ -56,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from model.fusion import compile_error, configure
-    from model.training.step import set_window, train_step
+    from model.training import set_window, train_step
 
     configure()
     eager = _setup(args.preset, args.batch, args.seq_len, fast=False)

@@ -16,9 +16,8 @@ from typing import Callable
 
 import torch
 
-from model.arch.context import Ablation
-from model.inference.engine import decode_step, prefill
-from model.training import evaluation
+from model import Ablation, decode_step, prefill
+from model.training import evaluate as held_out_quality
 
 from .calculator import Knobs, calculate, human_bytes
 from .designs import v41_design
@@ -124,7 +123,7 @@ def run_config(model, name: str, cost_ids: list[int], topk: int | None = None, m
                evaluate=None) -> dict:
     """One table row: quality from model.training.evaluation.evaluate (or `evaluate`, a stand-in with its
     signature) plus time and bytes on `cost_ids`."""
-    evaluate = evaluate or evaluation.evaluate
+    evaluate = evaluate or held_out_quality
     ablation, mode = make_ablation(name, topk)
     sub = None if progress is None else (lambda f, msg: progress(0.85 * f, msg))
     q = evaluate(model, ablation=ablation, mode=mode, max_stories=max_stories, max_natural_tokens=max_natural_tokens,

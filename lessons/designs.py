@@ -17,8 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from model import V41Config
-from model.layer_map import layer_map
+from model import V41Config, layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format
 
 from .calculator import CalcError, Design, Knobs, Part, Store, calculate, human_bytes, validate_knobs

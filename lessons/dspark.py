@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model.inference.speculative import SpecStats, StepLog, expected_tokens_per_pass, residual, verify
+from model.inference import SpecStats, StepLog, expected_tokens_per_pass, residual, verify
 
 INTRO = (
     "Producing text one token per pass leaves most of a big model's arithmetic idle: each pass reads all the "

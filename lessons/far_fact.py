@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from lessons.far_story import FactStory, FactTokens
-from model.arch.context import Ablation
-from model.corpus.stories import COLOURS
+from model import Ablation
+from model.corpus import COLOURS
 
 CHANCE = 1 / len(COLOURS)    # a guess among the story colours
 

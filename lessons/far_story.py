@@ -12,8 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from model.corpus.stories import COLOURS, load_heldout_stories, token_index_at_char
-from model.corpus.tokenizer import EOS_ID
+from model.corpus import COLOURS, EOS_ID, load_heldout_stories, token_index_at_char
 
 MAX_STORY_CHARS = 20000
 MAX_STORY_TOKENS = 2048      # the panel traces every layer at every row of the story

@@ -139,7 +139,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
     if engram_proj and active_decode and n_engram:
         per_layer = f"{engram_proj / 1e6:,.0f}M" if engram_proj >= 1e6 else f"{engram_proj:,}"
         work = (f" (about {per_layer} multiply-adds per token at each Engram layer; at {n_engram} such layers, "
-                f"about {100 * n_engram * engram_proj / active_decode:.0f}% of the weights one decoded token is multiplied by)")
+                f"about {100 * n_engram * engram_proj / active_decode:.0f}% of the weights one decoded token is "
+                f"multiplied by)")
     else:
         work = ""
     return [

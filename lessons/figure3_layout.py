@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model import V41Config, layer_map
-from model.layer_map import LayerSpec
+from model import LayerSpec, V41Config, layer_map
 
 from .layers import Run, stack_runs
 

@@ -20,9 +20,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model.inference.engine import prefill
-from model.inference.sampling import Sampler
-from model.inference.trace import LAZY, LayerRecord, LensChoice, Trace, trace_generate
+from model import Sampler, prefill
+from model.inference import LAZY, LayerRecord, LensChoice, Trace, trace_generate
 
 from .layers import describe_layer
 

@@ -34,10 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from model.arch.indexer import NEG_INF, candidate_pool, mask_visible, topk_mask
-from model.arch.mhc import collapse
-from model.arch.rope import apply_rope
-from model.inference.trace import FULL, Trace
+from model.arch import NEG_INF, apply_rope, candidate_pool, collapse, mask_visible, topk_mask
+from model.inference import FULL, Trace
 from model.quant import fake_latent
 
 INTRO = (

@@ -15,7 +15,7 @@ import torch
 
 from model import V41Config
 from model.config import VisionConfig
-from model.inference.images import ImageGrid, plan_grid
+from model.inference import ImageGrid, plan_grid
 
 
 def _vision_layers(preset: str) -> int:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from model.inference.engine import decode_step, prefill
+from model import decode_step, prefill
 
 from .calculator import CalcError, Knobs, calculate, human_flops
 from .designs import v41_design

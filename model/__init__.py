@@ -1,16 +1,19 @@
-"""DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (docs/design/architecture.md §4)."""
+"""DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (docs/design/architecture.md §4).
+
+The names most callers need; each sub-package (`model.arch`, `model.inference`, `model.checkpoint`,
+`model.training`, `model.corpus`) is a face of its own with an `__all__`, and the leaves (`model.config`,
+`model.layer_map`, `model.quant`, `model.fusion`, `model.accounting`) are imported as they are.
+"""
 
 from .accounting import count_params
-from .arch.context import Ablation
-from .checkpoint.loader import load, random_tiny, shipped_weights
-from .config import ConfigError, V41Config
-from .errors import CheckpointError
-from .inference.engine import decode_step, prefill
-from .inference.generate import speculative_generate
-from .inference.sampling import Sampler
+from .arch import Ablation
+from .checkpoint import load, random_tiny, shipped_weights
+from .config import V41Config
+from .errors import CacheError, CheckpointError, ConfigError, ImageError, InputError
+from .inference import Sampler, decode_step, prefill, speculative_generate
 from .layer_map import LayerSpec, layer_map
-from .model import InputError, ModelOutput, V41Model
+from .model import ModelOutput, V41Model
 
-__all__ = ["V41Config", "ConfigError", "V41Model", "ModelOutput", "InputError", "CheckpointError", "Ablation",
-           "layer_map", "LayerSpec", "load", "count_params", "shipped_weights", "random_tiny", "prefill",
-           "decode_step", "Sampler", "speculative_generate"]
+__all__ = ["V41Config", "ConfigError", "V41Model", "ModelOutput", "InputError", "CheckpointError", "ImageError",
+           "CacheError", "Ablation", "layer_map", "LayerSpec", "load", "count_params", "shipped_weights",
+           "random_tiny", "prefill", "decode_step", "Sampler", "speculative_generate"]

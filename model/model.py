@@ -14,7 +14,7 @@ from .arch.engram import NgramHasher, compressed_token_map
 from .config import V41Config
 from .errors import InputError
 from .inference.cache import Cache
-from .inference.generate import GenerateResult, SpecOptions, generate
+from .inference.generation import GenerateResult, SpecOptions, generate
 from .inference.sampling import Sampler
 from .inference.trace import run_trace
 
@@ -54,7 +54,7 @@ class V41Model(Backbone):
     def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int | None = None, draft=None, draft_length: int | str | None = None,
                  confidence_threshold: float = 0.3, **kw: Any) -> GenerateResult:
-        """model/inference/generate.py's `generate` with its knobs flat: the sampling ones make a Sampler,
+        """model/inference/generation.py's `generate` with its knobs flat: the sampling ones make a Sampler,
         `draft` (a drafter, e.g. self.drafter) with its draft_length / confidence_threshold a SpecOptions;
         the rest (prefill_mode, stop_at_eos, stream, prefix_cache, ...) pass through."""
         spec = SpecOptions(draft, draft_length, confidence_threshold) if draft is not None else None

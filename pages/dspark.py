@@ -1,8 +1,8 @@
 """DSpark draft & verify: step through drafting and verification for a prompt, then the statistics of a whole
 run (acceptance per position, accepted length vs the formula, confidence calibration, speed-up against plain
-decoding with identical output). Built on model/inference/speculative.py (`start`, `verify_step`, `summarize`)
-and model/inference/generate.py (`speculative_generate`); user text is shown only through widgets, st.text/st.code
-and dataframes.
+decoding with identical output). Built on model/inference/speculative.py (`speculative_start`, `verify_step`,
+`summarize`) and model/inference/generation.py (`speculative_generate`); user text is shown only through widgets,
+st.text/st.code and dataframes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,16 @@ from lessons.dspark import (
     summary_rows,
 )
 from lessons.inspect import encode_prompt, load_samples
+from model import Sampler
+from model.arch import Drafter
+from model.inference import (
+    SpecStats,
+    expected_tokens_per_pass,
+    generate,
+    speculative_generate,
+    speculative_start,
+    verify_step,
+)
 from ui.common import built, cached_with_progress, require_model, sidebar
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
@@ -49,14 +59,6 @@ cfg = model.cfg
 st.caption(block_sentence(cfg.dspark_block_size))
 with st.expander("Words used on this page", expanded=False):
     st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
-try:
-    from model.arch.drafter import Drafter
-    from model.inference.generate import generate, speculative_generate
-    from model.inference.speculative import SpecStats, expected_tokens_per_pass, start, verify_step
-except ImportError as e:  # a build without the drafter modules: say so instead of failing
-    st.info(f"The DSpark drafter is not available in this build ({plain(e)}).")
-    st.stop()
-from model.inference.sampling import Sampler  # noqa: E402
 
 
 @st.cache_resource(show_spinner="Preparing a random drafter ...")
@@ -148,8 +150,8 @@ if state is not None and st.session_state.get("ds_state_key") != settings:
 b1, b2, b3 = st.columns(3)
 if b1.button("Start (read the prompt)", key="ds_start"):
     try:
-        state = start(model, drafter, ids, int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)), prefill_mode=mode,
-                      draft_length=draft_length, confidence_threshold=float(threshold))
+        state = speculative_start(model, drafter, ids, int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)),
+                                  prefill_mode=mode, draft_length=draft_length, confidence_threshold=float(threshold))
     except Exception as e:
         st.error(f"Could not start: {plain(e)}")
         st.stop()

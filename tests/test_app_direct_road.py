@@ -10,8 +10,7 @@ import re
 from conftest import ROOT, run_page
 from streamlit.testing.v1 import AppTest
 
-from model import V41Config
-from model.layer_map import layer_map
+from model import V41Config, layer_map
 
 TINY = V41Config.preset("tiny")
 

@@ -98,7 +98,7 @@ def test_inspector_empty_and_hostile_prompts():
     at.text_area(key="insp_prompt").input(HOSTILE).run()
     no_errors(at)
     assert at.subheader and not any("<script>" in t or "<b>bold" in t for t in markup_texts(at))
-    from model.corpus.tokenizer import load_tokenizer
+    from model.corpus import load_tokenizer
     from ui.figures import show_token
 
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")

@@ -264,7 +264,7 @@ def test_prefill_decode_measurement_survives_bad_input():
 
 # ---- checkpoints -----------------------------------------------------------------------------------------------
 def _micro_checkpoint(d, corrupt: str | None = None):
-    from model.checkpoint.native import save_checkpoint as save
+    from model.checkpoint import save_checkpoint as save
 
     m = random_model("micro")
     save(m, d)
@@ -336,8 +336,8 @@ def test_valid_checkpoint_directory_loads(allowed):
 # ---- persistent prefix cache overwritten with garbage (model.inference.prefix_cache; no page uses it yet) ----
 @pytest.mark.parametrize("what", ["state_file", "index"])
 def test_prefix_cache_garbage_is_dropped_and_recomputed(tmp_path, what):
-    from model.inference.engine import prefill
-    from model.inference.prefix_cache import PrefixCache
+    from model import prefill
+    from model.inference import PrefixCache
 
     m = random_model("micro")
     ids = torch.randint(8, m.cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(3))

@@ -67,7 +67,7 @@ def _same_trace(got, want):
                          ids=["default", "topk3", "window_only", "dense", "reselect_all"])
 def test_mixed_length_batch_gives_each_row_its_solo_trace(micro, ablation):
     rows = _rows(LENGTHS)
-    got = batch.traces(micro, rows, ablation=ablation)
+    got = batch.batched_traces(micro, rows, ablation=ablation)
     for row, tr in zip(rows, got):
         with torch.no_grad():
             want = micro.trace(torch.tensor([row]), ablation=ablation)
@@ -76,8 +76,8 @@ def test_mixed_length_batch_gives_each_row_its_solo_trace(micro, ablation):
 
 def test_mixed_length_batch_gives_each_row_its_solo_logits(micro):
     rows = _rows(LENGTHS, seed=1)
-    nxt = batch.next_logits(micro, rows)
-    full = batch.row_logits(micro, rows, ablation=Ablation(window_only=True))
+    nxt = batch.batched_next_logits(micro, rows)
+    full = batch.batched_logits(micro, rows, ablation=Ablation(window_only=True))
     for row, a, b in zip(rows, nxt, full):
         with torch.no_grad():
             solo = micro(torch.tensor([row]), last_only=True).logits[0, -1]
@@ -92,7 +92,7 @@ def test_batch_on_the_tiny_model_with_a_lazy_lens():
     texts = ["The key is in the blue box. The box is", "Hi", "A red ball. " * 12 + "The ball is",
              "Visitor 7 asks question 2: the key is in the blue box. The box is"]
     rows = [tiny.encode(t) for t in texts]
-    got = batch.traces(tiny, rows, lens="lazy")
+    got = batch.batched_traces(tiny, rows, lens="lazy")
     for row, tr in zip(rows, got):
         with torch.no_grad():
             want = tiny.trace(torch.tensor([row]))

@@ -306,7 +306,7 @@ def test_cached_token_stream(tok):
 
 
 def test_heldout_cast_shares_no_name_object_or_template_with_training():
-    from model.corpus.stories import HELDOUT_CAST, TRAIN_CAST, load_heldout_stories, training_story_text
+    from model.corpus import HELDOUT_CAST, TRAIN_CAST, load_heldout_stories, training_story_text
 
     assert not set(HELDOUT_CAST.names) & set(TRAIN_CAST.names)
     assert not set(HELDOUT_CAST.objects) & set(TRAIN_CAST.objects)

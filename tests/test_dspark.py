@@ -9,15 +9,21 @@ import torch
 from conftest import random_model
 
 import model.inference.speculative as dspark
-from model import V41Config, load
+from model import Sampler, V41Config, decode_step, load, prefill
 from model.accounting import _drafter_shapes
-from model.arch.drafter import Drafter, attach_drafter
-from model.checkpoint.native import save_checkpoint
-from model.inference.engine import decode_step, prefill
-from model.inference.generate import SpecOptions, generate, speculative_generate
-from model.inference.sampling import Sampler
-from model.inference.speculative import Draft, expected_tokens_per_pass, start, verify, verify_step
-from model.training.dspark import DraftTrainConfig, train_drafter, write_drafter
+from model.arch import Drafter, attach_drafter
+from model.checkpoint import save_checkpoint
+from model.inference import (
+    Draft,
+    SpecOptions,
+    expected_tokens_per_pass,
+    generate,
+    speculative_generate,
+    speculative_start,
+    verify,
+    verify_step,
+)
+from model.training import DraftTrainConfig, train_drafter, write_drafter
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -275,7 +281,7 @@ def test_cache_after_rejected_draft_equals_cache_that_never_drafted(pair, mode, 
 def test_step_by_step_session_matches_generate(pair):
     m, d = pair
     ids = _prompt(3)
-    st = start(m, d, ids, 12, draft_length=3, stop_at_eos=False)
+    st = speculative_start(m, d, ids, 12, draft_length=3, stop_at_eos=False)
     logs = []
     while (log := verify_step(st)) is not None:
         logs.append(log)

@@ -7,13 +7,9 @@ import os
 import pytest
 import torch
 
-from model import Ablation, InputError
+from model import Ablation, CacheError, InputError, Sampler
 from model.accounting import cache_bytes
-from model.inference.cache import CacheError
-from model.inference.engine import compare_prefill, decode_step, prefill
-from model.inference.generate import generate
-from model.inference.prefix_cache import PrefixCache
-from model.inference.sampling import Sampler
+from model.inference import PrefixCache, compare_prefill, decode_step, generate, prefill
 
 ATOL = 1e-4
 

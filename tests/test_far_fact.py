@@ -10,12 +10,9 @@ from conftest import ROOT, random_tiny
 
 from lessons import far_fact as ff, far_story as fs
 from lessons.shares import entry_span
-from model.arch.context import Ablation
-from model.corpus.dataset import story_eval_batches
-from model.corpus.stories import load_heldout_stories
-from model.corpus.tokenizer import EOS_ID, load_tokenizer
-from model.inference.trace import LayerRecord, Shares, Trace
-from model.layer_map import LayerSpec
+from model import Ablation, LayerSpec
+from model.corpus import EOS_ID, load_heldout_stories, load_tokenizer, story_eval_batches
+from model.inference import LayerRecord, Shares, Trace
 
 INF = float("inf")
 

@@ -12,6 +12,14 @@ Inside model/: no import cycle anywhere; every import goes to the same or a lowe
 `arch/` imports nothing from inference, checkpoint, training, corpus or cli; nothing imports the
 package root `model`; imports inside functions only in `cli/` (which loads one command lazily).
 
+The faces: each sub-package of model/ re-exports its public names in its `__init__` (`__all__`). Code
+outside model/ (app.py, pages/, ui/, lessons/, bench/) imports from `model`, a sub-package's face or a
+top-level module of model/ (the leaves, `accounting`), never from a module inside a sub-package, and
+only names the face lists in `__all__` (no module reached through a face, no private name); every
+name an `__all__` lists is bound in its `__init__`. `FACE_EXCEPTIONS` lists the few deep imports that
+must stay, each with its reason. tests/ is left out of that rule: a test of a module's internals
+imports that module (its private helpers, the globals it monkeypatches).
+
 Every check is a function of the tree's root, so the last tests run them on a probe tree written
 under `tmp_path` and see each rule fail when it should.
 """
@@ -19,6 +27,7 @@ under `tmp_path` and see each rule fail when it should.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -215,6 +224,82 @@ def app_violations(root: Path = REPO) -> list[str]:
     return list(dict.fromkeys(bad))        # one line per statement, however many names it imports
 
 
+# ---- the faces of model/'s sub-packages ---------------------------------------------------------------------------
+FACE_USERS = ("app", "pages", "ui", "lessons", "bench")   # code outside model/ that must import through the faces
+# (file, deep module) -> why that file must reach past the face
+FACE_EXCEPTIONS = {
+    ("bench/mhc_post.py", "model.arch.block"): "the spy replaces the hc_mixes the block module calls with its own",
+}
+
+
+def face_exports(root: Path = REPO) -> dict[str, list[str]]:
+    """`model` and each of its sub-packages -> the names its `__init__` lists in `__all__` (read with ast, not
+    imported)."""
+    out = {}
+    for init in [root / "model" / "__init__.py", *sorted((root / "model").glob("*/__init__.py"))]:
+        names: list[str] = []
+        for node in ast.parse(init.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                names = list(ast.literal_eval(node.value))
+        out[module_name(init, root)] = names
+    return out
+
+
+def bound_names(path: Path) -> set[str]:
+    """The names a module binds at its top level (imports, defs, classes, assignments)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return out
+
+
+def face_gaps(root: Path = REPO) -> list[str]:
+    """Names an `__all__` lists but its `__init__` does not bind, names listed twice, and faces with no `__all__`."""
+    bad = []
+    for face, names in face_exports(root).items():
+        init = root / face.replace(".", "/") / "__init__.py"
+        if not names:
+            bad.append(f"{face} has no __all__")
+        bad += [f"{face}.__all__ lists {n!r}, which its __init__ does not bind" for n in names
+                if n not in bound_names(init)]
+        bad += [f"{face}.__all__ lists {n!r} twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    return bad
+
+
+def face_violations(root: Path = REPO) -> list[str]:
+    """Imports from outside model/ that go past a face, name what a face does not list, or name a private."""
+    mods = modules(root)
+    faces = face_exports(root)
+    doors = {"model"} | {f"model.{p.stem}" for p in (root / "model").iterdir()
+                         if p.stem not in ("__init__", "__main__", "__pycache__") and (p.suffix == ".py" or p.is_dir())}
+    bad = []
+    for m, p in mods.items():
+        if m.split(".")[0] not in FACE_USERS:
+            continue
+        rel = p.relative_to(root).as_posix()
+        for imp in imports(p, mods, root):
+            if imp.top == "model" and imp.target not in doors and (rel, imp.target) not in FACE_EXCEPTIONS:
+                bad.append(f"{rel}:{imp.line} imports {imp.target}: import it from its package's face")
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and
+                    node.module.split(".")[0] == "model"):
+                continue
+            for a in node.names:
+                if a.name.startswith("_"):
+                    bad.append(f"{rel}:{node.lineno} imports the private name {node.module}.{a.name}")
+                elif node.module in faces and a.name not in faces[node.module] and \
+                        f"{node.module}.{a.name}" not in mods:      # (a module reached through a face is caught above)
+                    bad.append(f"{rel}:{node.lineno} imports {a.name} from {node.module}, not in its __all__")
+    return list(dict.fromkeys(bad))
+
+
 # ---- the tests --------------------------------------------------------------------------------------------------
 def test_every_model_part_has_a_rank():
     assert unranked() == [], "give each new top-level part of model/ a rank in RANKS (and a line in the README)"
@@ -234,6 +319,23 @@ def test_model_imports_no_package_root_and_loads_lazily_only_in_cli():
 
 def test_the_app_imports_point_down():
     assert app_violations() == []
+
+
+def test_code_outside_model_imports_through_the_faces():
+    assert face_violations() == []
+
+
+def test_every_face_binds_what_its_all_lists():
+    assert face_gaps() == []
+    for face, names in face_exports().items():          # and, imported for real, each name is there
+        package = importlib.import_module(face)
+        assert [n for n in names if not hasattr(package, n)] == [], face
+
+
+def test_each_face_exception_is_still_needed():
+    mods = modules()
+    for (rel, target), why in FACE_EXCEPTIONS.items():
+        assert why and target in {i.target for i in imports(REPO / rel, mods)}, f"{rel} no longer imports {target}"
 
 
 def test_the_walk_sees_every_kind_of_import(tmp_path):
@@ -260,12 +362,14 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 CLEAN = {
     "app.py": "import streamlit as st\nfrom pages import page\n",
     "pages/__init__.py": "", "pages/page.py": "from ui import widgets\nfrom lessons import lesson\n",
-    "ui/__init__.py": "", "ui/widgets.py": "import plotly\nfrom lessons import lesson\n",
-    "lessons/__init__.py": "", "lessons/lesson.py": "import torch\nfrom model.arch import attention\n",
-    "model/__init__.py": "", "model/config.py": "",
-    "model/arch/__init__.py": "", "model/arch/attention.py": "from ..config import x\n",
-    "model/inference/__init__.py": "", "model/inference/engine.py": "from ..arch import attention\n",
-    "bench/__init__.py": "", "bench/quality.py": "from lessons import lesson\nfrom model.inference import engine\n",
+    "ui/__init__.py": "", "ui/widgets.py": "import plotly\nfrom lessons import lesson\nfrom model.config import x\n",
+    "lessons/__init__.py": "", "lessons/lesson.py": "import torch\nfrom model.arch import Attention\n",
+    "model/__init__.py": "from .config import x\n__all__ = ['x']\n", "model/config.py": "x = 1\n",
+    "model/arch/__init__.py": "from .attention import Attention\n__all__ = ['Attention']\n",
+    "model/arch/attention.py": "from ..config import x\nclass Attention: ...\n",
+    "model/inference/__init__.py": "from .engine import prefill\n__all__ = ['prefill']\n",
+    "model/inference/engine.py": "from ..arch import attention\ndef prefill(): ...\n",
+    "bench/__init__.py": "", "bench/quality.py": "from lessons import lesson\nfrom model.inference import prefill\n",
 }
 
 
@@ -273,6 +377,7 @@ def test_the_checks_pass_a_clean_probe_tree(tmp_path):
     root = _tree(tmp_path, CLEAN)
     assert app_violations(root) == []
     assert model_back_edges(root) == [] and model_import_habits(root) == [] and unranked(root) == []
+    assert face_violations(root) == [] and face_gaps(root) == []
 
 
 def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
@@ -294,6 +399,20 @@ def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
                                                  model_import_habits),
         "model imports its package root": ("model/arch/bad.py", "import model\n", model_import_habits),
         "an unranked part of model": ("model/newthing.py", "", unranked),
+        "pages imports a module inside a sub-package": ("pages/bad.py", "from model.inference.engine import prefill\n",
+                                                        face_violations),
+        "bench imports a module inside a sub-package": ("bench/bad.py", "import model.arch.attention\n",
+                                                        face_violations),
+        "lessons reaches a module through a face": ("lessons/bad.py", "from model.inference import engine\n",
+                                                    face_violations),
+        "ui imports a name the face does not list": ("ui/bad.py", "from model.arch import attend\n", face_violations),
+        "app imports a private name": ("app.py", "from model.config import _hidden\n", face_violations),
+        "a face lists a name it does not bind": ("model/inference/__init__.py",
+                                                 "from .engine import prefill\n__all__ = ['prefill', 'decode']\n",
+                                                 face_gaps),
+        "a face without __all__": ("model/arch/__init__.py", "from .attention import Attention\n", face_gaps),
+        "pages imports from model a name its __all__ does not list": ("pages/bad.py", "from model import config_x\n",
+                                                                        face_violations),
     }
     for what, (rel, text, check) in probes.items():
         root = tmp_path / what.replace(" ", "_")

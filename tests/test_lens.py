@@ -9,7 +9,7 @@ from conftest import random_model, random_tiny
 
 import model.inference.trace as trace_mod
 from lessons.inspect import layer_view, run_prompt
-from model.inference.trace import lens_plan
+from model.inference import lens_plan
 
 
 @pytest.fixture(scope="module")

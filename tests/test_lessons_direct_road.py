@@ -80,7 +80,7 @@ class _FakeTok:
     """One id per colour word (ids 1..11)."""
 
     def encode(self, text, add_special_tokens=False):
-        from model.corpus.stories import COLOURS
+        from model.corpus import COLOURS
 
         word = text.strip()
 
@@ -203,7 +203,7 @@ def test_v41_summary_and_shares_follow_the_window_and_the_layer_map():
     d = build("v4.1-flash", k)
     assert "64-row" in d.summary and "128-row" not in d.summary
     assert "64-row window" in d.shares["per-token state"]
-    from model.layer_map import layer_map
+    from model import layer_map
 
     specs = layer_map(RELEASE)
     full = sum(s.role == "Full" for s in specs)
@@ -225,7 +225,7 @@ def test_check_answer_follows_the_sliders():
 # ---- numbering in the inspector's sentences ----------------------------------------------------------------------
 def test_layer_descriptions_follow_the_numbering():
     from lessons.layers import describe_layer
-    from model.layer_map import layer_map
+    from model import layer_map
 
     specs = layer_map(TINY)
     reindex = next(s for s in specs if s.role == "Reindex")

@@ -10,7 +10,7 @@ from conftest import random_model
 
 # ---- DSpark: block size, never-checked rows, the greedy correction ------------------------------------------
 def _step(**kw):
-    from model.inference.speculative import StepLog
+    from model.inference import StepLog
 
     base = dict(step=0, anchor=5, anchor_pos=10, drafted=[11, 12, 13], q_draft=[0.6, 0.315, 0.5],
                 p_draft=[0.3, 0.073, 0.9], target_top=[11, 12, 40, 41], confidence=[0.9, 0.8, 0.7],
@@ -64,8 +64,8 @@ def test_dspark_intro_prices_an_accepted_guess():
 def test_persistent_figure_equals_the_engines_saved_prefix_state(mode):
     from lessons.calculator import Knobs, calculate
     from lessons.designs import v41_design
-    from model.inference.engine import prefill
-    from model.inference.prefix_cache import PrefixCache
+    from model import prefill
+    from model.inference import PrefixCache
 
     m = random_model("tiny")
     cfg = m.cfg
@@ -110,7 +110,7 @@ def test_bounded_note_gives_the_reason():
 
 def test_inspector_agreement_is_measured_not_typed():
     from lessons.inspect import bounded_agreement
-    from model.inference.engine import prefill
+    from model import prefill
 
     m = random_model("micro")
     w = m.cfg.sliding_window

@@ -14,10 +14,9 @@ import torch
 from conftest import random_model, random_tiny
 
 from lessons import ablation as abl, inspect as ins, pools
-from model.arch.context import Ablation
-from model.arch.mhc import Mix
-from model.inference.trace import LayerRecord, Shares, Trace
-from model.layer_map import layer_map
+from model import Ablation, layer_map
+from model.arch import Mix
+from model.inference import LayerRecord, Shares, Trace
 
 INF = float("inf")
 
@@ -159,7 +158,7 @@ def test_run_prompt_bounded_records_and_generation(tiny):
     e = ins.layer_view(run, tiny.cfg.engram_layer_ids[0], 5, tiny.cfg, model=tiny).engram
     assert e is not None and e.ngrams[0]["tokens"] == run.tokens[4:6]   # the bigram ending at token 5
     # greedy generation agrees with the engine's own greedy decode
-    from model.inference.generate import generate
+    from model.inference import generate
     assert run.generated == generate(tiny, [ids], 3, prefill_mode="bounded").tokens
     exact = ins.run_prompt(tiny, ids, "exact")
     assert ins.covered_rows(exact).all()
@@ -181,7 +180,7 @@ def test_selection_recall_and_indexer_mass_by_hand():
 
 
 def test_stable_topk_mask_equals_the_models_selection():
-    from model.arch.indexer import select_topk, topk_mask
+    from model.arch import select_topk, topk_mask
 
     g = torch.Generator().manual_seed(0)
     for k in (1, 3, 7, 40):
@@ -318,7 +317,7 @@ def test_ablation_table_deltas():
 
 def test_run_config_uses_evaluate_and_measures_cost():
     from model.accounting import cache_bytes
-    from model.training.evaluation import Quality
+    from model.training import Quality
 
     m = random_model("micro")
     seen = {}

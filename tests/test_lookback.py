@@ -13,10 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.arch.context import Ablation
-from model.config import V41Config
-from model.model import V41Model
-from model.training.lookback import answer_weighted_ce, induction_mask, recall_rows
+from model import Ablation, V41Config, V41Model
+from model.training import answer_weighted_ce, induction_mask, recall_rows
 
 
 def test_induction_mask_marks_lookback_targets():

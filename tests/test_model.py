@@ -11,10 +11,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, ConfigError, InputError, V41Config, V41Model, count_params, layer_map, load
-from model.arch.engram import DEAD, NgramHasher
-from model.arch.mhc import sinkhorn
+from model.arch import DEAD, NgramHasher, sinkhorn
 from model.config import engram_primes, is_prime
-from model.inference.trace import FULL
+from model.inference import FULL
 from model.quant import FP4_VALUES, INDEX_FMT, LATENT_FMT, WINDOW_FMT, e2m1_codes, fake_fp4, fake_fp8, pack, unpack
 
 
@@ -280,7 +279,7 @@ def test_truncated_checkpoint_gives_clear_error(fixture_dir, tmp_path):
 
 
 def test_save_load_round_trip(micro, tmp_path):
-    from model.checkpoint.native import save_checkpoint
+    from model.checkpoint import save_checkpoint
     save_checkpoint(micro, tmp_path)
     back = load(tmp_path, device="cpu")
     ids = torch.randint(3, 256, (1, 12), generator=torch.Generator().manual_seed(5))
@@ -298,7 +297,7 @@ def test_token_ids_out_of_range(micro):
 def test_tokenizer_vocab_mismatch_rejected(micro):
     from conftest import ROOT
 
-    from model.corpus.tokenizer import load_tokenizer
+    from model.corpus import load_tokenizer
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     with pytest.raises(InputError, match="vocab_size"):
         V41Model(V41Config.preset("micro")).bind_tokenizer(tok)

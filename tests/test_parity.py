@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from model.inference.engine import decode_step, prefill
-from model.inference.trace import FULL
+from model import decode_step, prefill
+from model.inference import FULL
 
 ATOL = 1e-4
 

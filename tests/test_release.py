@@ -31,11 +31,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
-from model.checkpoint import parts
-from model.checkpoint.native import save_checkpoint
-from model.checkpoint.shards import INDEX, read_header
-from model.checkpoint.streaming import MappedEngramTable, parse_bytes
-from model.checkpoint.writer import write_release
+from model.checkpoint import INDEX, MappedEngramTable, parse_bytes, parts, read_header, save_checkpoint, write_release
 from model.cli.release_layout import main
 from model.quant import (
     FP4_VALUES,

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 
 
 def _checkpoint(d):
-    from model.checkpoint.native import save_checkpoint
+    from model.checkpoint import save_checkpoint
 
     m = random_model("micro")
     save_checkpoint(m, d)

@@ -7,10 +7,8 @@ import pytest
 import torch
 
 from model import CheckpointError, V41Config, V41Model, load
-from model.corpus.dataset import sample_batch
-from model.training.schedule import TrainConfig, batch_generator
-from model.training.state import load_state, save_state
-from model.training.step import make_optimizer, train_step
+from model.corpus import sample_batch
+from model.training import TrainConfig, batch_generator, load_state, make_optimizer, save_state, train_step
 
 
 def _stream(n: int = 20000, vocab: int = 256, seed: int = 0) -> np.ndarray:
@@ -77,7 +75,7 @@ def test_checkpoints_are_safetensors_not_pickle(tmp_path):
 def test_loader_rejects_a_tokenizer_that_does_not_match(tmp_path):
     from conftest import ROOT
 
-    from model.checkpoint.native import save_checkpoint
+    from model.checkpoint import save_checkpoint
     m = V41Model(V41Config.preset("micro")).init_weights(0)
     save_checkpoint(m, tmp_path)
     import shutil
@@ -100,7 +98,7 @@ def test_shipped_weights_load_with_tokenizer_and_record_training():
 
 
 def test_copy_rows_say_each_span_twice_with_familiar_tokens():
-    from model.training.batches import copy_rows
+    from model.training import copy_rows
 
     ids = torch.arange(100, 400)
     x, y, answers = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
@@ -115,7 +113,7 @@ def test_copy_rows_say_each_span_twice_with_familiar_tokens():
 
 
 def test_training_window_is_a_curriculum_knob_that_restores():
-    from model.training.step import set_window
+    from model.training import set_window
 
     torch.manual_seed(0)
     m = V41Model(V41Config.preset("micro")).init_weights(0).eval()
@@ -153,7 +151,7 @@ class _CopyOracle:
 
 
 def test_copy_accuracy_scores_a_copier_high_and_a_non_copier_low():
-    from model.training.evaluation import copy_accuracy
+    from model.training import copy_accuracy
 
     tokens = np.random.default_rng(0).integers(5, 300, size=5000)
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4) == 1.0
@@ -162,14 +160,14 @@ def test_copy_accuracy_scores_a_copier_high_and_a_non_copier_low():
 
 
 def test_copy_accuracy_first_time_is_the_no_copy_baseline():
-    from model.training.evaluation import copy_accuracy
+    from model.training import copy_accuracy
 
     tokens = np.random.default_rng(0).integers(5, 300, size=5000)
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4, first=True) < 0.05  # nothing to copy yet
 
 
 def test_frequent_ids_rank_by_count_and_leave_special_ids_out():
-    from model.corpus.dataset import TokenStream
+    from model.corpus import TokenStream
 
     tokens = np.array([7] * 20 + [1] * 50 + [9] * 30 + [6] * 10 + [8] * 5, dtype=np.uint16)
     s = TokenStream(tokens, {})
@@ -190,7 +188,7 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
     import model.arch.attention as attention
     from model import quant
     from model.fusion import compile_error, configure, fused
-    from model.training.step import forward_backward
+    from model.training import forward_backward
 
     configure()
     chosen: dict[str, list] = {}
@@ -242,7 +240,7 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
 
 
 def test_stages_pick_the_last_started_value_and_reject_garbage():
-    from model.training.schedule import staged
+    from model.training import staged
 
     assert staged("", 10, 7) == 7
     assert [staged("0:8,300:16,600:0", s, 32) for s in (0, 299, 300, 599, 600, 10_000)] == [8, 8, 16, 16, 0, 0]
@@ -252,7 +250,7 @@ def test_stages_pick_the_last_started_value_and_reject_garbage():
 
 
 def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
-    from model.training.batches import copy_rows
+    from model.training import copy_rows
 
     ids = torch.arange(100, 400)
     x, _, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
@@ -271,9 +269,8 @@ def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
 def test_answer_marks_sit_on_what_only_a_look_back_predicts():
     """Copy rows: a marked target equals the token one span back (its first copy); drill rows: marked
     targets are the colour of an answer sentence, and that colour was stated earlier in the row's drill."""
-    from model.corpus.stories import COLOURS
-    from model.corpus.tokenizer import load_tokenizer
-    from model.training.batches import copy_rows, drill_rows
+    from model.corpus import COLOURS, load_tokenizer
+    from model.training import copy_rows, drill_rows
 
     ids = torch.arange(100, 400)
     x, y, answers = copy_rows(ids, 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=5)
@@ -320,7 +317,7 @@ def test_a_window_change_reuses_the_compiled_kernels():
     from torch._dynamo.utils import counters
 
     from model.fusion import configure
-    from model.training.step import forward_backward, set_window
+    from model.training import forward_backward, set_window
 
     configure()
     x, y = sample_batch(_stream(), 4, 48, torch.Generator().manual_seed(5))
@@ -337,8 +334,8 @@ def test_a_window_change_reuses_the_compiled_kernels():
 def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
     """repeat_rows with piece_max: each repeated span is stitched from short pieces (on a stream of
     consecutive ids, a stitch shows as a jump), is said again verbatim, and only its second copy is marked."""
-    from model.corpus.dataset import TokenStream
-    from model.training.batches import repeat_rows
+    from model.corpus import TokenStream
+    from model.training import repeat_rows
 
     stream = TokenStream(np.arange(50_000, dtype=np.int64) % 40_000, {})
     x, y, answers = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0, piece_max=3)
@@ -355,7 +352,7 @@ def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
 
 
 def test_curriculum_stages_parse_typed_and_refuse_unknown_fields():
-    from model.training.schedule import parse_curriculum
+    from model.training import parse_curriculum
     st = parse_curriculum("seq_len=32 train_window=2 copy_gap=2; seq_len=64 copy_spread=1 copy_temper=0.5")
     assert [s.settings for s in st] == [{"seq_len": 32, "train_window": 2, "copy_gap": 2},
                                         {"seq_len": 64, "copy_spread": True, "copy_temper": 0.5}]
@@ -367,7 +364,7 @@ def test_curriculum_stages_parse_typed_and_refuse_unknown_fields():
 
 
 def test_spread_copies_use_distances_over_the_whole_row_and_gap_min_holds():
-    from model.training.batches import copy_rows
+    from model.training import copy_rows
     ids = torch.arange(100, 400)
 
     def first_gaps(x, y, answers):
@@ -388,8 +385,8 @@ def test_spread_copies_use_distances_over_the_whole_row_and_gap_min_holds():
 
 
 def test_tempered_unigram_copy_ids_reach_rare_ids_but_never_special_ones():
-    from model.corpus.dataset import TokenStream
-    from model.training.batches import CopyIds
+    from model.corpus import TokenStream
+    from model.training import CopyIds
     toks = np.array([7] * 900 + [9] * 90 + [11] * 10 + list(range(12, 60)), dtype=np.uint16)
     s = TokenStream(tokens=toks, manifest={})
     w = s.unigram_weights(0.5)
@@ -402,7 +399,7 @@ def test_tempered_unigram_copy_ids_reach_rare_ids_but_never_special_ones():
 
 
 def test_train_only_freezes_every_other_parameter():
-    from model.training.step import freeze_except
+    from model.training import freeze_except
     stream = _stream()
     tc, m, _ = _setup(steps=3)
     tc.train_only = r"indexer\."
@@ -426,13 +423,14 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
 
     from conftest import ROOT
 
-    from model.training.run import finish, start_run, train_steps
+    from model.training import finish, start_run, train_steps
     tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
     np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
     tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, copy_frac=1.0, warmup_steps=1,
                      stream=str(tmp_path / "stream.npy"), tokenizer=str(tok), eval_every=0, ckpt_every=100,
                      drafter_steps=0, gate_every=2, gate_min_steps=2, stage_dir=str(tmp_path / "stages"),
-                     curriculum="train_window=2 copy_gap=2 gate=0 gate_min_steps=4; train_window=2 copy_spread=1 gate=0")
+                     curriculum="train_window=2 copy_gap=2 gate=0 gate_min_steps=4; "
+                                "train_window=2 copy_spread=1 gate=0")
     run = start_run(tc, torch.device("cpu"), tmp_path / "ckpt", resume=False)
     train_steps(run)
     # stage 0 holds its own 4 steps before its first probe, stage 1 the run's 2

@@ -13,8 +13,8 @@ import torch
 from conftest import ROOT, random_model, random_tiny
 from PIL import Image
 
-from model import V41Config, load
-from model.arch.vision import (
+from model import ImageError, V41Config, load
+from model.arch import (
     MARKERS,
     Aligner,
     VisionModel,
@@ -28,9 +28,17 @@ from model.arch.vision import (
     vision_state_dict,
 )
 from model.config import VisionConfig
-from model.corpus.scenes import draw_scene, make_scene, sample_scenes
-from model.inference.images import ImageError, load_image, plan_grid, resize_to_grid, to_pixels
-from model.inference.vision_inputs import build_inputs, marker_ids, span_ids, trace_with_image
+from model.corpus import draw_scene, make_scene, sample_scenes
+from model.inference import (
+    build_inputs,
+    load_image,
+    marker_ids,
+    plan_grid,
+    resize_to_grid,
+    span_ids,
+    to_pixels,
+    trace_with_image,
+)
 
 FLASH_VC = VisionConfig()  # the release's vision_config: patch 14, ratio 3, 1024 tokens, min_pixels 544^2
 
@@ -340,7 +348,7 @@ def test_scenes_are_deterministic_and_consistent():
     # each box is drawn in its colour just inside its outline
     sc = make_scene(5)
     im = draw_scene(sc, 256)
-    from model.corpus.scenes import PALETTE
+    from model.corpus import PALETTE
 
     for bx in sc.boxes:
         x0, y0, x1, y1 = (v * 256 for v in bx.xyxy)
@@ -352,8 +360,8 @@ def test_scenes_are_deterministic_and_consistent():
 # ------------------------------------------------------------------------------------------------
 
 def test_write_tensors_round_trip(tmp_path, micro_v):
-    from model.checkpoint.native import save_checkpoint
-    from model.training.state import write_json_entry
+    from model.checkpoint import save_checkpoint
+    from model.training import write_json_entry
     from model.training.vision_tower import write_tensors
 
     text_only = random_model("micro", seed=3)
@@ -402,7 +410,7 @@ def test_lesson_image_positions(tiny_v):
 
 
 def _fake_trace(window, entries, entry_ids, positions, ratio, experts, n_experts):
-    from model.inference.trace import Shares
+    from model.inference import Shares
 
     sh = Shares(window=torch.tensor(window), entries=torch.tensor(entries), entry_ids=torch.tensor(entry_ids),
                 sink=torch.zeros(1, len(positions), 1), ratio=ratio)
@@ -460,7 +468,7 @@ def _panel_app():
     import torch
 
     from model import V41Config, V41Model
-    from model.arch.vision import attach_vision
+    from model.arch import attach_vision
     from ui.vision_panel import draw_vision_steps, image_input
 
     torch.manual_seed(0)
@@ -513,11 +521,11 @@ def test_trained_vision_answers_above_chance():
     tiny = ROOT / "data" / "weights" / "tiny"
     if not (tiny / "model.safetensors").exists():
         pytest.skip("no trained tiny weights")
-    from model.checkpoint.native import shard_map
+    from model.checkpoint import shard_map
 
     if not any(k.startswith("vision.") for k in shard_map(tiny)):
         pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m model train-vision)")
-    from model.training.vision_tower import evaluate
+    from model.training import evaluate
 
     torch.set_num_threads(2)
     m = load(tiny, device="cpu")
@@ -536,8 +544,8 @@ def _prompt_app():
     sys.path.insert(0, "tests")
     from conftest import random_tiny
 
-    from model.arch.vision import attach_vision
-    from model.corpus.scenes import draw_scene, make_scene
+    from model.arch import attach_vision
+    from model.corpus import draw_scene, make_scene
     from ui.vision_panel import draw_image_prompt
 
     m = random_tiny()

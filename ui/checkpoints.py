@@ -30,7 +30,7 @@ import torch
 
 from model import V41Config
 from model.accounting import human, resident_footprint
-from model.checkpoint.streaming import available_memory, parse_bytes
+from model.checkpoint import available_memory, parse_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOTS = "V41_CHECKPOINT_ROOTS"

@@ -28,8 +28,8 @@ from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
 from model import V41Config, V41Model, load
-from model.arch.engram import compressed_token_map
-from model.corpus.tokenizer import load_tokenizer
+from model.arch import compressed_token_map
+from model.corpus import load_tokenizer
 from ui.checkpoints import (
     MAX_MODELS,
     NOT_OFFERED,

@@ -27,7 +27,7 @@ from lessons.far_fact import (
     weights_note,
 )
 from lessons.far_story import far_sample, own_story
-from model.arch.context import Ablation
+from model import Ablation
 from ui.common import TINY_DIR, built, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS

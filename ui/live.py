@@ -15,9 +15,8 @@ import streamlit as st
 from streamlit.logger import get_logger
 
 from lessons.start import NextTokens, prompt_ids, top_tokens
-from model.arch.context import Ablation
-from model.inference import batch
-from model.inference.trace import LensChoice
+from model import Ablation
+from model.inference import LensChoice, batched_logits, batched_next_logits, batched_traces
 from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
@@ -138,9 +137,9 @@ RESULTS_KEPT = {"next": 512, "logits": 8, "trace": 8}   # a next-token row is 16
 def run_forward(kind: str, context, payloads: list) -> list:
     """The batch worker's runner: one batched forward of `kind` over the rows (model/inference/batch.py)."""
     model, ablation, lens = context
-    fns = {"next": lambda rows: batch.next_logits(model, rows, ablation),
-           "logits": lambda rows: batch.row_logits(model, rows, ablation),
-           "trace": lambda rows: batch.traces(model, rows, ablation, lens=lens)}
+    fns = {"next": lambda rows: batched_next_logits(model, rows, ablation),
+           "logits": lambda rows: batched_logits(model, rows, ablation),
+           "trace": lambda rows: batched_traces(model, rows, ablation, lens=lens)}
     t0 = time.perf_counter()
     out = run_rows(fns[kind], payloads)
     get_logger(__name__).info("Batched forward: kind=%s rows=%d seconds=%.3f", kind, len(payloads),

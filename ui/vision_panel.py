@@ -21,18 +21,20 @@ import torch
 from PIL import Image
 
 from lessons import vision as lv
-from model import InputError
-from model.arch.vision import encode_image, has_vision
-from model.corpus.scenes import draw_scene, sample_scenes
-from model.inference.images import (
+from model import ImageError, InputError
+from model.arch import encode_image, has_vision
+from model.corpus import draw_scene, sample_scenes
+from model.inference import (
     MAX_UPLOAD_BYTES,
     MAX_UPLOAD_PIXELS,
-    ImageError,
+    build_inputs,
+    generate_with_image,
     load_image,
+    marker_ids,
     resize_to_grid,
     to_pixels,
+    trace_with_image,
 )
-from model.inference.vision_inputs import build_inputs, generate_with_image, marker_ids, trace_with_image
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 

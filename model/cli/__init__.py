@@ -14,6 +14,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+__all__ = ["main", "run", "usage", "COMMANDS", "Command"]
+
 # Training frees and re-allocates large tensors every step; keeping them in the heap (not mmap) saves ~20%.
 # glibc reads these only at start-up, so a shell run re-executes itself once with them set.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "17179869184",

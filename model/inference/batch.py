@@ -49,7 +49,7 @@ def pad_rows(rows: list[list[int]], pad_id: int = PAD_ID) -> tuple[torch.Tensor,
 
 
 @torch.no_grad()
-def next_logits(model, rows: list[list[int]], ablation: Ablation | None = None) -> list[torch.Tensor]:
+def batched_next_logits(model, rows: list[list[int]], ablation: Ablation | None = None) -> list[torch.Tensor]:
     """The next-token logits [V] after each row (its last real position), one forward for all rows."""
     ids, lengths = pad_rows(rows)
     out = model.full(ids.to(model.device), lengths=lengths, last_only=True, ablation=ablation)
@@ -57,7 +57,7 @@ def next_logits(model, rows: list[list[int]], ablation: Ablation | None = None) 
 
 
 @torch.no_grad()
-def row_logits(model, rows: list[list[int]], ablation: Ablation | None = None) -> list[torch.Tensor]:
+def batched_logits(model, rows: list[list[int]], ablation: Ablation | None = None) -> list[torch.Tensor]:
     """Every position's logits [n, V] of each row, one forward for all rows."""
     ids, lengths = pad_rows(rows)
     out = model.full(ids.to(model.device), ablation=ablation)
@@ -65,7 +65,7 @@ def row_logits(model, rows: list[list[int]], ablation: Ablation | None = None) -
 
 
 @torch.no_grad()
-def traces(model, rows: list[list[int]], ablation: Ablation | None = None, lens: LensChoice = True,
+def batched_traces(model, rows: list[list[int]], ablation: Ablation | None = None, lens: LensChoice = True,
            lens_topk: int = 5, keep_scores: bool = True) -> list[Trace]:
     """An exact trace (one forward, no cache, summary detail) of each row, recorded in one batched forward."""
     ids, lengths = pad_rows(rows)

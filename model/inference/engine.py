@@ -9,7 +9,7 @@ Follows docs/design/architecture.md §3.1.
   measures how far apart they are beyond that.
 - Decode runs each new token through both halves.
 A persistent prefix cache (model/inference/prefix_cache.py) can supply the state of a known prompt prefix.
-Sampling is model/inference/sampling.py; whole generations (plain and speculative) model/inference/generate.py.
+Sampling is model/inference/sampling.py; whole generations (plain and speculative) model/inference/generation.py.
 """
 
 from __future__ import annotations

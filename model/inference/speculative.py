@@ -6,9 +6,9 @@ model/arch/drafter.py. One step (`verify_step`): the drafter proposes x_1..x_g a
 [anchor, x_1..x_g] in one forward through its cache (greedy = accept while x_j is the target's
 argmax; stochastic = accept with min(1, p/q), else resample from norm(max(0, p - q)); a bonus token
 when all are accepted), then `cache.rollback` drops the rejected rows and the drafter's context
-grows by the kept ones. `start` prefills and emits the first token; `summarize` turns the per-step
+grows by the kept ones. `speculative_start` prefills and emits the first token; `summarize` turns the per-step
 logs into acceptance and calibration statistics. The whole-run loop is `speculative_generate`
-(model/inference/generate.py).
+(model/inference/generation.py).
 """
 
 from __future__ import annotations
@@ -320,10 +320,11 @@ def _top(p: torch.Tensor, k: int = 5) -> list[tuple[int, float]]:
     return [(int(a), float(b)) for a, b in zip(i.tolist(), v.tolist())]
 
 
-def start(model: Backbone, drafter: Drafter | None, ids, max_new_tokens: int, *, sampler: Sampler | None = None,
-          prefill_mode: str = "bounded", draft_length: int | str | None = None, confidence_threshold: float = 0.3,
-          stop_at_eos: bool = True, prefix_cache=None, chunk_size: int = DEFAULT_CHUNK,
-          progress: Callable[[float, str], None] | None = None) -> SpecState:
+def speculative_start(model: Backbone, drafter: Drafter | None, ids, max_new_tokens: int, *,
+                      sampler: Sampler | None = None, prefill_mode: str = "bounded",
+                      draft_length: int | str | None = None, confidence_threshold: float = 0.3,
+                      stop_at_eos: bool = True, prefix_cache=None, chunk_size: int = DEFAULT_CHUNK,
+                      progress: Callable[[float, str], None] | None = None) -> SpecState:
     """Prefill the prompt (cache with rollback slack = block size, drafter taps), emit the first token."""
     drafter = drafter if drafter is not None else model.mtp
     if not isinstance(drafter, Drafter):

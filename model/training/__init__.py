@@ -1,4 +1,64 @@
 """Training: the tiny language model, its look-back practice, the DSpark drafter, the vision tower.
 
-Sits above checkpoint/ (it writes and resumes checkpoints) and below cli/ (the command lines).
+schedule (TrainConfig, staged settings, curriculum rungs), batches (text, drills, copies, repeats),
+step (the model, optimizer and one step), state (checkpoints to resume), run (a run from start to
+finish), evaluation (held-out loss, recall, copy), lookback (answer-only tasks, the weighted loss),
+dspark (the drafter's training), vision_tower (the tower's). Sits above checkpoint/ (it writes and
+resumes checkpoints) and below cli/ (the command lines).
+
+This file is the package's face: callers outside model/ import these names from `model.training`, not
+from its modules (modules inside model/ import the module that defines a name). The drafter's and the
+vision tower's own steps, schedules and evaluations are run by `python -m model dspark train` and
+`python -m model train-vision`; the face holds their configs and entry points, so `train_step`,
+`lr_at` and `evaluate` here are the language model's.
 """
+
+from .batches import CopyIds, copy_ids_for, copy_rows, drill_rows, make_batch, patchwork_span, repeat_rows
+from .dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
+from .evaluation import (
+    EVAL_KEYS,
+    Quality,
+    copy_accuracy,
+    copy_probe,
+    evaluate,
+    fact_in_pool,
+    natural_loss,
+    quick_eval,
+    story_recall,
+)
+from .lookback import answer_weighted_ce, induction_mask, lookup_rows, recall_rows
+from .run import Run, finish, start_run, train_steps, training_record
+from .schedule import (
+    STAGE_FIELDS,
+    Stage,
+    TrainConfig,
+    batch_generator,
+    copy_gap_at,
+    lr_at,
+    parse_curriculum,
+    staged,
+    window_at,
+)
+from .state import init_from, load_state, model_state, read_meta, save_state, save_weights_bf16, write_json_entry
+from .step import build_model, forward_backward, freeze_except, lm_loss, make_optimizer, set_window, train_step
+from .vision_tower import VisionTrainConfig
+
+__all__ = [
+    # a run: settings, curriculum, start, steps, finish
+    "TrainConfig", "Stage", "STAGE_FIELDS", "parse_curriculum", "staged", "window_at", "copy_gap_at", "lr_at",
+    "Run", "start_run", "train_steps", "finish", "training_record",
+    # the model, the optimizer and one step
+    "build_model", "make_optimizer", "train_step", "forward_backward", "lm_loss", "set_window", "freeze_except",
+    # the rows of a batch
+    "batch_generator", "make_batch", "drill_rows", "repeat_rows", "patchwork_span", "copy_rows", "copy_ids_for",
+    "CopyIds",
+    # checkpoints to resume from and the training record
+    "save_state", "load_state", "model_state", "read_meta", "init_from", "save_weights_bf16", "write_json_entry",
+    # held-out evaluation (the Ablation lab and bench.quality share it)
+    "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
+    "quick_eval", "EVAL_KEYS",
+    # look-back practice
+    "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
+    # the DSpark drafter and the vision tower
+    "DraftTrainConfig", "train_drafter", "evaluate_drafter", "write_drafter", "VisionTrainConfig",
+]

@@ -3,7 +3,7 @@
 Follows docs/design/equations.md §12 (DSpark training): the target is frozen; the loss is 0.1 CE +
 0.9 TV + 1.0 confidence BCE with position weights exp(-(j-1)/gamma), on continuations the target
 itself generated (`build_pool`). The drafter is model/arch/drafter.py; `evaluate_drafter` measures
-acceptance with model/inference/generate.py's `speculative_generate`. `python -m model dspark train`
+acceptance with model/inference/generation.py's `speculative_generate`. `python -m model dspark train`
 (model/cli/train_drafter.py) runs train, evaluate and write in one command.
 """
 
@@ -24,7 +24,7 @@ from ..arch.backbone import Backbone
 from ..arch.drafter import Drafter, attach_drafter
 from ..checkpoint.native import rewrite_tensors
 from ..inference.engine import decode_step, prefill
-from ..inference.generate import speculative_generate
+from ..inference.generation import speculative_generate
 from ..inference.sampling import Sampler
 from ..model import V41Model
 from .state import rounded

@@ -3,7 +3,7 @@
 Follows docs/design/architecture.md §3.1 (generate) and docs/design/equations.md §11-12 (speculative decoding).
 `generate` is the one entry point (V41Model.generate calls it); `SpecOptions` turns it into
 speculative decoding, which `speculative_generate` runs as a loop over model/inference/
-speculative.py's `start` + `verify_step`. Both return a `GenerateResult`.
+speculative.py's `speculative_start` + `verify_step`. Both return a `GenerateResult`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..errors import InputError
 from .cache import Cache
 from .engine import DEFAULT_CHUNK, decode_step, prefill
 from .sampling import Sampler, eos_ids
-from .speculative import SpecStats, start, summarize, verify_step
+from .speculative import SpecStats, speculative_start, summarize, verify_step
 
 MAX_NEW_TOKENS = 4096
 
@@ -101,7 +101,7 @@ def speculative_generate(model: Backbone, drafter: Drafter | None, ids, max_new_
                          chunk_size: int = DEFAULT_CHUNK, keep_cache: bool = False) -> GenerateResult:
     """Draft-and-verify decoding; the output has the target's distribution (greedy: the same tokens)."""
     t_all = time.perf_counter()
-    st = start(model, drafter, ids, max_new_tokens, sampler=sampler, prefill_mode=prefill_mode,
+    st = speculative_start(model, drafter, ids, max_new_tokens, sampler=sampler, prefill_mode=prefill_mode,
                draft_length=draft_length, confidence_threshold=confidence_threshold, stop_at_eos=stop_at_eos,
                prefix_cache=prefix_cache, chunk_size=chunk_size)
     t0 = time.perf_counter()
