@@ -525,11 +525,11 @@ def test_trained_vision_answers_above_chance():
 
     if not any(k.startswith("vision.") for k in shard_map(tiny)):
         pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m model train-vision)")
-    from model.training import evaluate
+    from model.training import evaluate_vision
 
     torch.set_num_threads(2)
     m = load(tiny, device="cpu")
-    r = evaluate(m, n=100)
+    r = evaluate_vision(m, n=100)
     assert r["accuracy_text_only"] < r["chance_boxes_in_picture"]      # the text alone cannot know the colour
     # the picture tells which box: far above guessing among the boxes drawn (4 binomial standard errors at n=100)
     chance = r["chance_boxes_in_picture"]

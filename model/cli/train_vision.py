@@ -17,7 +17,7 @@ from ..arch.vision import MARKERS
 from ..checkpoint.loader import load
 from ..corpus.scenes import HELDOUT_SEED_BASE, TRAIN_SEED_BASE
 from ..training.state import rounded, write_json_entry
-from ..training.vision_tower import VisionTrainConfig, evaluate, prepare, train_loop, write_tensors
+from ..training.vision_tower import VisionTrainConfig, evaluate_vision, prepare, train_loop, write_tensors
 from .options import add_config_options, config_from
 
 COMMAND = "python -m model train-vision"
@@ -44,11 +44,11 @@ def main(argv: list[str]) -> int:
     print(f"training the vision tower + aligner + markers ({n_params / 1e3:.1f}K parameters; text model frozen) "
           f"for {tc.steps} steps x {tc.batch} pictures on {model.device} ({torch.get_num_threads()} threads)",
           file=sys.stderr)
-    before = evaluate(model, n=min(100, tc.eval_n))
+    before = evaluate_vision(model, n=min(100, tc.eval_n))
     print(f"before: with image {before['accuracy_with_image']:.3f}, text only {before['accuracy_text_only']:.3f}",
           file=sys.stderr)
     log, seconds = train_loop(model, opt, tc)
-    result = evaluate(model, n=tc.eval_n)
+    result = evaluate_vision(model, n=tc.eval_n)
     print(f"held-out pictures: {result['n']} questions; colour right with the picture "
           f"{result['accuracy_with_image']:.3f}, text only {result['accuracy_text_only']:.3f} "
           f"(chance: 1/8 palette = {result['chance_palette']:.3f}, 1/boxes in picture = "

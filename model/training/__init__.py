@@ -9,8 +9,8 @@ resumes checkpoints) and below cli/ (the command lines).
 This file is the package's face: callers outside model/ import these names from `model.training`, not
 from its modules (modules inside model/ import the module that defines a name). The drafter's and the
 vision tower's own steps, schedules and evaluations are run by `python -m model dspark train` and
-`python -m model train-vision`; the face holds their configs and entry points, so `train_step`,
-`lr_at` and `evaluate` here are the language model's.
+`python -m model train-vision`; the face holds their configs and evaluations (`evaluate_drafter`,
+`evaluate_vision`), so `train_step`, `lr_at` and `evaluate` here are the language model's.
 """
 
 from .batches import CopyIds, copy_ids_for, copy_rows, drill_rows, make_batch, patchwork_span, repeat_rows
@@ -41,7 +41,7 @@ from .schedule import (
 )
 from .state import init_from, load_state, model_state, read_meta, save_state, save_weights_bf16, write_json_entry
 from .step import build_model, forward_backward, freeze_except, lm_loss, make_optimizer, set_window, train_step
-from .vision_tower import VisionTrainConfig
+from .vision_tower import VisionTrainConfig, evaluate_vision
 
 __all__ = [
     # a run: settings, curriculum, start, steps, finish
@@ -61,4 +61,5 @@ __all__ = [
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
     # the DSpark drafter and the vision tower
     "DraftTrainConfig", "train_drafter", "evaluate_drafter", "write_drafter", "VisionTrainConfig",
+    "evaluate_vision",
 ]

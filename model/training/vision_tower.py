@@ -162,7 +162,7 @@ def train_step(model, opt, batch: dict, tc: VisionTrainConfig, step: int) -> dic
 # ------------------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def evaluate(model, n: int = 300, seed_base: int = HELDOUT_SEED_BASE, batch: int = 50, size: int = 256) -> dict:
+def evaluate_vision(model, n: int = 300, seed_base: int = HELDOUT_SEED_BASE, batch: int = 50, size: int = 256) -> dict:
     """One question per held-out picture; colour ranked first among the palette, with and without the picture."""
     model.eval()
     cid = colour_ids(model)
@@ -259,7 +259,7 @@ def train_loop(model, opt: torch.optim.Optimizer, tc: VisionTrainConfig) -> tupl
               f"colour acc {sum(r['colour_acc'] for r in recent) / len(recent):.3f} "
               f"eta {(tc.steps - step - 1) * el / (step + 1) / 60:.1f} min", end="", file=sys.stderr, flush=True)
         if tc.eval_every and (step + 1) % tc.eval_every == 0:
-            ev = evaluate(model, n=100)
+            ev = evaluate_vision(model, n=100)
             rec.update({"eval_" + k: v for k, v in ev.items() if isinstance(v, float)})
             print(f"\n  held-out (100): with image {ev['accuracy_with_image']:.3f}", file=sys.stderr)
     seconds = time.time() - t0
