@@ -129,6 +129,25 @@ def test_training_window_is_a_curriculum_knob_that_restores():
     assert torch.equal(base, back)
 
 
+def test_a_narrowed_training_window_is_the_same_model_as_a_config_with_that_window():
+    """Weights trained with `set_window(w)` ship with `sliding_window: w` in their config: same logits."""
+    from model.training import set_window
+
+    torch.manual_seed(0)
+    wide = V41Model(V41Config.preset("micro")).init_weights(0).eval()
+    narrow = V41Model(wide.cfg.replace(sliding_window=4).validate()).eval()
+    narrow.load_state_dict(wide.state_dict())
+    x = torch.randint(5, 250, (1, 40))
+    with torch.no_grad():
+        set_window(wide, 4)
+        a = wide(x).logits
+        b = narrow(x).logits
+    assert (a - b).abs().max() <= 1e-4 * a.abs().max()
+    set_window(wide, 0)
+    with torch.no_grad():
+        assert (wide(x).logits - b).abs().max() > 1e-3       # the config's own window differs
+
+
 class _Out:
     def __init__(self, logits):
         self.logits = logits
