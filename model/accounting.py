@@ -114,6 +114,11 @@ class ParamCount:
     vision_from: str = "modules"
     active_per_layer: list[int] = field(default_factory=list)  # per token passing the layer
 
+    @property
+    def engram_proj_per_layer(self) -> int:
+        """Projection parameters of one Engram layer (the largest): each is one multiply-add per token."""
+        return max((pl.get("engram_proj", 0) for pl in self.per_layer), default=0)
+
 
 _COMPONENTS = [
     ("engram_table", r"\.engram\.embed\."),

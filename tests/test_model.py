@@ -92,6 +92,15 @@ def test_param_counts_reproduce_published_figures():
     assert pc.by_component["routed_experts"] == 40 * 384 * 3 * 5120 * 2304
 
 
+def test_engram_projection_per_layer_is_the_engram_module_less_its_table():
+    cfg = V41Config.preset("tiny")
+    m = V41Model(cfg)
+    (lid,) = cfg.engram_layer_ids
+    engram = m.layers[lid].engram
+    proj = sum(p.numel() for n, p in engram.named_parameters() if not n.startswith("embed."))
+    assert proj > 0 and count_params(cfg).engram_proj_per_layer == proj
+
+
 # ---------------------------------------------------------------------------------------------- config
 @pytest.mark.parametrize("change,field", [
     (dict(kv_source_layer_ids=[1]), "kv_source_layer_ids"),

@@ -16,26 +16,22 @@ from ui.state import KEEP, arrived, qp_choice, qp_set, seed
 from ui.text import plain
 
 
-def _engram_proj(pc) -> int:
-    """Projection parameters of one Engram layer (the largest): each is one multiply-add per token."""
-    return max((pl.get("engram_proj", 0) for pl in pc.per_layer), default=0)
+def _numbers(pc) -> dict:
+    """A ParamCount as plain numbers (what the pages read; cacheable)."""
+    return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "drafter": pc.drafter,
+            "vision": pc.vision, "active_prefill": pc.active_prefill, "active_decode": pc.active_decode,
+            "active_per_layer": list(pc.active_per_layer), "engram_proj_per_layer": pc.engram_proj_per_layer}
 
 
 @st.cache_data(show_spinner="Counting parameters on the meta device (once per server; ~10 s for the full config) ...")
 def param_counts(preset: str) -> dict:
     """count_params of a preset, as plain numbers (the full config takes seconds: computed once)."""
-    pc = count_params(V41Config.preset(preset))
-    return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "drafter": pc.drafter,
-            "vision": pc.vision, "active_prefill": pc.active_prefill, "active_decode": pc.active_decode,
-            "active_per_layer": list(pc.active_per_layer), "engram_proj_per_layer": _engram_proj(pc)}
+    return _numbers(count_params(V41Config.preset(preset)))
 
 
 def config_counts(model) -> dict:
     """count_params of the running model's own config (small: fast)."""
-    pc = count_params(model.cfg)
-    return {"total": pc.total, "backbone": pc.backbone, "engram": pc.engram, "active_prefill": pc.active_prefill,
-            "active_decode": pc.active_decode, "active_per_layer": list(pc.active_per_layer),
-            "engram_proj_per_layer": _engram_proj(pc)}
+    return _numbers(count_params(model.cfg))
 
 
 def chart(fig, key: str, fmt: str, filename: str) -> None:
