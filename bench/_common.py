@@ -13,18 +13,11 @@ TINY = ROOT / "data" / "weights" / "tiny"
 
 def tiny_model():
     """The shipped trained tiny model, or random tiny weights (said so) when it is absent."""
-    from model import load
+    from model import load, random_tiny
 
     if (TINY / "model.safetensors").exists():
         return load(TINY, device="cpu"), "trained tiny"
-    from model import V41Config, V41Model
-    from model.arch import compressed_token_map
-    from model.corpus import load_tokenizer
-
-    tok = load_tokenizer(TINY / "tokenizer.json")
-    _, n = compressed_token_map(tok)
-    m = V41Model(V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()).init_weights(0)
-    return m.eval().bind_tokenizer(tok), "random tiny (trained weights absent)"
+    return random_tiny(0, device="cpu"), "random tiny (trained weights absent)"
 
 
 def random_ids(n: int, vocab: int, seed: int = 0) -> torch.Tensor:
