@@ -28,7 +28,9 @@ import torch
 
 from lessons.far_story import FactStory, FactTokens
 from model import Ablation
-from model.corpus import COLOURS
+from model.corpus import BUCKETS, COLOURS
+
+FAR_BUCKET = BUCKETS["far"]  # (first, last) distance in tokens
 
 CHANCE = 1 / len(COLOURS)    # a guess among the story colours
 
@@ -39,6 +41,20 @@ FAR_RULE = (
     "window. So it is neither the easiest nor the hardest far story, and it changes only when the held-out set, "
     "the tokenizer or the window does."
 )
+
+
+def far_definition(layers: int, window: int) -> str:
+    """Where the panel says what "far" means for the loaded config: the held-out bucket's distances against the
+    window and against the stacked windows' reach L x (W - 1) (`window_reach`)."""
+    reach = window_reach(layers, window)
+    lo, hi = FAR_BUCKET
+    beyond = ("every far story lies beyond that reach, so only the compressed entries can bring its fact back"
+              if reach < lo else
+              f"far stories up to {reach} tokens can still be relayed hop by hop; beyond that only the compressed "
+              "entries can bring the fact back")
+    return (f"Far means {lo}-{hi} tokens between the fact's colour and the answer. This model reads {window} tokens "
+            f"directly and its {layers} stacked windows reach {layers} x {window - 1} = {reach:,} positions back: "
+            f"{beyond}.")
 
 INTRO = (
     "A fact stated far back: the story puts an object in a coloured container, then talks about other things "
@@ -74,10 +90,15 @@ def reach_sentence(layers: int, window: int) -> str:
             "absorbed it.")
 
 
-def weights_note(weights: str, record: dict | None) -> str | None:
-    """What the loaded weights do on far recall, said before any measurement on this page: for the shipped
-    weights, the held-out far recall recorded in their training.json (`record`, its "final" entry); for random
-    weights, that nothing is learned. None for a checkpoint without a record."""
+NO_RECORD = ("These weights came without a training record (training.json) that states their far recall, so what "
+             "they do on far facts is not known before the panel below measures one story.")
+
+
+def weights_note(weights: str, record: dict | None) -> str:
+    """What the loaded weights do on far recall, said before any measurement on this page: for trained weights (the
+    shipped ones or a chosen checkpoint), the held-out far recall recorded in their training.json (`record`, its
+    "final" entry) and what `bench.quality --record` measured on them; for random weights, that nothing is learned;
+    for weights without a record, that it is not known."""
     chance = f"{100 * CHANCE:.1f}%"
     if weights == "random":
         return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
@@ -85,7 +106,7 @@ def weights_note(weights: str, record: dict | None) -> str | None:
     final = (record or {}).get("final") or {}
     far = final.get("recall_far")
     if far is None:
-        return None
+        return NO_RECORD
     other = [f"{100 * final[k]:.0f}% {name}" for k, name in (("recall_inside", "inside the window"),
                                                               ("recall_just_past", "just past it")) if k in final]
     verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
@@ -111,6 +132,35 @@ def measured_note(record: dict | None) -> str:
         parts.append(f"the fact's entry in the candidate pool at the answer row for {100 * m['fact_in_pool']:.0f}% "
                      "of far stories")
     return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
+
+
+def far_recall_of(record: dict | None) -> float | None:
+    """Held-out far recall of a training record: measured by `bench.quality --record` when it was, else the last
+    quick evaluation of the training run."""
+    rec = record or {}
+    for part in (rec.get("measured") or {}, rec.get("final") or {}):
+        if isinstance(part.get("recall_far"), (int, float)):
+            return float(part["recall_far"])
+    return None
+
+
+def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float | None, recall_window: int) -> str:
+    """What each shipped set of trained weights learned, for the panel that offers the other one: the text model
+    (data/weights/tiny) and the retrieval checkpoint (data/weights/recall), each with its far recall
+    (`far_recall_of` its record) and the recall checkpoint's window. `on_recall` says which is loaded now."""
+    def pct(x: float | None) -> str:
+        return "not measured" if x is None else f"{100 * x:.0f}% of far held-out facts"
+
+    verdict = ("far recall has not emerged in it" if text_far is not None and text_far <= 2 * CHANCE
+               else "its far recall")
+    text = (f"The text model (weights/tiny) learned English from a small corpus with the configuration's window; "
+            f"{verdict} ({pct(text_far)}).")
+    recall = (f"The recall checkpoint (weights/recall) is a retrieval specialist: the same tokenizer and layer map, "
+              f"but every window narrowed to {recall_window} tokens and trained only on stories, recall drills, "
+              "copies and a little plain text, so a far fact can come back only through the compressed entries the "
+              f"indexer selects ({pct(recall_far)}). Its everyday English is poor; it is here to show that road "
+              "working.")
+    return f"{recall} {text}" if on_recall else f"{text} {recall}"
 
 
 # --------------------------------------------------------------------------------------------------

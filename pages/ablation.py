@@ -24,7 +24,7 @@ from lessons.far_fact import weights_note
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
 from ui.common import built, cached_with_progress, require_model, sidebar
-from ui.far_fact import far_fact_panel, training_record
+from ui.far_fact import far_fact_panel, session_record
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
 from ui.sources import sources_footer
@@ -38,13 +38,11 @@ st.write(INTRO)
 st.caption(CAVEAT)
 model = require_model(sess)
 cfg = model.cfg
-if sess.weights != "trained":
-    st.warning("These are not the trained weights: with random weights every configuration scores near chance, so "
+if sess.weights == "random":
+    st.warning("These are not trained weights: with random weights every configuration scores near chance, so "
                "the table shows the machinery, not the model's behaviour.")
 else:
-    note = weights_note(sess.weights, training_record())
-    if note:
-        st.info(note)
+    st.info(weights_note(sess.weights, session_record(sess)))
 
 with st.expander("What each configuration switches off", expanded=False):
     st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),

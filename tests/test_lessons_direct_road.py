@@ -97,8 +97,29 @@ def test_weights_note_reports_the_recorded_far_recall_up_front():
     assert "has not emerged" in note                         # 4% against 9.1%: no better than a guess
     good = ff.weights_note("trained", {"final": {"recall_far": 0.6}})
     assert "60%" in good and "clearly above a guess" in good and "not emerged" not in good
-    assert ff.weights_note("checkpoint", None) is None
+    assert ff.weights_note("checkpoint", None) == ff.NO_RECORD            # said, not left out
+    assert ff.weights_note("checkpoint", {"final": {"recall_far": 0.75}}).count("75%") == 1
     assert "Random weights" in ff.weights_note("random", None)
+
+
+def test_far_definition_places_the_far_bucket_against_the_stacked_reach():
+    lo, hi = ff.FAR_BUCKET
+    wide = ff.far_definition(12, 32)                   # 12 x 31 = 372: inside the far bucket
+    assert f"{lo}-{hi} tokens" in wide and "12 x 31 = 372" in wide and "up to 372 tokens can still be relayed" in wide
+    narrow = ff.far_definition(12, 2)                  # 12 x 1 = 12 < 129: every far story is out of reach
+    assert "12 x 1 = 12" in narrow and "every far story lies beyond that reach" in narrow
+
+
+def test_checkpoints_offer_names_what_each_learned_with_its_own_far_recall():
+    text_rec = {"final": {"recall_far": 0.06}, "measured": {"recall_far": 0.04}}
+    recall_rec = {"final": {"recall_far": 0.5}}
+    assert ff.far_recall_of(text_rec) == 0.04                      # the benchmark's figure wins over the last eval
+    assert ff.far_recall_of(recall_rec) == 0.5 and ff.far_recall_of(None) is None
+    offer = ff.checkpoints_offer(False, ff.far_recall_of(text_rec), ff.far_recall_of(recall_rec), 2)
+    assert offer.startswith("The text model") and "has not emerged" in offer and "(4% of far" in offer
+    assert "narrowed to 2 tokens" in offer and "(50% of far" in offer
+    back = ff.checkpoints_offer(True, 0.3, None, 4)
+    assert back.startswith("The recall checkpoint") and "not emerged" not in back and "not measured" in back
 
 
 # ---- ablation lab ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ st.text_area, st.code, st.text, dataframes and escaped Plotly labels; messages n
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -19,6 +20,9 @@ from lessons.far_fact import (
     INTRO,
     OWN_HELP,
     analyse,
+    checkpoints_offer,
+    far_definition,
+    far_recall_of,
     head_rows,
     marked_text,
     reach_sentence,
@@ -28,7 +32,8 @@ from lessons.far_fact import (
 )
 from lessons.far_story import far_sample, own_story
 from model import Ablation
-from ui.common import TINY_DIR, built, cached_with_progress
+from ui.checkpoints import find_checkpoints
+from ui.common import ROOT, TINY_DIR, built, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
@@ -95,13 +100,84 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
     return fig
 
 
-@st.cache_data(show_spinner=False)
-def training_record() -> dict | None:
-    """The shipped weights' training.json (its final evaluation), or None when it cannot be read."""
+RECALL_DIR = ROOT / "data" / "weights" / "recall"
+RECORD_MAX_BYTES = 16 << 20      # a training.json holds every step's log; a bigger file is not read
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _read_record(path: str, mtime: float) -> dict | None:
+    p = Path(path)
     try:
-        return json.loads((TINY_DIR / "training.json").read_text())
+        if p.stat().st_size > RECORD_MAX_BYTES:
+            return None
+        rec = json.loads(p.read_text())
     except (OSError, ValueError):
         return None
+    return rec if isinstance(rec, dict) else None
+
+
+def training_record(directory: Path | None = None) -> dict | None:
+    """The training.json of a weights directory (the shipped weights by default): its final evaluation and what
+    `bench.quality --record` measured; None when it is missing, unreadable or too big. Re-read when it changes."""
+    p = (directory or TINY_DIR) / "training.json"
+    try:
+        mtime = p.stat().st_mtime
+    except OSError:
+        return None
+    return _read_record(str(p), mtime)
+
+
+def weights_dir(sess) -> Path | None:
+    """The directory the session's weights were loaded from (None for random weights)."""
+    if sess.weights == "trained":
+        return TINY_DIR
+    if sess.weights == "checkpoint" and sess.checkpoint:
+        return find_checkpoints().get(sess.checkpoint)
+    return None
+
+
+def session_record(sess) -> dict | None:
+    d = weights_dir(sess)
+    return training_record(d) if d is not None else None
+
+
+def _recall_label() -> str | None:
+    """The sidebar label of the shipped recall checkpoint, when this server offers it."""
+    if not (RECALL_DIR / "config.json").is_file():
+        return None
+    real = RECALL_DIR.resolve()
+    return next((label for label, d in find_checkpoints().items() if d == real), None)
+
+
+def _choose(weights: str, checkpoint: str | None = None) -> None:
+    """Button callback: switch the sidebar's weights choice before the next run draws it."""
+    st.session_state["weights_choice"] = weights
+    if checkpoint is not None:
+        st.session_state["ckpt_choice"] = checkpoint
+        st.session_state.pop("ckpt_refused", None)
+
+
+def _offer_other_weights(sess, key: str) -> None:
+    """The two shipped trained checkpoints, what each learned, and a button that loads the other one."""
+    label = _recall_label()
+    if label is None or sess.weights == "random":
+        return
+    on_recall = sess.weights == "checkpoint" and sess.checkpoint == label
+    if sess.weights == "checkpoint" and not on_recall:
+        return
+    try:
+        window = int(json.loads((RECALL_DIR / "config.json").read_text())["text_config"]["sliding_window"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    st.caption(checkpoints_offer(on_recall, far_recall_of(training_record(TINY_DIR)),
+                                 far_recall_of(training_record(RECALL_DIR)), window))
+    if on_recall:
+        clicked = st.button("Back to the text model", key=f"{key}_ff_to_text", on_click=_choose, args=("trained",))
+    else:
+        clicked = st.button("Load the recall checkpoint", key=f"{key}_ff_to_recall", on_click=_choose,
+                            args=("checkpoint", label), type="primary")
+    if clicked:             # the panel is a fragment: the sidebar and the page run again with the new weights
+        st.rerun(scope="app")
 
 
 def _sample(sess, model):
@@ -158,12 +234,13 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return
-    note = weights_note(sess.weights, training_record() if sess.weights == "trained" else None)
-    if note:
-        st.info(note)
-    st.caption(reach_sentence(model.cfg.num_hidden_layers, model.cfg.sliding_window))
+    cfg = model.cfg
+    st.info(weights_note(sess.weights, session_record(sess)))
+    _offer_other_weights(sess, key)
+    st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
     with st.expander("What this shows", expanded=False):
         st.write(INTRO)
+        st.caption(reach_sentence(cfg.num_hidden_layers, cfg.sliding_window))
         st.caption(FAR_RULE)
     seed(f"{key}_ff_src", {"own": SOURCES[1], "sample": SOURCES[0]}.get(qp_choice("ff", ["own", "sample"], None,
                                                                                    "own or sample") or ""), SOURCES[0])
