@@ -148,6 +148,21 @@ def test_a_narrowed_training_window_is_the_same_model_as_a_config_with_that_wind
         assert (wide(x).logits - b).abs().max() > 1e-3       # the config's own window differs
 
 
+def test_config_window_builds_the_model_with_that_window_and_the_checkpoint_carries_it(tmp_path):
+    import json
+
+    from model.corpus import load_tokenizer
+    from model.training import build_model, save_weights_bf16
+
+    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
+    plain = build_model(TrainConfig(preset="tiny"), tok)
+    narrow = build_model(TrainConfig(preset="tiny", config_window=2), tok)
+    assert plain.cfg.sliding_window == V41Config.preset("tiny").sliding_window != 2
+    assert narrow.cfg.sliding_window == 2
+    out = save_weights_bf16(narrow, tmp_path / "w", {"stage": 0})
+    assert json.loads((out / "config.json").read_text())["text_config"]["sliding_window"] == 2
+
+
 class _Out:
     def __init__(self, logits):
         self.logits = logits

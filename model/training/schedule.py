@@ -45,6 +45,8 @@ class TrainConfig:
     copy_temper: float = 0.0            # >0: drawn instead from the unigram^temper over the whole vocabulary
     copy_spread: bool = False           # gaps spread over the whole row (0 .. seq_len - 2 x span)
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
+    config_window: int = 0              # >0: the model's config gets this sliding_window (what the checkpoint
+                                        # ships with; weights trained at a narrowed window need it to be read right)
     window_stages: str = ""             # "step:window,..." e.g. "0:8,300:16,600:0" (overrides train_window)
     copy_gap_stages: str = ""           # "step:gap,...": the far copies' largest gap grows in stages
                                         # (overrides copy_gap)

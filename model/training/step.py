@@ -52,6 +52,8 @@ def freeze_except(m: V41Model, pattern: str) -> int:
 def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41Model:
     """A freshly initialised model of the run's preset (or `cfg`), its Engram sized to the tokenizer."""
     cfg = cfg or V41Config.preset(tc.preset)
+    if tc.config_window:
+        cfg = cfg.replace(sliding_window=tc.config_window).validate()
     if cfg.engram_layer_ids:
         _, n = compressed_token_map(tokenizer)
         cfg = cfg.replace(engram_compressed_vocab_size=n).validate()
