@@ -4,6 +4,7 @@ computed sentences and its messages are checked."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -111,3 +112,31 @@ def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
         share = row["share on fact entries (mean over heads) (%)"]
         assert out[f"layer {row['layer']} ({row['role']})"].startswith(
             f"share on fact entries {share:.2f}%; in top-k {row['in top-k']}")
+
+
+def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
+    """From the text model, one click loads the shipped recall checkpoint (the sidebar follows), the weights line
+    then reads the recall checkpoint's own training.json and far is placed against its window's reach; a second
+    click goes back."""
+    at = run_page("attention_shares", weights="trained")
+    ok(at)
+    first = at.info[0].value
+    assert first.startswith("What these weights do") and "held-out far facts" in first
+    offer = next(c.value for c in at.caption if "recall checkpoint (weights/recall)" in c.value)
+    assert offer.startswith("The text model (weights/tiny)")
+    assert [b.label for b in at.button] == ["Load the recall checkpoint"]
+    at.button(key="sh_ff_to_recall").click().run()
+    ok(at)
+    assert at.session_state["weights_choice"] == "checkpoint"
+    assert at.session_state["ckpt_choice"] == "weights/recall"
+    note = at.info[0].value
+    assert note != first and "held-out far facts" in note                # the recall checkpoint's own record
+    window = json.loads((ROOT / "data" / "weights" / "recall" / "config.json").read_text())["text_config"][
+        "sliding_window"]
+    far = next(c.value for c in at.caption if c.value.startswith("Far means"))
+    assert f"reads {window} tokens directly" in far and "every far story lies beyond that reach" in far
+    assert next(c.value for c in at.caption if "weights/recall" in c.value).startswith("The recall checkpoint")
+    assert HEADER in [s.value for s in at.subheader]
+    at.button(key="sh_ff_to_text").click().run()
+    ok(at)
+    assert at.session_state["weights_choice"] == "trained" and at.info[0].value == first

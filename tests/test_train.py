@@ -48,6 +48,35 @@ def test_a_few_steps_lower_the_loss_and_train_the_indexer():
     assert float(m.layers[0].ffn.gate.bias.abs().sum()) > 0            # load balancing moved the bias
 
 
+def test_pool_kl_trains_the_candidate_source_on_the_summed_attention_of_the_layers_it_serves(monkeypatch):
+    """`pool_kl`: the forward is unchanged; in dense mode the candidate source's KL target is the attention of every
+    layer reading its entries (row sums above one layer's head count), which changes the loss and still reaches
+    the source's indexer; in sparse mode it changes nothing."""
+    import model.arch.backbone as backbone
+    from model import Ablation, random_tiny
+
+    m = random_tiny()
+    cfg = m.cfg
+    src = cfg.candidate_source_layer_id
+    x = torch.randint(5, 4000, (2, 48))
+    dense = Ablation(dense_compressed=True)
+    seen = []
+    real = backbone.indexer_kl
+    monkeypatch.setattr(backbone, "indexer_kl", lambda a, s, sup: seen.append(a) or real(a, s, sup))
+    plain = m(x, indexer_loss=True, ablation=dense)
+    assert not seen                                          # off: no aggregated term
+    pooled = m(x, indexer_loss=True, ablation=dense, pool_kl=True)
+    assert len(seen) == 1
+    assert torch.equal(plain.logits, pooled.logits)
+    assert float(seen[0].sum(-1).max()) > cfg.num_attention_heads + 0.5   # more than one layer's attention
+    assert abs(float(plain.indexer_loss.detach()) - float(pooled.indexer_loss.detach())) > 1e-6
+    pooled.indexer_loss.backward()
+    assert float(m.layers[src].attn.indexer.wq_b.weight.grad.abs().sum()) > 0
+    sparse_a = m(x, indexer_loss=True)
+    sparse_b = m(x, indexer_loss=True, pool_kl=True)
+    assert len(seen) == 1 and torch.equal(sparse_a.indexer_loss, sparse_b.indexer_loss)
+
+
 def test_resumed_run_equals_uninterrupted(tmp_path):
     stream = _stream()
     tc, a, opt_a = _setup(steps=6)

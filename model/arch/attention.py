@@ -28,7 +28,7 @@ from ..fusion import fusable, fusing
 from ..layer_map import LayerSpec
 from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
-from .context import CompressedRead, Context, EntryTable, KLInputs
+from .context import CompressedRead, Context, EntryTable, KLInputs, PoolTarget
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
 from .rope import RopeTables, apply_rope
@@ -177,7 +177,7 @@ class Attention(torch.nn.Module):
             prev = store.last(self.window - 1)
             store.append(kv)
         out, probs = self._attend(q, kv, prev, comp)
-        if ctx.indexer_loss and comp is not None and comp.kl is not None:
+        if ctx.indexer_loss and comp is not None and (comp.kl is not None or ctx.pool_target is not None):
             self._indexer_loss(probs, comp, ctx)
         if ctx.trace is not None:
             ctx.trace.attention(self.layer_id, ctx.positions, probs, prev, comp, self.window)
@@ -289,14 +289,23 @@ class Attention(torch.nn.Module):
     def _indexer_loss(self, probs: torch.Tensor, comp: CompressedRead, ctx: Context) -> None:
         """KL from the main attention's distribution over compressed entries to the index scores (§3.3):
         over every visible entry in the dense warm-up, over the selected entries in sparse training."""
-        kl = comp.kl
-        indexer, xi, qi, cos, sin = kl.indexer, kl.x, kl.q_res, kl.cos, kl.sin
         w = self.window
         attn = probs[..., w:-1].detach().sum(dim=2)  # [B, S, T or k] summed over heads
+        target = ctx.pool_target
+        if target is not None and comp.dense and comp.table is target.table:
+            target.attn = target.attn + attn        # a later layer reading the candidate source's entries
+        kl = comp.kl
+        if kl is None:
+            return
+        indexer, xi, qi, cos, sin = kl.indexer, kl.x, kl.q_res, kl.cos, kl.sin
         keys = comp.table.all_keys()
         if comp.dense:
             scores = mask_visible(indexer.scores(xi, qi, cos, sin, keys), ctx.positions, self.ratio)
             support = comp.mask
+            if ctx.pool_kl and self.spec.candidate_source:
+                # the pool serves every later layer reading these entries: its KL waits for their attention
+                ctx.pool_target = PoolTarget(comp.table, scores, support, attn)
+                return
         else:
             idx = comp.idx
             b, s, k = idx.shape

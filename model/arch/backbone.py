@@ -21,6 +21,7 @@ from ..layer_map import layer_map
 from .block import Block
 from .context import Ablation, Context, LayerCache, LayerSource, Recorder
 from .engram import NgramHasher
+from .indexer import indexer_kl
 from .mhc import collapse, one_hot_pre
 from .norm import RMSNorm
 from .rope import RopeTables, Rotary
@@ -123,7 +124,7 @@ class Backbone(torch.nn.Module):
     def prepare(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
                 image_mask: torch.Tensor | None = None, tap_layers=(), indexer_loss: bool = False,
-                collect_routing: bool = False
+                collect_routing: bool = False, pool_kl: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor, Context, RopeTables, torch.Tensor | None]:
         """Embed, hash and set up the context for one forward call over new rows."""
         ids = self.check_ids(input_ids)
@@ -138,7 +139,7 @@ class Backbone(torch.nn.Module):
         streams = h.unsqueeze(2).expand(-1, -1, self.cfg.hc_mult, -1).contiguous()
         ctx = Context(positions=positions, cache=cache, trace=trace, ablation=ablation or Ablation(),
                       image_mask=image_mask, tap_layers=frozenset(tap_layers), indexer_loss=indexer_loss,
-                      collect_routing=collect_routing)
+                      collect_routing=collect_routing, pool_kl=pool_kl)
         rope = RopeTables.at(self.rotary, positions)
         hash_ids = None
         if cache is not None:
@@ -241,15 +242,20 @@ class Backbone(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
                 image_mask: torch.Tensor | None = None, last_only: bool = False, tap_layers=(),
-                indexer_loss: bool = False, collect_routing: bool = False) -> ModelOutput:
+                indexer_loss: bool = False, collect_routing: bool = False, pool_kl: bool = False) -> ModelOutput:
+        """`pool_kl` (training, with `indexer_loss` and dense compressed attention): the candidate source's indexer
+        learns the attention of every layer that reads its entries, summed, instead of its own layer's only."""
         streams, pre_mix, ctx, rope, hash_ids = self.prepare(
             input_ids, cache, trace=trace, ablation=ablation, image_embeds=image_embeds, image_mask=image_mask,
-            tap_layers=tap_layers, indexer_loss=indexer_loss, collect_routing=collect_routing)
+            tap_layers=tap_layers, indexer_loss=indexer_loss, collect_routing=collect_routing, pool_kl=pool_kl)
         streams, pre_mix = self.run_layers(streams, pre_mix, 0, self.cfg.num_hidden_layers, ctx, rope, hash_ids)
         hidden, logits = self.finish(streams, pre_mix, last_only)
         if cache is not None:
             cache.advance(streams.shape[1])
         if trace is not None:
             trace.end(hidden, logits)
+        if ctx.pool_target is not None:
+            t = ctx.pool_target
+            ctx.indexer_losses.append(indexer_kl(t.attn, t.scores, t.support))
         il = torch.stack(ctx.indexer_losses).mean() if ctx.indexer_losses else None
         return ModelOutput(logits=logits, hidden=hidden, indexer_loss=il, taps=ctx.taps, routings=ctx.routings)

@@ -45,6 +45,17 @@ class KLInputs:
 
 
 @dataclass
+class PoolTarget:
+    """The aggregated target of the candidate source's indexer (training, dense): the source's index scores over
+    its entries, and the attention every layer reading those entries gave them, summed (docs/training.md §3)."""
+
+    table: EntryTable         # the candidate source's entries: only layers reading this table add to `attn`
+    scores: torch.Tensor      # [B, S, T] the candidate source's index scores (with grad)
+    support: torch.Tensor     # [B, S, T] bool visible entries
+    attn: torch.Tensor        # [B, S, T] summed attention of the layers read so far (detached)
+
+
+@dataclass
 class CsaState:
     """Per-forward CSA2 state: set by the layer that owns each part, read by the layers after it."""
 
@@ -187,6 +198,8 @@ class Context:
     publish_only: bool = False              # run a layer's compressor/keys only (bounded prefill)
     indexer_loss: bool = False              # collect the indexer's KL training signal
     indexer_losses: list[torch.Tensor] = field(default_factory=list)
+    pool_kl: bool = False                   # the candidate source's KL against every decoder layer's attention
+    pool_target: PoolTarget | None = None   # ... summed here while the layers run (see PoolTarget)
     collect_routing: bool = False           # keep each MoE's chosen experts (load balancing in training)
     routings: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> attention input (mean of streams)

@@ -62,6 +62,8 @@ class TrainConfig:
     gate_min_steps: int = 50            # ... once the stage has run this many steps (a stage may set its own: a
                                         # long one, e.g. language with the copies kept, is then a fixed length)
     stage_dir: str = ""                 # where each passed stage's weights go (bf16), e.g. runs/checkpoints/s1
+    pool_kl: bool = False               # the candidate source's indexer learns the summed attention of every layer
+                                        # its pool serves (dense phases), not its own layer's only
     train_only: str = ""                # regex: train only the parameters whose name matches (the rest frozen)
 
 
@@ -100,7 +102,7 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
 # Fields a curriculum stage may set: the data, the rows and the window; not the optimizer or the run.
 STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "repeat_frac", "repeat_pieces",
-                "answer_weight", "dense_warmup_frac", "lr", "gate", "gate_min_steps")
+                "answer_weight", "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl")
 
 
 @dataclass

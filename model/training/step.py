@@ -101,7 +101,8 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     if answers is not None and tc.answer_weight != 1.0:
         weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
     with fused(tc.fast):
-        out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense))
+        out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
+                pool_kl=tc.pool_kl and dense)
         lm, plain = lm_loss(out.logits, y, weights)
         il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
         (lm + tc.indexer_weight * il).backward()

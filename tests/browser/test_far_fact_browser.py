@@ -40,3 +40,28 @@ def test_far_fact_own_story_stays_text_and_a_typo_gets_the_message(ui):
     ui.wait_text('[data-testid="stText"]', r"right colour 'red'")
     assert not _pwned(ui)
     ui.assert_clean()
+
+
+def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_across_pages(ui):
+    """The text model's panel offers the recall checkpoint; the click loads it (sidebar, URL and weights line follow),
+    the choice survives moving to another page that shows the panel, and the panel's other button goes back."""
+    from tests.browser.test_state_browser import checked, nav_to, params
+
+    ui.open("attention_shares", weights="trained")
+    ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
+    first = next(a for a in ui.alerts("Info") if a.startswith("What these weights do"))
+    ui.click("sh_ff_to_recall")
+    ui.wait_text('[data-testid="stCaptionContainer"]', r"reads \d+ tokens directly and its 12 stacked windows")
+    assert checked(ui, "weights_choice").startswith("Checkpoint")
+    assert ui.selected("ckpt_choice") == "weights/recall"
+    assert params(ui).get("weights") == "checkpoint" and params(ui).get("ckpt") == "weights/recall", ui.page.url
+    assert first not in ui.alerts("Info") and any("held-out far facts" in a for a in ui.alerts("Info"))
+    nav_to(ui, "Indexer pools", "indexer_pools")
+    ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
+    assert ui.selected("ckpt_choice") == "weights/recall"
+    assert ui.key("pool_ff_to_text").count() == 1
+    ui.click("pool_ff_to_text")
+    ui.wait_text('[data-testid="stCaptionContainer"]', r"The text model \(weights/tiny\)")
+    assert checked(ui, "weights_choice").startswith("Trained")
+    assert first in ui.alerts("Info")
+    ui.assert_clean()
