@@ -155,11 +155,11 @@ def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float
                else "its far recall")
     text = (f"The text model (weights/tiny) learned English from a small corpus with the configuration's window; "
             f"{verdict} ({pct(text_far)}).")
-    recall = (f"The recall checkpoint (weights/recall) is a retrieval specialist: the same tokenizer and layer map, "
-              f"but every window narrowed to {recall_window} tokens and trained only on stories, recall drills, "
-              "copies and a little plain text, so a far fact can come back only through the compressed entries the "
-              f"indexer selects ({pct(recall_far)}). Its everyday English is poor; it is here to show that road "
-              "working.")
+    recall = (f"The recall checkpoint (weights/recall) is a retrieval specialist: the same tokenizer and layer map "
+              f"(no vision tower), but every window narrowed to {recall_window} tokens and trained mostly on recall "
+              "drills (stories with several facts, then a question about each) and copies, with a quarter plain "
+              "text, so a far fact can come back only through the compressed entries the indexer selects "
+              f"({pct(recall_far)}). Its everyday English is poor; it is here to show that road working.")
     return f"{recall} {text}" if on_recall else f"{text} {recall}"
 
 
