@@ -97,10 +97,14 @@ class Sample:
     tokens: FactTokens
     candidates: int                # far stories the rule chose among
     distances: list[int]           # their distances, sorted
+    rank: int = 0                  # the chosen story's place in that order (0: the nearest)
+    median: int = 0                # the rule's own choice (the lower median)
 
 
-def far_sample(tokenizer, window: int, rows: list[dict] | None = None) -> Sample:
-    """The far-fact sample by `FAR_RULE`: the lower-median-distance far story whose distance exceeds `window`."""
+def far_sample(tokenizer, window: int, rows: list[dict] | None = None, rank: int | None = None) -> Sample:
+    """The far-fact sample by `FAR_RULE`: the lower-median-distance far story whose distance exceeds `window`; with
+    `rank`, the story at that place in the same order instead (0: the nearest; clamped to the stories there are),
+    so a reader can walk through every far story, not only the rule's one."""
     rows = load_heldout_stories() if rows is None else rows
     far = []
     for r in rows:
@@ -112,8 +116,11 @@ def far_sample(tokenizer, window: int, rows: list[dict] | None = None) -> Sample
     if not far:
         raise ValueError(f"the held-out set has no far-bucket story whose fact lies more than {window} tokens back")
     far.sort(key=lambda x: (x[0], x[1]))
-    d, _, row, t = far[(len(far) - 1) // 2]
-    return Sample(story=story_from_heldout(row), tokens=t, candidates=len(far), distances=[x[0] for x in far])
+    median = (len(far) - 1) // 2
+    pick = median if rank is None else min(max(0, int(rank)), len(far) - 1)
+    d, _, row, t = far[pick]
+    return Sample(story=story_from_heldout(row), tokens=t, candidates=len(far), distances=[x[0] for x in far],
+                  rank=pick, median=median)
 
 
 _COLOUR_RE = re.compile(r"\b(" + "|".join(COLOURS) + r")\b", re.IGNORECASE)

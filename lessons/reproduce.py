@@ -211,7 +211,8 @@ def ablation(weights: str, names: list[str], topk: int, stories: int, natural: i
                   "          f\"recall inside {row['recall_inside']:.2f}; cache bytes {row['cache_bytes']}\")"])
 
 
-def far_fact(weights: str, own: bool, text: str = "", fact: str = "", answer: str = "", one_based: bool = False) -> str:
+def far_fact(weights: str, own: bool, text: str = "", fact: str = "", answer: str = "", one_based: bool = False,
+             rank: int | None = None) -> str:
     """The far-fact panel (lessons/far_fact.py): the fixed-rule held-out sample, or the reader's story and fact."""
     if own:
         story = [f"text = {text!r}", f"fact = {fact!r}", f"answer = {answer!r}   # empty: the colour in the fact",
@@ -219,7 +220,9 @@ def far_fact(weights: str, own: bool, text: str = "", fact: str = "", answer: st
                  "if problem:", "    raise SystemExit(problem)"]
         names = ["from lessons.far_fact import analyse, summary, table_rows", "from lessons.far_story import own_story"]
     else:
-        story = ["sample = far_sample(model.tokenizer, model.cfg.sliding_window)   # the fixed rule: FAR_RULE",
+        pick = "" if rank is None else f", rank={rank}"
+        why = "the fixed rule: FAR_RULE" if rank is None else f"far story {rank + 1} in distance order"
+        story = [f"sample = far_sample(model.tokenizer, model.cfg.sliding_window{pick})   # {why}",
                  "story, tokens = sample.story, sample.tokens"]
         names = ["from lessons.far_fact import analyse, summary, table_rows",
                  "from lessons.far_story import far_sample"]

@@ -90,16 +90,20 @@ TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
 
 
 @pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")
-@pytest.mark.parametrize("own", [False, True])
+@pytest.mark.parametrize("own", [False, True, "nearest"])
 def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
     from test_reproduce import run_snippet
 
     at = AppTest.from_file(str(ROOT / "pages" / "ablation.py"), default_timeout=300)
     at.query_params.update({"weights": "trained", "numbering": "1"})
-    if own:
+    if own == "nearest":                    # a held-out far story other than the rule's: the first by distance
+        at.query_params.update({"ffrank": "1"})
+    elif own:
         at.query_params.update({"ff": "own", "ffstory": STORY, "fffact": "red", "ffanswer": "red"})
     at.run()
     ok(at)
+    if own == "nearest":
+        assert any(c.value.startswith("Held-out far story 1 of ") for c in at.caption)
     code = [c.value for c in at.get("code") if getattr(c, "language", None) == "python"
             and "lessons.far_fact" in c.value]
     assert len(code) == 1

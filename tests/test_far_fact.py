@@ -85,6 +85,11 @@ def test_far_sample_rule_picks_the_median_far_story_past_the_window(tok):
     assert top.candidates == 1 and top.tokens.distance == dists[-1]        # only the farthest story is past it
     with pytest.raises(ValueError):
         fs.far_sample(tok, 10_000)
+    assert s.rank == s.median == (len(dists) - 1) // 2
+    near, far = fs.far_sample(tok, window, rank=0), fs.far_sample(tok, window, rank=10_000)   # clamped
+    assert (near.rank, near.tokens.distance) == (0, dists[0])
+    assert (far.rank, far.tokens.distance) == (len(dists) - 1, dists[-1]) and far.median == s.median
+    assert fs.far_sample(tok, window, rank=s.median).story.seed == s.story.seed
 
 
 # ---- the reader's story ---------------------------------------------------------------------------------------

@@ -52,7 +52,8 @@ if not torch.cuda.is_available():
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DIR = ROOT / "data" / "weights" / "tiny"
-WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny", "checkpoint": "Checkpoint directory"}
+WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny",
+                  "checkpoint": "Checkpoint directory"}
 NUMBERING = {"0": "0-based (as the code and the report count)", "1": "1-based (as the explainer we follow counts)"}
 NO_CHECKPOINTS = ("This server offers no checkpoint directories (its operator lists them in V41_CHECKPOINT_ROOTS or "
                   ".streamlit/secrets.toml; see the README). Choose another weights option.")

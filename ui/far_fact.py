@@ -38,7 +38,7 @@ from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
+from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
@@ -180,10 +180,33 @@ def _offer_other_weights(sess, key: str) -> None:
         st.rerun(scope="app")
 
 
-def _sample(sess, model):
-    return cached_with_progress("far_fact_sample", (sess.label, model.cfg.sliding_window),
-                                lambda progress: far_sample(model.tokenizer, model.cfg.sliding_window),
+def _sample(sess, model, rank: int | None = None):
+    return cached_with_progress("far_fact_sample", (sess.label, model.cfg.sliding_window, rank),
+                                lambda progress: far_sample(model.tokenizer, model.cfg.sliding_window, rank=rank),
                                 "Choosing the far-fact sample ...")
+
+
+def _held_out(key: str, sess, model):
+    """The held-out far story: the rule's median one, or the one the reader steps to by its place in distance
+    order (`ffrank` in the URL, 1-based; the rule's own story leaves it out)."""
+    rule = _sample(sess, model)
+    n, own_place = rule.candidates, rule.median + 1
+    k = f"{key}_ff_rank"
+    seed(k, qp_int_or_none("ffrank", 1, n, "showing the rule's story", unit="1 = the nearest far story"), own_place)
+    if not 1 <= int(st.session_state[k]) <= n:   # another window or tokenizer: fewer far stories than before
+        st.session_state[k] = own_place
+    place = int(st.number_input(f"Far story by distance (1 = the nearest of {n}; {own_place} = the rule's median)",
+                                1, n, key=k, step=1, persist_state=KEEP,
+                                help="Step through every held-out far story to see where the fact comes back "
+                                     "and where it does not."))
+    qp_set(ffrank=None if place == own_place else str(place))
+    sample = rule if place == own_place else _sample(sess, model, place - 1)
+    st.session_state[f"{k}_pick"] = None if place == own_place else place - 1     # for the reproduce snippet
+    story, tokens = sample.story, sample.tokens
+    which = "the rule's median story" if place == own_place else f"the rule's own is story {own_place}"
+    st.caption(f"Held-out far story {place} of {n} by distance (seed {story.seed}, {tokens.distance} tokens from the "
+               f"fact to the answer; the far stories span {sample.distances[0]}-{sample.distances[-1]}): {which}.")
+    return story, tokens
 
 
 def _own(key: str, model):
@@ -250,12 +273,11 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     qp_set(ff="own" if own else None)
     if not own:
         qp_set(ffstory=None, fffact=None, ffanswer=None)
+    else:
+        qp_set(ffrank=None)
     try:
         if not own:
-            sample = _sample(sess, model)
-            story, tokens = sample.story, sample.tokens
-            st.caption(f"Held-out far story, seed {story.seed}: the median distance ({tokens.distance} tokens) among "
-                       f"{sample.candidates} far stories ({sample.distances[0]}-{sample.distances[-1]} tokens).")
+            story, tokens = _held_out(key, sess, model)
         else:
             story, tokens = _own(key, model)
             if story is None:
@@ -309,5 +331,6 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     with st.expander("How these numbers are derived", expanded=False):
         st.text("\n".join(ff.derivation))
     ss = st.session_state
+    rank = None if own else st.session_state.get(f"{key}_ff_rank_pick")
     reproduce(snippets.far_fact(sess.weights, own, ss.get(f"{key}_ff_story", ""), ss.get(f"{key}_ff_fact", ""),
-                                ss.get(f"{key}_ff_answer", ""), sess.one_based), f"far-fact-{key}")
+                                ss.get(f"{key}_ff_answer", ""), sess.one_based, rank), f"far-fact-{key}")
