@@ -144,3 +144,19 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     at.button(key="sh_ff_to_text").click().run()
     ok(at)
     assert at.session_state["weights_choice"] == "trained" and at.info[0].value == first
+
+
+def test_a_far_fact_comes_back_through_the_indexer_on_the_recall_checkpoint():
+    """The shipped recall checkpoint, held-out far story 96 of 100 (455 tokens back, a deep link): the fact's entry
+    is in the candidate pool and the decoder's top-k, the answer is right, and with the global branch off it is not."""
+    at = run_page("indexer_pools", weights="checkpoint", ckpt="weights/recall", ffrank=96)
+    ok(at)
+    assert any(c.value.startswith("Held-out far story 96 of 100") for c in at.caption)
+    text = panel_text(at)
+    assert re.search(r"The candidate pool \(layer 6's scan keeps \d+ of \d+ visible ratio-1 entries\) contains the fact",
+                     text), text
+    assert "Answer with everything on: 'purple'" in text and "is right" in text
+    off = next(line for line in text.splitlines() if line.startswith("Answer with the global branch switched off"))
+    assert "is wrong" in off
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Answer, global off"] != "purple"
