@@ -153,8 +153,8 @@ def test_a_far_fact_comes_back_through_the_indexer_on_the_recall_checkpoint():
     ok(at)
     assert any(c.value.startswith("Held-out far story 96 of 100") for c in at.caption)
     text = panel_text(at)
-    assert re.search(r"The candidate pool \(layer 6's scan keeps \d+ of \d+ visible ratio-1 entries\) contains the fact",
-                     text), text
+    pool = r"The candidate pool \(layer 6's scan keeps \d+ of \d+ visible ratio-1 entries\) contains the fact"
+    assert re.search(pool, text), text
     assert "Answer with everything on: 'purple'" in text and "is right" in text
     off = next(line for line in text.splitlines() if line.startswith("Answer with the global branch switched off"))
     assert "is wrong" in off
