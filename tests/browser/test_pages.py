@@ -45,7 +45,9 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
     nav = ui.page.locator('[data-testid="stSidebarNav"]')
     more = nav.locator('[data-testid="stSidebarNavViewButton"]')
     if more.count():
-        more.click()                              # "View N more"
+        more.click()                              # "View N more": wait until the list has grown
+        ui.page.wait_for_function("n => document.querySelectorAll('[data-testid=\"stSidebarNavLink\"]').length >= n",
+                                  arg=len(pages))
     links = [re.sub(r"^\S+\n+", "", t).strip()
              for t in nav.locator('[data-testid="stSidebarNavLink"]').all_inner_texts()]
     assert [t for _, t in pages] == links
