@@ -43,9 +43,10 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
     assert not missing, f"pages without a browser test: {missing}"
     ui.open()
     nav = ui.page.locator('[data-testid="stSidebarNav"]')
-    more = nav.locator('[data-testid="stSidebarNavViewButton"]')
+    # "View N more" (a nav another test expanded shows "View less" instead: clicking it would collapse the list)
+    more = nav.locator('[data-testid="stSidebarNavViewButton"]', has_text=re.compile("more", re.I))
     if more.count():
-        more.click()                              # "View N more": wait until the list has grown
+        more.click()                              # wait until the list has grown
         ui.page.wait_for_function("n => document.querySelectorAll('[data-testid=\"stSidebarNavLink\"]').length >= n",
                                   arg=len(pages))
     links = [re.sub(r"^\S+\n+", "", t).strip()
