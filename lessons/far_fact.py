@@ -90,6 +90,11 @@ def reach_sentence(layers: int, window: int) -> str:
             "absorbed it.")
 
 
+def no_better_than_guess(far: float) -> bool:
+    """Far recall within twice the chance of a guess: not evidence that recall has emerged."""
+    return far <= 2 * CHANCE
+
+
 NO_RECORD = ("These weights came without a training record (training.json) that states their far recall, so what "
              "they do on far facts is not known before the panel below measures one story.")
 
@@ -110,7 +115,7 @@ def weights_note(weights: str, record: dict | None) -> str:
     other = [f"{100 * final[k]:.0f}% {name}" for k, name in (("recall_inside", "inside the window"),
                                                               ("recall_just_past", "just past it")) if k in final]
     verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
-               "be missed; the panel shows where it is missed." if far <= 2 * CHANCE else
+               "be missed; the panel shows where it is missed." if no_better_than_guess(far) else
                "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
     steps = (record or {}).get("tokens")
     when = f" (their last phase: {steps:,} training tokens on a CPU)" if isinstance(steps, int) else ""
@@ -151,7 +156,7 @@ def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float
     def pct(x: float | None) -> str:
         return "not measured" if x is None else f"{100 * x:.0f}% of far held-out facts"
 
-    verdict = ("far recall has not emerged in it" if text_far is not None and text_far <= 2 * CHANCE
+    verdict = ("far recall has not emerged in it" if text_far is not None and no_better_than_guess(text_far)
                else "its far recall")
     text = (f"The text model (weights/tiny) learned English from a small corpus with the configuration's window; "
             f"{verdict} ({pct(text_far)}).")

@@ -105,7 +105,7 @@ RECORD_MAX_BYTES = 16 << 20      # a training.json holds every step's log; a big
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _read_record(path: str, mtime: float) -> dict | None:
+def _read_json(path: str, mtime: float) -> dict | None:
     p = Path(path)
     try:
         if p.stat().st_size > RECORD_MAX_BYTES:
@@ -116,15 +116,19 @@ def _read_record(path: str, mtime: float) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def training_record(directory: Path | None = None) -> dict | None:
-    """The training.json of a weights directory (the shipped weights by default): its final evaluation and what
-    `bench.quality --record` measured; None when it is missing, unreadable or too big. Re-read when it changes."""
-    p = (directory or TINY_DIR) / "training.json"
+def _json_at(p: Path) -> dict | None:
+    """A JSON object file, read once per change of the file (None when missing, unreadable or too big)."""
     try:
         mtime = p.stat().st_mtime
     except OSError:
         return None
-    return _read_record(str(p), mtime)
+    return _read_json(str(p), mtime)
+
+
+def training_record(directory: Path | None = None) -> dict | None:
+    """The training.json of a weights directory (the shipped weights by default): its final evaluation and what
+    `bench.quality --record` measured; None when it is missing, unreadable or too big. Re-read when it changes."""
+    return _json_at((directory or TINY_DIR) / "training.json")
 
 
 def weights_dir(sess) -> Path | None:
@@ -166,8 +170,8 @@ def _offer_other_weights(sess, key: str) -> None:
     if sess.weights == "checkpoint" and not on_recall:
         return
     try:
-        window = int(json.loads((RECALL_DIR / "config.json").read_text())["text_config"]["sliding_window"])
-    except (OSError, ValueError, KeyError, TypeError):
+        window = int(_json_at(RECALL_DIR / "config.json")["text_config"]["sliding_window"])
+    except (KeyError, TypeError, ValueError):
         return
     st.caption(checkpoints_offer(on_recall, far_recall_of(training_record(TINY_DIR)),
                                  far_recall_of(training_record(RECALL_DIR)), window))
@@ -188,7 +192,8 @@ def _sample(sess, model, rank: int | None = None):
 
 def _held_out(key: str, sess, model):
     """The held-out far story: the rule's median one, or the one the reader steps to by its place in distance
-    order (`ffrank` in the URL, 1-based; the rule's own story leaves it out)."""
+    order (`ffrank` in the URL, 1-based; the rule's own story leaves it out). Returns (story, tokens, rank): rank
+    None for the rule's story, else the 0-based place (what the reproduce snippet passes to far_sample)."""
     rule = _sample(sess, model)
     n, own_place = rule.candidates, rule.median + 1
     k = f"{key}_ff_rank"
@@ -200,13 +205,13 @@ def _held_out(key: str, sess, model):
                                 help="Step through every held-out far story to see where the fact comes back "
                                      "and where it does not."))
     qp_set(ffrank=None if place == own_place else str(place))
-    sample = rule if place == own_place else _sample(sess, model, place - 1)
-    st.session_state[f"{k}_pick"] = None if place == own_place else place - 1     # for the reproduce snippet
+    rank = None if place == own_place else place - 1
+    sample = rule if rank is None else _sample(sess, model, rank)
     story, tokens = sample.story, sample.tokens
     which = "the rule's median story" if place == own_place else f"the rule's own is story {own_place}"
     st.caption(f"Held-out far story {place} of {n} by distance (seed {story.seed}, {tokens.distance} tokens from the "
                f"fact to the answer; the far stories span {sample.distances[0]}-{sample.distances[-1]}): {which}.")
-    return story, tokens
+    return story, tokens, rank
 
 
 def _own(key: str, model):
@@ -275,9 +280,10 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
         qp_set(ffstory=None, fffact=None, ffanswer=None)
     else:
         qp_set(ffrank=None)
+    rank = None
     try:
         if not own:
-            story, tokens = _held_out(key, sess, model)
+            story, tokens, rank = _held_out(key, sess, model)
         else:
             story, tokens = _own(key, model)
             if story is None:
@@ -331,6 +337,5 @@ def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
     with st.expander("How these numbers are derived", expanded=False):
         st.text("\n".join(ff.derivation))
     ss = st.session_state
-    rank = None if own else st.session_state.get(f"{key}_ff_rank_pick")
     reproduce(snippets.far_fact(sess.weights, own, ss.get(f"{key}_ff_story", ""), ss.get(f"{key}_ff_fact", ""),
                                 ss.get(f"{key}_ff_answer", ""), sess.one_based, rank), f"far-fact-{key}")
