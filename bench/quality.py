@@ -31,11 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from model.corpus.dataset import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES  # python -m model stories --heldout-templates
 from model.training import Quality, evaluate, natural_loss, story_recall
 
 ROOT = Path(__file__).resolve().parents[1]
-# python -m model stories --heldout-templates
-HELDOUT_TEMPLATES = ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"
 
 
 # Ablations the lab offers: name -> (Ablation kwargs, prefill mode, one-line description)

@@ -324,3 +324,31 @@ def test_heldout_cast_shares_no_name_object_or_template_with_training():
                                 .replace(r"\{col\}", r"\w+").replace(r"\{con\}", r"\w+"), r["fact"])
                    for t in HELDOUT_CAST.facts), r["fact"]
         assert r["text"][r["answer_start"]:r["answer_end"]] == r["answer"]
+
+
+def test_wide_drill_cast_is_wider_and_shares_nothing_with_the_heldout_cast():
+    """The wide drills must not leak the held-out names, objects, verbs or question phrasings (else held-out
+    template recall would measure memory), and each drill's answers name objects its facts placed."""
+    from model.corpus import COLOURS, HELDOUT_CAST, TRAIN_CAST, WIDE_CAST, recall_drill
+
+    assert len(WIDE_CAST.objects) > 4 * len(TRAIN_CAST.objects) and len(WIDE_CAST.facts) > 8 * len(TRAIN_CAST.facts)
+    assert not set(HELDOUT_CAST.names) & set(WIDE_CAST.names)
+    assert not set(HELDOUT_CAST.objects) & set(WIDE_CAST.objects)
+    held_phrases = ("tucked", "dropped", "stored", "slipped", "tell me where", "wanted to know")
+    for t in WIDE_CAST.facts + WIDE_CAST.questions:
+        assert not any(p in t for p in held_phrases), t
+    colour = re.compile(r"\b(" + "|".join(COLOURS) + r")\b")
+    assert not any(colour.search(o) for o in WIDE_CAST.objects)  # an object named by a colour would be an answer
+    answer = re.compile(r"\?\"? The ([\w ]+?) is in the (\w+) (\w+)\.")
+    rng = random.Random(7)
+    lengths = {}
+    for fillers in (4, 12):
+        texts = [recall_drill(rng, cast=WIDE_CAST, max_fillers=fillers) for _ in range(40)]
+        lengths[fillers] = sum(map(len, texts))
+        for text in texts:
+            found = answer.findall(text)
+            assert 3 <= len(found) <= 6
+            facts = text[:text.index("?")].split(". ")  # every fact is told before the first question
+            for obj, col, con in found:
+                assert any(re.search(rf"\b{obj}\b", f) and f"{col} {con}" in f for f in facts), (obj, text)
+    assert lengths[12] > 1.5 * lengths[4]  # more fillers put the facts further back

@@ -28,6 +28,8 @@ from .stories import (
     BUCKETS,
     COLOURS,
     HELDOUT_CAST,
+    WIDE_CAST,
+    DRILL_CASTS,
     TRAIN_CAST,
     Cast,
     Story,
@@ -70,7 +72,7 @@ __all__ = [
     "TokenStream", "load_stream", "build_token_stream", "sample_batch", "DEFAULT_STREAM", "story_eval_batches",
     "heldout_story_batches", "fresh_story_batches", "heldout_natural_tokens", "heldout_natural_batches",
     # recall stories: the teaching story's colours, buckets by distance, the held-out sets, the app's prompts
-    "Story", "Cast", "TRAIN_CAST", "HELDOUT_CAST", "COLOURS", "BUCKETS", "BUCKET_NAMES", "bucket_of",
+    "Story", "Cast", "TRAIN_CAST", "HELDOUT_CAST", "WIDE_CAST", "DRILL_CASTS", "COLOURS", "BUCKETS", "BUCKET_NAMES", "bucket_of",
     "generate_story", "generate_narrative", "training_story_text", "recall_drill", "heldout_stories",
     "heldout_template_stories", "load_heldout_stories", "write_heldout", "measure_distance", "token_index_at_char",
     "app_prompts",

@@ -256,6 +256,10 @@ def fresh_story_batches(tok: Any, n: int, batch_size: int = 16, bucket: str | No
     return story_eval_batches(tok, stories, batch_size)
 
 
+# far stories from names, objects and sentences never trained on (`python -m model stories --heldout-templates`)
+HELDOUT_TEMPLATES_PATH = REPO_ROOT / "data" / "heldout" / "stories_heldout_templates.jsonl"
+
+
 def heldout_natural_tokens(tok: Any, path: str | Path = HELDOUT_NATURAL_PATH) -> np.ndarray:
     """``data/heldout/natural.txt`` as int64 ids: each document followed by ``<|eos|>``."""
     text = Path(path).read_text(encoding="utf-8")

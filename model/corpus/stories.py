@@ -159,6 +159,42 @@ HELDOUT_CAST = Cast(
 )
 HELDOUT_TEMPLATES_SEED_BASE = 3_000_000_000
 
+# A wide training cast for recall drills: many more names, objects and ways to state and ask a fact, so
+# that answering has to find the object named in the question rather than match a memorised sentence.
+# It shares no name, object, verb or question phrasing with `HELDOUT_CAST` (tests/test_stories.py).
+WIDE_NAMES = NAMES + ("Alma", "Boris", "Clara", "Dario", "Edith", "Fatima", "Gus", "Helen", "Ines", "Jonas",
+                      "Kira", "Lars", "Mina", "Nils", "Olga", "Pia", "Quinn", "Rami", "Sofia", "Theo", "Uma",
+                      "Victor", "Wanda", "Yusuf", "Ada", "Carl", "Dina", "Eric", "Gina", "Hugh", "Jade", "Kofi")
+WIDE_OBJECTS = OBJECTS + (
+    "scarf", "glove", "hat", "sock", "shoe", "cup", "plate", "fork", "knife", "brush", "mirror", "clock",
+    "toy", "puzzle", "kite", "drum", "flute", "violin", "lamp", "torch", "rope", "chain", "lock", "tool",
+    "hammer", "nail", "screw", "bolt", "wallet", "badge", "medal", "trophy", "bottle", "flask", "kettle",
+    "teapot", "mug", "glass", "vase", "jug", "notebook", "diary", "pencil", "crayon", "eraser", "ruler",
+    "stamp", "envelope", "parcel", "postcard", "poster", "picture", "painting", "statue", "figure", "robot",
+    "train set", "toy car", "boat", "plane", "puppet", "mask", "crown", "belt", "tie", "umbrella",
+    "lemon", "pear", "plum", "peach", "carrot", "onion", "potato", "egg", "biscuit", "sweet", "cookie",
+    "leaf", "flower", "seed", "nut", "bean", "cherry", "grape", "bone", "tooth", "coin purse",
+    "phone", "remote", "charger", "cable", "battery", "bulb", "fuse", "switch", "plug", "lid", "cork",
+    "sponge", "towel", "soap", "bead", "pin", "clip", "hook", "tag", "label", "sticker", "token", "dice",
+    "chess piece", "playing card", "silver spoon", "gold ring", "old key", "small box", "lucky coin")
+WIDE_FACTS = FACT_TEMPLATES + tuple(
+    f"{{who}} {verb} the {{obj}} {prep} the {{col}} {{con}}."
+    for verb in ("put", "hid", "left", "kept", "placed", "packed", "set", "pushed", "laid", "locked", "moved",
+                 "carried", "found", "saw", "spotted", "threw", "shoved", "returned")
+    for prep in ("in", "back in", "deep in")) + (
+    "The {obj} was in the {col} {con}.", "The {obj} ended up in the {col} {con}.",
+    "The {obj} had been in the {col} {con} all week.", "In the {col} {con} there was a {obj}.",
+    "Inside the {col} {con} lay the {obj}.", "{who} said the {obj} was in the {col} {con}.",
+    "{who} knew that the {obj} was in the {col} {con}.", "The {col} {con} held the {obj}.",
+    "Nobody knew the {obj} was in the {col} {con}.", "{who} noticed the {obj} in the {col} {con}.")
+WIDE_QUESTIONS = QUESTION_TEMPLATES + (
+    "Where was the {obj}?", "{who2} asked, \"Where was the {obj}?\"", "So where is the {obj} now?",
+    "Where did the {obj} go?", "Does anyone know where the {obj} is?", "{who2} said, \"Where is my {obj}?\"",
+    "Where could the {obj} be?", "{who2} asked again, \"Where is the {obj}?\"", "Who remembers where the {obj} is?",
+    "Remember the {obj}? Where is it?", "And the {obj}, where is that?")
+WIDE_CAST = Cast(WIDE_NAMES, WIDE_OBJECTS, WIDE_FACTS, WIDE_QUESTIONS)
+DRILL_CASTS = {"train": TRAIN_CAST, "wide": WIDE_CAST}
+
 _COLOUR_RE = re.compile(r"\b(" + "|".join(COLOURS) + r")\b", re.I)
 
 
@@ -473,27 +509,30 @@ def app_prompts(tokenizer: Any) -> list[dict[str, Any]]:
     return out
 
 
-def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None) -> str:
+def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,
+                 max_fillers: int = 4) -> str:
     """A dense recall exercise for training: several objects put in coloured containers, everyday
     filler between them, then a question about each object in a shuffled order, each followed by its
     answer. One drill holds 3-6 recall events at mixed distances (a story holds one), which gives the
-    copy-from-far-back behaviour many more training signals per token."""
+    copy-from-far-back behaviour many more training signals per token. `cast` gives the names, objects
+    and sentences (`WIDE_CAST`: many of each); up to `max_fillers` filler sentences follow each fact (and
+    up to 3/4 of that before each question): more of them puts the facts further back."""
     rng = random.Random(rng_or_seed) if isinstance(rng_or_seed, int) else rng_or_seed
-    names = rng.sample(NAMES, 3)
+    names = rng.sample(cast.names, 3)
     who, others = names[0], names[1:]
     n = n_facts or rng.randint(3, 6)
-    objs = rng.sample(OBJECTS, n)
+    objs = rng.sample(cast.objects, n)
     cols = [rng.choice(COLOURS) for _ in objs]
     cons = [rng.choice(CONTAINERS) for _ in objs]
     sents = [rng.choice(INTROS).format(who=who, other=others[0], place=rng.choice(PLACES),
                                        animal=rng.choice(ANIMALS))]
     for o, c, k in zip(objs, cols, cons):
-        sents.append(rng.choice(FACT_TEMPLATES).format(who=rng.choice(names), obj=o, col=c, con=k))
-        sents += [_filler(rng, who, others) for _ in range(rng.randint(0, 4))]
+        sents.append(rng.choice(cast.facts).format(who=rng.choice(names), obj=o, col=c, con=k))
+        sents += [_filler(rng, who, others) for _ in range(rng.randint(0, max_fillers))]
     order = list(range(n))
     rng.shuffle(order)
     for i in order:
-        sents += [_filler(rng, who, others) for _ in range(rng.randint(0, 3))]
-        sents.append(rng.choice(QUESTION_TEMPLATES).format(obj=objs[i], who2=rng.choice(others)))
+        sents += [_filler(rng, who, others) for _ in range(rng.randint(0, (3 * max_fillers) // 4))]
+        sents.append(rng.choice(cast.questions).format(obj=objs[i], who2=rng.choice(others)))
         sents.append(ANSWER_TEMPLATE.format(obj=objs[i], col=cols[i], con=cons[i]))
     return " ".join(sents)

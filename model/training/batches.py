@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from ..corpus.stories import COLOURS, recall_drill
+from ..corpus.stories import COLOURS, DRILL_CASTS, TRAIN_CAST, Cast, recall_drill
 from ..corpus.tokenizer import EOS_ID
 from .schedule import TrainConfig, batch_generator, copy_gap_at
 
@@ -35,16 +35,17 @@ def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
     return [m.span(1) for m in _ANSWER_COLOUR.finditer(text)]
 
 
-def drill_rows(tok, n: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n rows of packed recall drills (each drill after an <|eos|>), deterministic for a seed; the
-    answer marks sit on the colour tokens of the answers."""
+def drill_rows(tok, n: int, seq_len: int, seed: int, cast: Cast = TRAIN_CAST,
+               max_fillers: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of packed recall drills (each drill after an <|eos|>, `cast` and `max_fillers` as in
+    `recall_drill`), deterministic for a seed; the answer marks sit on the colour tokens of the answers."""
     rng = random.Random(seed)
     rows, marks = [], []
     for _ in range(n):
         ids: list[int] = []
         mark: list[bool] = []
         while len(ids) < seq_len + 1:
-            text = recall_drill(rng)
+            text = recall_drill(rng, cast=cast, max_fillers=max_fillers)
             enc = tok.encode(text, add_special_tokens=False)
             spans = _answer_colour_spans(text)
             ids += [EOS_ID] + enc.ids
@@ -168,7 +169,10 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
     x, y = stream.sample_batch(tc.batch - n_drill - n_rep - n_copy, tc.seq_len, g)
     parts = [(x, y, torch.zeros_like(y, dtype=torch.bool))]
     if n_drill:
-        parts.append(drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step))
+        if tc.drill_cast not in DRILL_CASTS:
+            raise ValueError(f"drill_cast {tc.drill_cast!r}: choose from {sorted(DRILL_CASTS)}")
+        parts.append(drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step,
+                                DRILL_CASTS[tc.drill_cast], tc.drill_fillers))
     if n_rep:
         parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size(), tc.repeat_pieces))
     if n_copy:

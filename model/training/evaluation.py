@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from ..arch.context import Ablation
-from ..corpus.dataset import heldout_natural_batches, heldout_natural_tokens, heldout_story_batches, story_eval_batches
+from ..corpus.dataset import (HELDOUT_TEMPLATES_PATH, heldout_natural_batches, heldout_natural_tokens,
+                              heldout_story_batches, story_eval_batches)
 from ..corpus.stories import load_heldout_stories
 from ..inference.engine import prefill
 from ..model import V41Model
@@ -65,10 +66,23 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
                 c[1] += 1
         out.update({f"recall_{k}{suffix}": v[0] / v[1] for k, v in correct.items()})
         out.update({f"copy_gap{gap}{suffix}": copy_accuracy(m, natural, gap, ablation=ab) for gap in (4, 40, 200)})
+    out["recall_templates"] = _templates_recall(m, tok)
     out["fact_in_pool"] = fact_in_pool(m, tok)
     set_window(m, 0)
     m.train()
     return out
+
+
+def _templates_recall(m: V41Model, tok) -> float:
+    """Far recall (default selection) on the held-out stories whose names, objects and sentences were never
+    trained on: is the answer found by the object's name, or matched from a memorised sentence?"""
+    right = n = 0
+    for b in heldout_story_batches(tok, batch_size=25, path=HELDOUT_TEMPLATES_PATH, bucket="far"):
+        lg = _forward(m, b["input_ids"], None).logits
+        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"]].argmax(-1)
+        right += int((pred == b["answer_id"]).sum())
+        n += len(b["answer_pos"])
+    return right / max(1, n)
 
 
 def _forward(m: V41Model, x: torch.Tensor, ablation: Ablation | None):
