@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.corpus.dataset import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES  # python -m model stories --heldout-templates
+from model.corpus.dataset import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES
 from model.training import Quality, evaluate, natural_loss, story_recall
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,13 @@ import numpy as np
 import torch
 
 from ..arch.context import Ablation
-from ..corpus.dataset import (HELDOUT_TEMPLATES_PATH, heldout_natural_batches, heldout_natural_tokens,
-                              heldout_story_batches, story_eval_batches)
+from ..corpus.dataset import (
+    HELDOUT_TEMPLATES_PATH,
+    heldout_natural_batches,
+    heldout_natural_tokens,
+    heldout_story_batches,
+    story_eval_batches,
+)
 from ..corpus.stories import load_heldout_stories
 from ..inference.engine import prefill
 from ..model import V41Model

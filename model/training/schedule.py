@@ -104,7 +104,8 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
 # Fields a curriculum stage may set: the data, the rows and the window; not the optimizer or the run.
 STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
-                "repeat_frac", "repeat_pieces", "answer_weight", "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl")
+                "repeat_frac", "repeat_pieces", "answer_weight", "dense_warmup_frac", "lr", "gate", "gate_min_steps",
+                "pool_kl")
 
 
 @dataclass
