@@ -12,9 +12,12 @@ Measures, on held-out data shipped in data/heldout (no download needed):
   instead of exact prefill.
 - far recall on stories whose names, objects and fact/question templates never occur in training
   (data/heldout/stories_heldout_templates.jsonl): retrieval, not template matching.
+- binding: on far stories that hold other facts, how often the answer is another fact's colour (a model that
+  finds "a fact" but not the asked object's one scores about one over the number of facts).
 Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…
-recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=… fact_in_pool=…`
-(the share of far held-out stories whose fact entry is in the candidate pool at the answer row).
+recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=… fact_in_pool=…
+other_fact=…` (fact_in_pool: the share of far held-out stories whose fact entry is in the candidate pool at the
+answer row; other_fact: the share of far stories with distractors answered with a distractor's colour).
 The held-out evaluation itself (`evaluate`, `natural_loss`, `story_recall`) is model/training/evaluation.py,
 which the Ablation lab runs too.
 """
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
     from model.corpus import heldout_natural_tokens
-    from model.training import copy_accuracy, fact_in_pool
+    from model.training import copy_accuracy, fact_binding, fact_in_pool
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))
@@ -110,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"far recall on stories whose names, objects and templates were never trained on: {held:.1%}")
     in_pool = fact_in_pool(model, model.tokenizer)
     print(f"far held-out stories whose fact entry is in the candidate pool at the answer row: {in_pool:.1%}")
+    bind = fact_binding(model)
+    print(f"far held-out stories with other facts in them ({bind.stories}): {bind.right:.1%} answered right, "
+          f"{bind.other_fact:.1%} with another fact's colour (one of the story's facts at random: "
+          f"{bind.random_fact:.1%}); with no other fact: {bind.alone_right:.1%} right")
     full = results.get("full model")
     wo = results.get("window only")
     nan = float("nan")
@@ -118,12 +125,14 @@ def main(argv: list[str] | None = None) -> int:
           f"recall_far_window_only={wo.recall.get('far', nan) if wo else nan:.3f} "
           f"recall_far_heldout_templates={held:.3f} "
           f"copy_near={copy_near:.3f} copy_far={copy_far:.3f} copy_far_window_only={copy_far_wo:.3f} "
-          f"copy_first={seen_once:.3f} fact_in_pool={in_pool:.3f}")
+          f"copy_first={seen_once:.3f} fact_in_pool={in_pool:.3f} other_fact={bind.other_fact:.3f}")
     if a.record:
         figures = {"recall_far": full.recall.get("far") if full else None,
                    "recall_far_window_only": wo.recall.get("far") if wo else None,
                    "recall_far_heldout_templates": held, "copy_near": copy_near, "copy_far": copy_far,
                    "copy_far_window_only": copy_far_wo, "copy_first": seen_once, "fact_in_pool": in_pool,
+                   "distractors_right": bind.right, "distractors_other_fact": bind.other_fact,
+                   "distractors_random_fact": bind.random_fact, "alone_right": bind.alone_right,
                    "loss": full.loss if full else None, "unigram_loss": unigram_loss}
         record_measured(Path(a.weights), figures, "python -m bench.quality " + " ".join(argv or sys.argv[1:]))
     return 0 if full and math.isfinite(full.loss) else 1

@@ -126,8 +126,9 @@ def weights_note(weights: str, record: dict | None) -> str:
 
 def measured_note(record: dict | None) -> str:
     """The figures `bench.quality --record` measured on these weights (their training.json "measured"): far
-    recall with the global branch off, and how often the far fact's entry is in the candidate pool at the answer
-    row. Empty when they were not measured."""
+    recall with the global branch off, how often the far fact's entry is in the candidate pool at the answer
+    row, far recall on the held-out templates, and how often a story with other facts is answered with one of
+    theirs (finding a fact but not the asked one). Empty when they were not measured."""
     m = (record or {}).get("measured") or {}
     parts = []
     if "recall_far" in m and "recall_far_window_only" in m:
@@ -136,6 +137,14 @@ def measured_note(record: dict | None) -> str:
     if "fact_in_pool" in m:
         parts.append(f"the fact's entry in the candidate pool at the answer row for {100 * m['fact_in_pool']:.0f}% "
                      "of far stories")
+    if "recall_far_heldout_templates" in m:
+        parts.append(f"{100 * m['recall_far_heldout_templates']:.0f}% on far stories told with names, objects and "
+                     "sentences never trained on")
+    if "distractors_other_fact" in m and "distractors_random_fact" in m:
+        parts.append(f"where a story holds other facts, {100 * m['distractors_other_fact']:.0f}% of the answers "
+                     f"are another fact's colour (picking one of the story's facts at random would be right "
+                     f"{100 * m['distractors_random_fact']:.0f}% of the time, and these weights are right "
+                     f"{100 * m.get('distractors_right', 0):.0f}%)")
     return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
 
 

@@ -294,3 +294,17 @@ def test_weights_note_adds_the_measured_window_only_recall_and_fact_in_pool_rate
     assert note.startswith(plain)
     assert "62% with everything on" in note and "7% with nothing older than the window" in note
     assert "candidate pool at the answer row for 83%" in note and "2026-12-02" in note
+
+
+def test_weights_note_says_when_the_answer_is_another_facts_colour():
+    from lessons.far_fact import weights_note
+    rec = {"final": {"recall_far": 0.42}, "measured": {"recall_far": 0.42, "recall_far_window_only": 0.12,
+                                                       "recall_far_heldout_templates": 0.13,
+                                                       "distractors_right": 0.31, "distractors_other_fact": 0.68,
+                                                       "distractors_random_fact": 0.36}}
+    note = weights_note("trained", rec)
+    assert "13% on far stories told with names, objects and sentences never trained on" in note
+    assert "68% of the answers are another fact's colour" in note and "at random would be right 36%" in note
+    assert "these weights are right 31%" in note
+    del rec["measured"]["distractors_other_fact"]
+    assert "another fact" not in weights_note("trained", rec)

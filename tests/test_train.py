@@ -513,3 +513,40 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     assert run2.stage == 1 and run2.stage_config().copy_spread
     w = run.model.state_dict()["embed.weight"].to(torch.bfloat16).float()
     assert torch.equal(run2.model.state_dict()["embed.weight"], w)
+
+
+class _StoryStub:
+    """A stand-in model for the binding measure: at the answer row it names either the true answer (read from
+    the next input token) or the first colour word of the prompt (some fact's colour, often a distractor's)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, tok, oracle: bool):
+        from model.corpus import COLOURS
+
+        self.tokenizer, self.oracle = tok, oracle
+        self.colour_ids = {tok.encode(" " + c, add_special_tokens=False).ids[0] for c in COLOURS}
+
+    def __call__(self, ids):
+        from types import SimpleNamespace
+
+        logits = torch.zeros(*ids.shape, self.tokenizer.get_vocab_size())
+        for r, row in enumerate(ids.tolist()):
+            first = next(i for i, t in enumerate(row) if t in self.colour_ids)
+            for q in range(len(row) - 1):
+                logits[r, q, row[q + 1] if self.oracle else row[first]] = 1.0
+        return SimpleNamespace(logits=logits)
+
+
+def test_fact_binding_tells_the_asked_fact_from_any_fact():
+    from model.corpus import load_tokenizer
+    from model.training import fact_binding
+
+    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
+    exact = fact_binding(_StoryStub(tok, oracle=True))
+    assert exact.stories > 50 and exact.right == 1.0 and exact.other_fact == 0.0 and exact.alone_right == 1.0
+    any_fact = fact_binding(_StoryStub(tok, oracle=False))
+    # always some fact's colour: each story with distractors is either right or another fact's colour
+    assert any_fact.right + any_fact.other_fact == pytest.approx(1.0)
+    assert 0.1 < any_fact.right < 0.7 and any_fact.alone_right == 1.0
+    assert 0.25 < any_fact.random_fact < 0.5   # 1 to 3 distractors: a random fact is right 1/4 to 1/2 of the time

@@ -17,10 +17,12 @@ from .batches import CopyIds, copy_ids_for, copy_rows, drill_rows, make_batch, p
 from .dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
 from .evaluation import (
     EVAL_KEYS,
+    Binding,
     Quality,
     copy_accuracy,
     copy_probe,
     evaluate,
+    fact_binding,
     fact_in_pool,
     natural_loss,
     quick_eval,
@@ -56,7 +58,7 @@ __all__ = [
     "save_state", "load_state", "model_state", "read_meta", "init_from", "save_weights_bf16", "write_json_entry",
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
-    "quick_eval", "EVAL_KEYS",
+    "fact_binding", "Binding", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
     # the DSpark drafter and the vision tower

@@ -233,6 +233,44 @@ def story_recall(model, max_stories: int | None = None, ablation=None, mode: str
     return ({k: sum(v) / len(v) for k, v in hits.items()}, {k: len(v) for k, v in hits.items()})
 
 
+@dataclass
+class Binding:
+    """Does the model answer with the asked object's fact, or with any fact? Far held-out stories that hold other
+    facts (distractors, each another object in a container of another colour): the share answered right, the share
+    answered with a distractor's colour, and what picking one of the story's facts at random would score."""
+
+    right: float
+    other_fact: float
+    random_fact: float
+    stories: int
+    alone_right: float   # the far stories with no other fact in them: is a fact found at all?
+
+
+@torch.no_grad()
+def fact_binding(model, path: Path | None = None, bucket: str = "far") -> Binding:
+    rows = [r for r in load_heldout_stories(path) if r["bucket"] == bucket]
+    right = other = alone = n_alone = 0
+    guess = 0.0
+    i = 0
+    for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
+        lg = model(b["input_ids"].to(model.device)).logits
+        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+        for p, a in zip(pred.tolist(), b["answer_id"].tolist()):
+            r = rows[i]
+            i += 1
+            colours = {d[1] for d in r.get("distractors", [])}
+            if not colours:
+                alone += p == a
+                n_alone += 1
+                continue
+            right += p == a
+            other += model.tokenizer.decode([p]).strip() in colours
+            guess += 1 / (1 + len(colours))
+    n = i - n_alone
+    return Binding(right=right / max(1, n), other_fact=other / max(1, n), random_fact=guess / max(1, n), stories=n,
+                   alone_right=alone / max(1, n_alone))
+
+
 def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None = None,
              max_natural_tokens: int | None = None, progress: Callable[[float, str], None] | None = None) -> Quality:
     """Held-out loss and recall by bucket for one configuration (the ablation lab's unit of work)."""
