@@ -81,7 +81,7 @@ def _logical(c) -> dict[str, torch.Tensor]:
     return t
 
 
-def _assert_same_cache(a, b, exact_windows: bool = True):
+def _assert_same_cache(a, b, exact_windows: bool = True, window_flips: float = 0.08):
     la, lb = _logical(a), _logical(b)
     assert la.keys() == lb.keys()
     for k in la:
@@ -91,7 +91,7 @@ def _assert_same_cache(a, b, exact_windows: bool = True):
         elif k.startswith("window") and not exact_windows:
             # many steps of batched vs single-row forwards: allow occasional one-step FP8 rounding flips (under 1% on
             # one CPU model, up to 3.8% of a window's numbers on another); a real mismatch moves most of them
-            assert (la[k] != lb[k]).float().mean() < 0.08, k
+            assert (la[k] != lb[k]).float().mean() < window_flips, k
         else:
             assert torch.equal(la[k], lb[k]), k
 
@@ -272,7 +272,9 @@ def test_cache_after_rejected_draft_equals_cache_that_never_drafted(pair, mode, 
         drafted.cache.rollback(4 - keep)             # the drafts after the first keep-1 were rejected
         never = prefill(m, ids, mode, rollback=4)
         decode_step(m, never.cache, feed[:, :keep])
-        _assert_same_cache(drafted.cache, never.cache)
+        # a 4-row and a keep-row forward sum in different orders: on some CPUs (seen on AMD EPYC) a last-bit fp32
+        # difference crosses an FP8 rounding boundary in a deep window row (0.2% of one layer's numbers, one step)
+        _assert_same_cache(drafted.cache, never.cache, exact_windows=False, window_flips=0.01)
         nxt = torch.tensor([[9]])
         torch.testing.assert_close(decode_step(m, drafted.cache, nxt), decode_step(m, never.cache, nxt),
                                    atol=1e-4, rtol=0)
