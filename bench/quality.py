@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.corpus.dataset import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES
+from model.corpus import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES
 from model.training import Quality, evaluate, natural_loss, story_recall
 
 ROOT = Path(__file__).resolve().parents[1]

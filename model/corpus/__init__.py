@@ -11,6 +11,7 @@ lists and seeds, and the scenes' own seeds and object names, stay in their modul
 
 from .dataset import (
     DEFAULT_STREAM,
+    HELDOUT_TEMPLATES_PATH,
     TokenStream,
     build_token_stream,
     fresh_story_batches,
@@ -71,6 +72,7 @@ __all__ = [
     # the token stream and held-out batches
     "TokenStream", "load_stream", "build_token_stream", "sample_batch", "DEFAULT_STREAM", "story_eval_batches",
     "heldout_story_batches", "fresh_story_batches", "heldout_natural_tokens", "heldout_natural_batches",
+    "HELDOUT_TEMPLATES_PATH",
     # recall stories: the teaching story's colours, buckets by distance, the held-out sets, the app's prompts
     "Story", "Cast", "TRAIN_CAST", "HELDOUT_CAST", "WIDE_CAST", "DRILL_CASTS", "COLOURS", "BUCKETS", "BUCKET_NAMES",
     "bucket_of",
