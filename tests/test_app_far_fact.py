@@ -146,17 +146,20 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     assert at.session_state["weights_choice"] == "trained" and at.info[0].value == first
 
 
-def test_a_far_fact_comes_back_through_the_indexer_on_the_recall_checkpoint():
-    """The shipped recall checkpoint, held-out far story 96 of 100 (455 tokens back, a deep link): the fact's entry
-    is in the candidate pool and the decoder's top-k, the answer is right, and with the global branch off it is not."""
-    at = run_page("indexer_pools", weights="checkpoint", ckpt="weights/recall", ffrank=96)
+@pytest.mark.parametrize("rank, colour", [(96, "purple"), (49, "blue")])
+def test_a_far_fact_comes_back_through_the_indexer_on_the_recall_checkpoint(rank, colour):
+    """The shipped recall checkpoint, held-out far stories by deep link: 96 of 100 (455 tokens back) and 49 (292
+    back, with two other objects in containers of other colours, so the asked object's fact must be the one read):
+    the fact's entry is in the candidate pool and the decoder's top-k, the answer is right, and with the global
+    branch off it is not."""
+    at = run_page("indexer_pools", weights="checkpoint", ckpt="weights/recall", ffrank=rank)
     ok(at)
-    assert any(c.value.startswith("Held-out far story 96 of 100") for c in at.caption)
+    assert any(c.value.startswith(f"Held-out far story {rank} of 100") for c in at.caption)
     text = panel_text(at)
     pool = r"The candidate pool \(layer 6's scan keeps \d+ of \d+ visible ratio-1 entries\) contains the fact"
     assert re.search(pool, text), text
-    assert "Answer with everything on: 'purple'" in text and "is right" in text
+    assert f"Answer with everything on: '{colour}'" in text and "is right" in text
     off = next(line for line in text.splitlines() if line.startswith("Answer with the global branch switched off"))
     assert "is wrong" in off
     labels = {m.label: m.value for m in at.metric}
-    assert labels["Answer, global off"] != "purple"
+    assert labels["Answer, global off"] != colour
