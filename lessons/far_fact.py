@@ -112,8 +112,9 @@ def weights_note(weights: str, record: dict | None) -> str:
     far = final.get("recall_far")
     if far is None:
         return NO_RECORD
-    other = [f"{100 * final[k]:.0f}% {name}" for k, name in (("recall_inside", "inside the window"),
-                                                              ("recall_just_past", "just past it")) if k in final]
+    # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
+    other = [f"{100 * final[f'recall_{b}']:.0f}% of those {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
+             for b in ("inside", "just_past") if f"recall_{b}" in final]
     verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
                "be missed; the panel shows where it is missed." if no_better_than_guess(far) else
                "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
