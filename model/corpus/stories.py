@@ -161,7 +161,7 @@ HELDOUT_TEMPLATES_SEED_BASE = 3_000_000_000
 
 # A wide training cast for recall drills: many more names, objects and ways to state and ask a fact, so
 # that answering has to find the object named in the question rather than match a memorised sentence.
-# It shares no name, object, verb or question phrasing with `HELDOUT_CAST` (tests/test_stories.py).
+# It shares no name, object, verb or question phrasing with `HELDOUT_CAST` (tests/test_corpus.py).
 WIDE_NAMES = NAMES + ("Alma", "Boris", "Clara", "Dario", "Edith", "Fatima", "Gus", "Helen", "Ines", "Jonas",
                       "Kira", "Lars", "Mina", "Nils", "Olga", "Pia", "Quinn", "Rami", "Sofia", "Theo", "Uma",
                       "Victor", "Wanda", "Yusuf", "Ada", "Carl", "Dina", "Eric", "Gina", "Hugh", "Jade", "Kofi")

@@ -61,33 +61,31 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
                                                            reduction="sum"))
             n += y.numel()
         out[f"heldout_loss{suffix}"] = tot / max(1, n)
-        correct: dict[str, list[int]] = {}
-        for b in heldout_story_batches(tok, batch_size=25):
-            lg = _forward(m, b["input_ids"], ab).logits
-            pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"]].argmax(-1)
-            for ok, bucket in zip((pred == b["answer_id"]).tolist(), b["bucket"]):
-                c = correct.setdefault(bucket, [0, 0])
-                c[0] += ok
-                c[1] += 1
-        out.update({f"recall_{k}{suffix}": v[0] / v[1] for k, v in correct.items()})
+        out.update({f"recall_{k}{suffix}": v for k, v in _recall_by_bucket(m, tok, load_heldout_stories(), ab).items()})
         out.update({f"copy_gap{gap}{suffix}": copy_accuracy(m, natural, gap, ablation=ab) for gap in (4, 40, 200)})
-    out["recall_templates"] = _templates_recall(m, tok)
+    # far recall (default selection) on stories told with names, objects and sentences never trained on
+    out["recall_templates"] = _recall_by_bucket(m, tok, load_heldout_stories(HELDOUT_TEMPLATES_PATH), None)["far"]
     out["fact_in_pool"] = fact_in_pool(m, tok)
     set_window(m, 0)
     m.train()
     return out
 
 
-def _templates_recall(m: V41Model, tok) -> float:
-    """Far recall (default selection) on the held-out stories whose names, objects and sentences were never
-    trained on: is the answer found by the object's name, or matched from a memorised sentence?"""
-    right = n = 0
-    for b in heldout_story_batches(tok, batch_size=25, path=HELDOUT_TEMPLATES_PATH, bucket="far"):
-        lg = _forward(m, b["input_ids"], None).logits
-        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"]].argmax(-1)
-        right += int((pred == b["answer_id"]).sum())
-        n += len(b["answer_pos"])
-    return right / max(1, n)
+def _story_answers(m: V41Model, tok, rows: list[dict], ablation: Ablation | None):
+    """(predicted id, answer id, bucket) for each held-out story row, in order: one exact forward per batch."""
+    for b in story_eval_batches(tok, rows, batch_size=25):
+        lg = _forward(m, b["input_ids"], ablation).logits
+        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+        yield from zip(pred.tolist(), b["answer_id"].tolist(), b["bucket"])
+
+
+def _recall_by_bucket(m: V41Model, tok, rows: list[dict], ablation: Ablation | None) -> dict[str, float]:
+    correct: dict[str, list[int]] = {}
+    for p, a, bucket in _story_answers(m, tok, rows, ablation):
+        c = correct.setdefault(bucket, [0, 0])
+        c[0] += p == a
+        c[1] += 1
+    return {k: v[0] / v[1] for k, v in correct.items()}
 
 
 def _forward(m: V41Model, x: torch.Tensor, ablation: Ablation | None):
@@ -251,22 +249,16 @@ def fact_binding(model, path: Path | None = None, bucket: str = "far") -> Bindin
     rows = [r for r in load_heldout_stories(path) if r["bucket"] == bucket]
     right = other = alone = n_alone = 0
     guess = 0.0
-    i = 0
-    for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
-        lg = model(b["input_ids"].to(model.device)).logits
-        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
-        for p, a in zip(pred.tolist(), b["answer_id"].tolist()):
-            r = rows[i]
-            i += 1
-            colours = {d[1] for d in r.get("distractors", [])}
-            if not colours:
-                alone += p == a
-                n_alone += 1
-                continue
-            right += p == a
-            other += model.tokenizer.decode([p]).strip() in colours
-            guess += 1 / (1 + len(colours))
-    n = i - n_alone
+    for r, (p, a, _) in zip(rows, _story_answers(model, model.tokenizer, rows, None)):
+        colours = {d[1] for d in r.get("distractors", [])}
+        if not colours:
+            alone += p == a
+            n_alone += 1
+            continue
+        right += p == a
+        other += model.tokenizer.decode([p]).strip() in colours
+        guess += 1 / (1 + len(colours))
+    n = len(rows) - n_alone
     return Binding(right=right / max(1, n), other_fact=other / max(1, n), random_fact=guess / max(1, n), stories=n,
                    alone_right=alone / max(1, n_alone))
 
