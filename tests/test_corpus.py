@@ -352,3 +352,27 @@ def test_wide_drill_cast_is_wider_and_shares_nothing_with_the_heldout_cast():
             for obj, col, con in found:
                 assert any(re.search(rf"\b{obj}\b", f) and f"{col} {con}" in f for f in facts), (obj, text)
     assert lengths[12] > 1.5 * lengths[4]  # more fillers put the facts further back
+
+
+def test_binding_drill_moves_the_colour_away_from_its_object_a_word_at_a_time():
+    """`link_max` N: link facts and answers hold 0..N words between the object and its colour (each count
+    comes up), the cast's own fact sentences still come up at the other share, and without `link_max` a
+    drill is the same text as before (the same random draws)."""
+    from model.corpus import COLOURS, LINKS, WIDE_CAST, link_sentence, recall_drill
+
+    link = re.compile(rf"The ([\w ]+?) ((?:\w+ )*?)({'|'.join(COLOURS)}) \w+\.")
+    cast_verbs = re.compile(r"\b[A-Z]\w+ (?:put|hid|left|placed|packed|locked|carried) the ")
+    for n in (0, 2, 4):
+        counts: dict[int, int] = {}
+        cast_facts = 0
+        for seed in range(60):
+            text = recall_drill(seed, cast=WIDE_CAST, link_max=n, link_share=1.0)
+            for obj, words, _ in link.findall(text):
+                k = len(words.split())
+                if obj in WIDE_CAST.objects and k in LINKS and words.strip() in LINKS[k]:
+                    counts[k] = counts.get(k, 0) + 1
+            cast_facts += bool(cast_verbs.search(recall_drill(seed, cast=WIDE_CAST, link_max=n)))
+        assert set(counts) == set(range(n + 1)), (n, counts)
+        assert cast_facts > 10
+    assert recall_drill(5, cast=WIDE_CAST) == recall_drill(5, cast=WIDE_CAST, link_max=-1)
+    assert link_sentence(random.Random(1), "key", "blue", "box", 0) == "The key blue box."

@@ -349,6 +349,14 @@ def test_answer_marks_sit_on_what_only_a_look_back_predicts():
     unmarked_colours = [t for t, a in zip(y.flatten().tolist(), answers.flatten().tolist())
                         if not a and tok.decode([t]).strip() in COLOURS]
     assert unmarked_colours  # the facts' colours are not answers
+    # binding drills: the marks still sit on the answers' colours, whatever the words before them
+    x, y, answers = drill_rows(tok, 2, 256, seed=4, link_max=4, link_share=1.0)
+    seq = torch.cat([x, y[:, -1:]], 1)
+    for r, c in answers.nonzero().tolist():
+        assert tok.decode([int(y[r, c])]).strip() in COLOURS
+        before = tok.decode(seq[r, max(0, c - 16):c + 1].tolist())
+        assert "?" in before and " The " in before.split("?")[-1], before   # an answer, not a fact
+    assert int(answers.sum()) >= 3
 
 
 def test_fusion_falls_back_to_the_same_eager_function_when_compiling_fails(monkeypatch):

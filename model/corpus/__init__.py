@@ -30,6 +30,7 @@ from .stories import (
     COLOURS,
     DRILL_CASTS,
     HELDOUT_CAST,
+    LINKS,
     TRAIN_CAST,
     WIDE_CAST,
     Cast,
@@ -40,6 +41,7 @@ from .stories import (
     generate_story,
     heldout_stories,
     heldout_template_stories,
+    link_sentence,
     load_heldout_stories,
     measure_distance,
     recall_drill,
@@ -76,7 +78,8 @@ __all__ = [
     # recall stories: the teaching story's colours, buckets by distance, the held-out sets, the app's prompts
     "Story", "Cast", "TRAIN_CAST", "HELDOUT_CAST", "WIDE_CAST", "DRILL_CASTS", "COLOURS", "BUCKETS", "BUCKET_NAMES",
     "bucket_of",
-    "generate_story", "generate_narrative", "training_story_text", "recall_drill", "heldout_stories",
+    "generate_story", "generate_narrative", "training_story_text", "recall_drill", "LINKS", "link_sentence",
+    "heldout_stories",
     "heldout_template_stories", "load_heldout_stories", "write_heldout", "measure_distance", "token_index_at_char",
     "app_prompts",
     # the corpus sources

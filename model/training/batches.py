@@ -20,7 +20,8 @@ from ..corpus.tokenizer import EOS_ID
 from .schedule import TrainConfig, batch_generator, copy_gap_at
 
 # the colour in each answer sentence of a drill (the sentence after a question)
-_ANSWER_COLOUR = re.compile(r'\?"? The [\w ]+? is in the (' + "|".join(COLOURS) + r") ")
+# (the first colour word after "The <object>": a binding drill's answers put 0-6 link words before it)
+_ANSWER_COLOUR = re.compile(r'\?"? The [\w ]+? (' + "|".join(COLOURS) + r") ")
 
 
 def _rows(rows: list[list[int]], marks: list[list[bool]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -35,17 +36,19 @@ def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
     return [m.span(1) for m in _ANSWER_COLOUR.finditer(text)]
 
 
-def drill_rows(tok, n: int, seq_len: int, seed: int, cast: Cast = TRAIN_CAST,
-               max_fillers: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n rows of packed recall drills (each drill after an <|eos|>, `cast` and `max_fillers` as in
-    `recall_drill`), deterministic for a seed; the answer marks sit on the colour tokens of the answers."""
+def drill_rows(tok, n: int, seq_len: int, seed: int, cast: Cast = TRAIN_CAST, max_fillers: int = 4,
+               link_max: int = -1, link_share: float = 0.5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of packed recall drills (each drill after an <|eos|>, `cast`, `max_fillers`, `link_max` and
+    `link_share` as in `recall_drill`), deterministic for a seed; the answer marks sit on the colour
+    tokens of the answers."""
     rng = random.Random(seed)
     rows, marks = [], []
     for _ in range(n):
         ids: list[int] = []
         mark: list[bool] = []
         while len(ids) < seq_len + 1:
-            text = recall_drill(rng, cast=cast, max_fillers=max_fillers)
+            text = recall_drill(rng, cast=cast, max_fillers=max_fillers, link_max=link_max,
+                                link_share=link_share)
             enc = tok.encode(text, add_special_tokens=False)
             spans = _answer_colour_spans(text)
             ids += [EOS_ID] + enc.ids
@@ -172,7 +175,7 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
         if tc.drill_cast not in DRILL_CASTS:
             raise ValueError(f"drill_cast {tc.drill_cast!r}: choose from {sorted(DRILL_CASTS)}")
         parts.append(drill_rows(tok, n_drill, tc.seq_len, tc.seed * 1_000_003 + step,
-                                DRILL_CASTS[tc.drill_cast], tc.drill_fillers))
+                                DRILL_CASTS[tc.drill_cast], tc.drill_fillers, tc.drill_link, tc.drill_link_share))
     if n_rep:
         parts.append(repeat_rows(stream, n_rep, tc.seq_len, g, tok.get_vocab_size(), tc.repeat_pieces))
     if n_copy:

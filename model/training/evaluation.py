@@ -66,6 +66,8 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
     # far recall (default selection) on stories told with names, objects and sentences never trained on
     out["recall_templates"] = _recall_by_bucket(m, tok, load_heldout_stories(HELDOUT_TEMPLATES_PATH), None)["far"]
     out["fact_in_pool"] = fact_in_pool(m, tok)
+    # far stories holding other facts: answered with the asked object's colour (not just any fact's)
+    out["recall_bound"] = fact_binding(m, tok=tok).right
     set_window(m, 0)
     m.train()
     return out
@@ -245,18 +247,20 @@ class Binding:
 
 
 @torch.no_grad()
-def fact_binding(model, path: Path | None = None, bucket: str = "far") -> Binding:
+def fact_binding(model, path: Path | None = None, bucket: str = "far", tok=None) -> Binding:
+    """`Binding` over the held-out `bucket` stories; `tok` defaults to the model's own tokenizer."""
+    tok = tok or model.tokenizer
     rows = [r for r in load_heldout_stories(path) if r["bucket"] == bucket]
     right = other = alone = n_alone = 0
     guess = 0.0
-    for r, (p, a, _) in zip(rows, _story_answers(model, model.tokenizer, rows, None)):
+    for r, (p, a, _) in zip(rows, _story_answers(model, tok, rows, None)):
         colours = {d[1] for d in r.get("distractors", [])}
         if not colours:
             alone += p == a
             n_alone += 1
             continue
         right += p == a
-        other += model.tokenizer.decode([p]).strip() in colours
+        other += tok.decode([p]).strip() in colours
         guess += 1 / (1 + len(colours))
     n = len(rows) - n_alone
     return Binding(right=right / max(1, n), other_fact=other / max(1, n), random_fact=guess / max(1, n), stories=n,

@@ -38,6 +38,8 @@ class TrainConfig:
     drill_frac: float = 0.0             # share of each batch made of dense recall drills (model/corpus/stories.py)
     drill_cast: str = "train"           # their names, objects and sentences: "train" (the stories' own) or "wide"
     drill_fillers: int = 4              # up to this many filler sentences after each fact (more: facts further back)
+    drill_link: int = -1                # >=0: binding drills, 0..N link words between object and colour
+    drill_link_share: float = 0.5       # the share of facts and answers said that way (model/corpus/stories.py)
     repeat_frac: float = 0.0            # share made of repeated text spans (pure copy-from-far-back practice)
     repeat_pieces: int = 0              # >0: repeated spans stitched from pieces of 1..N tokens (not memorisable)
     copy_frac: float = 0.0              # share made of shuffled frequent-token spans said twice (induction practice)
@@ -104,8 +106,8 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
 # Fields a curriculum stage may set: the data, the rows and the window; not the optimizer or the run.
 STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
-                "repeat_frac", "repeat_pieces", "answer_weight", "dense_warmup_frac", "lr", "gate", "gate_min_steps",
-                "pool_kl")
+                "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
+                "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl")
 
 
 @dataclass
