@@ -13,7 +13,8 @@ Measures, on held-out data shipped in data/heldout (no download needed):
 - far recall on stories whose names, objects and fact/question templates never occur in training
   (data/heldout/stories_heldout_templates.jsonl): retrieval, not template matching.
 - binding: on far stories that hold other facts, how often the answer is another fact's colour (a model that
-  finds "a fact" but not the asked object's one scores about one over the number of facts).
+  finds "a fact" but not the asked object's one scores about one over the number of facts), and the same with
+  the distance taken out: drills whose facts put exactly 0, 3 or 6 words between object and colour.
 Prints one table and a last line `quality: loss=… unigram_loss=… recall_far=… recall_far_window_only=…
 recall_far_heldout_templates=… copy_near=… copy_far=… copy_far_window_only=… copy_first=… fact_in_pool=…
 other_fact=…` (fact_in_pool: the share of far held-out stories whose fact entry is in the candidate pool at the
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
     from model.corpus import heldout_natural_tokens
-    from model.training import copy_accuracy, fact_binding, fact_in_pool
+    from model.training import copy_accuracy, fact_binding, fact_in_pool, link_binding
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"far held-out stories with other facts in them ({bind.stories}): {bind.right:.1%} answered right, "
           f"{bind.other_fact:.1%} with another fact's colour (one of the story's facts at random: "
           f"{bind.random_fact:.1%}); with no other fact: {bind.alone_right:.1%} right")
+    links = link_binding(model)
+    print("drills with k words between each object and its colour, the asked object's colour picked among the "
+          "colours: " + ", ".join(f"k={k} {r:.1%} (random {g:.1%})" for k, (r, g) in links.items()))
     full = results.get("full model")
     wo = results.get("window only")
     nan = float("nan")
@@ -133,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                    "copy_far_window_only": copy_far_wo, "copy_first": seen_once, "fact_in_pool": in_pool,
                    "distractors_right": bind.right, "distractors_other_fact": bind.other_fact,
                    "distractors_random_fact": bind.random_fact, "alone_right": bind.alone_right,
+                   **{f"binding_link{k}": r for k, (r, _) in links.items()},
+                   **{f"binding_link{k}_random": g for k, (_, g) in links.items()},
                    "loss": full.loss if full else None, "unigram_loss": unigram_loss}
         record_measured(Path(a.weights), figures, "python -m bench.quality " + " ".join(argv or sys.argv[1:]))
     return 0 if full and math.isfinite(full.loss) else 1

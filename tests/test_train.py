@@ -558,3 +558,17 @@ def test_fact_binding_tells_the_asked_fact_from_any_fact():
     assert any_fact.right + any_fact.other_fact == pytest.approx(1.0)
     assert 0.1 < any_fact.right < 0.7 and any_fact.alone_right == 1.0
     assert 0.25 < any_fact.random_fact < 0.5   # 1 to 3 distractors: a random fact is right 1/4 to 1/2 of the time
+
+
+def test_link_binding_scores_the_asked_objects_colour_at_each_link_length():
+    """Drills with exactly k link words: a model that names the asked object's colour scores 1 at every k; one
+    that names the drill's first colour scores near a random pick among the drill's colours, never 1."""
+    from model.corpus import load_tokenizer
+    from model.training import link_binding
+
+    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
+    exact = link_binding(_StoryStub(tok, oracle=True), links=(0, 4), drills=8)
+    assert set(exact) == {0, 4} and all(r == 1.0 and 0.15 < g < 0.5 for r, g in exact.values())
+    first = link_binding(_StoryStub(tok, oracle=False), links=(0, 4), drills=8)
+    for right, guess in first.values():
+        assert 0.0 < right < 0.6 and abs(right - guess) < 0.25

@@ -523,14 +523,15 @@ LINKS: dict[int, tuple[str, ...]] = {
 }
 
 
-def link_sentence(rng: random.Random, obj: str, col: str, con: str, link_max: int) -> str:
-    """'The {obj} <k link words> {col} {con}.' with k drawn from 0..link_max (at most 6)."""
-    link = rng.choice(LINKS[rng.randint(0, min(link_max, max(LINKS)))])
+def link_sentence(rng: random.Random, obj: str, col: str, con: str, link_max: int, link_min: int = 0) -> str:
+    """'The {obj} <k link words> {col} {con}.' with k drawn from link_min..link_max (at most 6)."""
+    top = min(link_max, max(LINKS))
+    link = rng.choice(LINKS[rng.randint(min(link_min, top), top)])
     return f"The {obj} {link} {col} {con}.".replace("  ", " ")
 
 
 def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,
-                 max_fillers: int = 4, link_max: int = -1, link_share: float = 0.5) -> str:
+                 max_fillers: int = 4, link_max: int = -1, link_share: float = 0.5, link_min: int = 0) -> str:
     """A dense recall exercise for training: several objects put in coloured containers, everyday
     filler between them, then a question about each object in a shuffled order, each followed by its
     answer. One drill holds 3-6 recall events at mixed distances (a story holds one), which gives the
@@ -539,7 +540,7 @@ def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, c
     up to 3/4 of that before each question): more of them puts the facts further back.
 
     `link_max` >= 0 makes it a binding drill: each fact and each answer is, with probability `link_share`,
-    a `link_sentence` with 0..link_max words between the object and its colour (else the cast's fact
+    a `link_sentence` with link_min..link_max words between the object and its colour (else the cast's fact
     sentence and the usual answer). With few link words the colour's own entry holds its object and the
     answer's query holds the asked one; more words teach the model to carry the object across them."""
     rng = random.Random(rng_or_seed) if isinstance(rng_or_seed, int) else rng_or_seed
@@ -553,7 +554,7 @@ def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, c
                                        animal=rng.choice(ANIMALS))]
     for o, c, k in zip(objs, cols, cons):
         if link_max >= 0 and rng.random() < link_share:
-            sents.append(link_sentence(rng, o, c, k, link_max))
+            sents.append(link_sentence(rng, o, c, k, link_max, link_min))
         else:
             sents.append(rng.choice(cast.facts).format(who=rng.choice(names), obj=o, col=c, con=k))
         sents += [_filler(rng, who, others) for _ in range(rng.randint(0, max_fillers))]
@@ -563,7 +564,7 @@ def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, c
         sents += [_filler(rng, who, others) for _ in range(rng.randint(0, (3 * max_fillers) // 4))]
         sents.append(rng.choice(cast.questions).format(obj=objs[i], who2=rng.choice(others)))
         if link_max >= 0 and rng.random() < link_share:
-            sents.append(link_sentence(rng, objs[i], cols[i], cons[i], link_max))
+            sents.append(link_sentence(rng, objs[i], cols[i], cons[i], link_max, link_min))
         else:
             sents.append(ANSWER_TEMPLATE.format(obj=objs[i], col=cols[i], con=cons[i]))
     return " ".join(sents)

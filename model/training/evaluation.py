@@ -28,10 +28,10 @@ from ..corpus.dataset import (
     heldout_story_batches,
     story_eval_batches,
 )
-from ..corpus.stories import load_heldout_stories
+from ..corpus.stories import COLOURS, WIDE_CAST, load_heldout_stories, recall_drill, token_index_at_char
 from ..inference.engine import prefill
 from ..model import V41Model
-from .batches import CopyIds, copy_ids_for, copy_rows
+from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows
 from .schedule import window_at
 from .step import set_window
 
@@ -278,3 +278,30 @@ def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None 
     loss, n, _ = natural_loss(model, max_natural_tokens, ablation=ablation, progress=sub(0.0, 0.4))
     recall, counts = story_recall(model, max_stories, ablation=ablation, mode=mode, progress=sub(0.4, 1.0))
     return Quality(loss=loss, tokens=n, recall=recall, recall_n=counts, seconds=time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, tok=None,
+                 seed: int = 10_000) -> dict[int, tuple[float, float]]:
+    """Binding with the distance taken out: wide-cast drills (up to 2 fillers) whose every fact and answer has
+    exactly k link words between the object and its colour (`link_sentence`). For each k: (the share of answers
+    whose most likely colour is the asked object's, what a random pick among the drill's colours would score).
+    At k = 0 the colour stands next to its object, inside any window: a model that binds at all binds there."""
+    tok = tok or model.tokenizer
+    colour_ids = torch.tensor([tok.encode(" " + c, add_special_tokens=False).ids[0] for c in COLOURS])
+    out: dict[int, tuple[float, float]] = {}
+    for k in links:
+        right = n = 0
+        guess = 0.0
+        for d in range(drills):
+            text = recall_drill(seed + d, cast=WIDE_CAST, max_fillers=2, link_max=k, link_min=k, link_share=1.0)
+            enc = tok.encode(text, add_special_tokens=False)
+            spans = _answer_colour_spans(text)
+            logits = _forward(model, torch.tensor([enc.ids]), None).logits[0].cpu()
+            for a, _ in spans:
+                i = token_index_at_char(enc.offsets, a)
+                right += int(colour_ids[logits[i - 1, colour_ids].argmax()]) == enc.ids[i]
+                guess += 1 / len({text[x:y] for x, y in spans})
+                n += 1
+        out[k] = (right / max(1, n), guess / max(1, n))
+    return out
