@@ -359,6 +359,30 @@ def test_answer_marks_sit_on_what_only_a_look_back_predicts():
     assert int(answers.sum()) >= 3
 
 
+def test_key_value_rows_mark_only_values_found_by_their_key():
+    """Every marked target is the value that followed its (just seen) key at the key's first occurrence in the
+    row, never the token after the key's previous query; the marks are about a quarter of the tokens or more."""
+    from model.training import kv_rows
+
+    ids = torch.arange(100, 400)
+    x, y, answers = kv_rows(ids, 3, 200, torch.Generator().manual_seed(5), max_pairs=6, max_gap=10)
+    assert x.shape == y.shape == answers.shape == (3, 200)
+    assert 0.1 < float(answers.float().mean()) < 0.5
+    seq = torch.cat([x, y[:, -1:]], 1)
+    for r, c in answers.nonzero().tolist():
+        key, value = int(seq[r, c]), int(seq[r, c + 1])
+        earlier = [p for p in range(c) if int(seq[r, p]) == key]
+        assert earlier and any(int(seq[r, p + 1]) == value for p in earlier)
+    # in a batch: a quarter of the rows are lookups (their marks), the rest plain text (no marks)
+    from model.corpus import TokenStream
+    from model.training import TrainConfig, make_batch
+
+    stream = TokenStream(np.arange(50_000, dtype=np.int64) % 4_000, {})
+    tc = TrainConfig(batch=4, seq_len=64, kv_frac=0.25, copy_vocab=300)
+    x, y, answers = make_batch(tc, stream, None, step=3)
+    assert x.shape == (4, 64) and not answers[:3].any() and answers[3].sum() > 5
+
+
 def test_fusion_falls_back_to_the_same_eager_function_when_compiling_fails(monkeypatch):
     import model.fusion as fusion
 

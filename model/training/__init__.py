@@ -13,7 +13,7 @@ vision tower's own steps, schedules and evaluations are run by `python -m model 
 `evaluate_vision`), so `train_step`, `lr_at` and `evaluate` here are the language model's.
 """
 
-from .batches import CopyIds, copy_ids_for, copy_rows, drill_rows, make_batch, patchwork_span, repeat_rows
+from .batches import CopyIds, copy_ids_for, copy_rows, drill_rows, kv_rows, make_batch, patchwork_span, repeat_rows
 from .dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
 from .evaluation import (
     EVAL_KEYS,
@@ -53,7 +53,8 @@ __all__ = [
     # the model, the optimizer and one step
     "build_model", "make_optimizer", "train_step", "forward_backward", "lm_loss", "set_window", "freeze_except",
     # the rows of a batch
-    "batch_generator", "make_batch", "drill_rows", "repeat_rows", "patchwork_span", "copy_rows", "copy_ids_for",
+    "batch_generator", "make_batch", "drill_rows", "kv_rows", "repeat_rows", "patchwork_span", "copy_rows",
+    "copy_ids_for",
     "CopyIds",
     # checkpoints to resume from and the training record
     "save_state", "load_state", "model_state", "read_meta", "init_from", "save_weights_bf16", "write_json_entry",

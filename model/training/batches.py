@@ -161,15 +161,52 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     return _rows(rows, marks)
 
 
+def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
+            max_pairs: int = 8, max_gap: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
+    key next to its value ("k1 v1 k2 v2 ..."), 0..max_gap other familiar tokens, then every key again in a shuffled
+    order, each followed by its value. A value after its repeated key is predictable only by finding the key's
+    first occurrence and reading the token next to it: the match that binding an object to its colour needs,
+    with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values."""
+    source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
+    rows, marks = [], []
+    for _ in range(n):
+        out: list[int] = []
+        mark: list[bool] = []
+        while len(out) < seq_len + 1:
+            npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
+            gap = int(torch.randint(0, max_gap + 1, (1,), generator=generator))
+            keys: list[int] = []
+            while len(keys) < npairs:
+                k = source.draw(1, generator)[0]
+                if k not in keys:
+                    keys.append(k)
+            values = source.draw(npairs, generator)
+            order = torch.randperm(npairs, generator=generator).tolist()
+            for k, v in zip(keys, values):
+                out += [k, v]
+                mark += [False, False]
+            filler = source.draw(gap, generator)
+            out += filler
+            mark += [False] * gap
+            for i in order:
+                out += [keys[i], values[i]]
+                mark += [False, True]
+        rows.append(out[:seq_len + 1])
+        marks.append(mark[:seq_len + 1])
+    return _rows(rows, marks)
+
+
 def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Batch `step`: natural-text rows, then drills, repeated text spans and copy rows by their
+    """Batch `step`: natural-text rows, then drills, repeated text spans, copy rows and key-value rows by their
     shares -> (x, y, answers): answers marks the targets a look-back can predict (weighted by
     `answer_weight` in the loss)."""
     n_drill = int(round(tc.batch * tc.drill_frac))
     n_rep = int(round(tc.batch * tc.repeat_frac))
     n_copy = int(round(tc.batch * tc.copy_frac))
+    n_kv = int(round(tc.batch * tc.kv_frac))
     g = batch_generator(tc, step)
-    x, y = stream.sample_batch(tc.batch - n_drill - n_rep - n_copy, tc.seq_len, g)
+    x, y = stream.sample_batch(tc.batch - n_drill - n_rep - n_copy - n_kv, tc.seq_len, g)
     parts = [(x, y, torch.zeros_like(y, dtype=torch.bool))]
     if n_drill:
         if tc.drill_cast not in DRILL_CASTS:
@@ -181,4 +218,6 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
     if n_copy:
         parts.append(copy_rows(copy_ids_for(tc, stream), n_copy, tc.seq_len, g, tc.copy_span,
                                copy_gap_at(tc, step), tc.copy_near_frac, spread=tc.copy_spread))
+    if n_kv:
+        parts.append(kv_rows(copy_ids_for(tc, stream), n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

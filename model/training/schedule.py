@@ -48,6 +48,9 @@ class TrainConfig:
     copy_vocab: int = 300               # drawn from this many most frequent tokens of the stream
     copy_temper: float = 0.0            # >0: drawn instead from the unigram^temper over the whole vocabulary
     copy_spread: bool = False           # gaps spread over the whole row (0 .. seq_len - 2 x span)
+    kv_frac: float = 0.0                # share made of key-value lookups (associative recall; ids as the copies')
+    kv_pairs: int = 8                   # 2..kv_pairs pairs per lookup
+    kv_gap: int = 32                    # 0..kv_gap other tokens between the pairs and the queries
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     config_window: int = 0              # >0: the model's config gets this sliding_window (what the checkpoint
                                         # ships with; weights trained at a narrowed window need it to be read right)
@@ -107,7 +110,7 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
 STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
-                "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl")
+                "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap")
 
 
 @dataclass
