@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+from typing import Callable
 
 import torch
 
@@ -29,6 +30,23 @@ def _rows(rows: list[list[int]], marks: list[list[bool]]) -> tuple[torch.Tensor,
     t = torch.tensor(rows, dtype=torch.long)
     a = torch.tensor(marks, dtype=torch.bool)
     return t[:, :-1], t[:, 1:], a[:, 1:]
+
+
+def _packed(n: int, seq_len: int, piece: Callable[[], tuple[list[int], list[bool]]]
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n rows of seq_len + 1 tokens, each filled with pieces (ids, answer marks) drawn one after another and cut
+    at the row's end -> (x, y, answers) as `_rows` gives them."""
+    rows, marks = [], []
+    for _ in range(n):
+        ids: list[int] = []
+        mark: list[bool] = []
+        while len(ids) < seq_len + 1:
+            i, m = piece()
+            ids += i
+            mark += m
+        rows.append(ids[:seq_len + 1])
+        marks.append(mark[:seq_len + 1])
+    return _rows(rows, marks)
 
 
 def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
@@ -83,26 +101,20 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
     A contiguous span of the training stream can be predicted the second time from memory of the
     corpus (it is seen for several epochs), so it teaches recall of the corpus, not copying:
     `piece_max` > 0 stitches each span from pieces of 1..piece_max tokens (`patchwork_span`)."""
-    rows, marks = [], []
-    for _ in range(n):
-        ids: list[int] = []
-        mark: list[bool] = []
-        while len(ids) < seq_len + 1:
-            span_len = int(torch.randint(8, 25, (1,), generator=generator))
-            near = bool(torch.rand((), generator=generator) < 0.5)
-            gap = int(torch.randint(0, 17, (1,), generator=generator)) if near else \
-                int(torch.randint(32, 401, (1,), generator=generator))
-            if piece_max:
-                span = patchwork_span(stream, span_len, piece_max, generator)
-            else:
-                sx, _ = stream.sample_batch(1, span_len, generator)
-                span = sx[0].tolist()
-            fx, _ = stream.sample_batch(1, max(gap, 2), generator)
-            ids += span + fx[0, :gap].tolist() + span
-            mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
-        rows.append(ids[:seq_len + 1])
-        marks.append(mark[:seq_len + 1])
-    return _rows(rows, marks)
+    def piece() -> tuple[list[int], list[bool]]:
+        span_len = int(torch.randint(8, 25, (1,), generator=generator))
+        near = bool(torch.rand((), generator=generator) < 0.5)
+        gap = int(torch.randint(0, 17, (1,), generator=generator)) if near else \
+            int(torch.randint(32, 401, (1,), generator=generator))
+        if piece_max:
+            span = patchwork_span(stream, span_len, piece_max, generator)
+        else:
+            sx, _ = stream.sample_batch(1, span_len, generator)
+            span = sx[0].tolist()
+        fx, _ = stream.sample_batch(1, max(gap, 2), generator)
+        return span + fx[0, :gap].tolist() + span, [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+
+    return _packed(n, seq_len, piece)
 
 
 class CopyIds:
@@ -142,23 +154,18 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     way to teach a look-back that does not depend on one distance. The answer marks sit on the
     second copy's tokens after its first (the only predictable tokens here)."""
     source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
-    rows, marks = [], []
-    for _ in range(n):
-        out: list[int] = []
-        mark: list[bool] = []
-        while len(out) < seq_len + 1:
-            span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
-            near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
-            hi = max(0, seq_len + 1 - 2 * span_len) if spread else gap_max
-            lo = 0 if near else min(gap_min, hi)
-            hi = min(2, hi) if near else hi
-            gap = int(torch.randint(lo, hi + 1, (1,), generator=generator))
-            pick = source.draw(span_len + gap, generator)
-            out += pick[:span_len] + pick[span_len:] + pick[:span_len]
-            mark += [False] * (span_len + gap + 1) + [True] * (span_len - 1)
-        rows.append(out[:seq_len + 1])
-        marks.append(mark[:seq_len + 1])
-    return _rows(rows, marks)
+
+    def piece() -> tuple[list[int], list[bool]]:
+        span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
+        near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
+        hi = max(0, seq_len + 1 - 2 * span_len) if spread else gap_max
+        lo = 0 if near else min(gap_min, hi)
+        hi = min(2, hi) if near else hi
+        gap = int(torch.randint(lo, hi + 1, (1,), generator=generator))
+        pick = source.draw(span_len + gap, generator)
+        return pick + pick[:span_len], [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+
+    return _packed(n, seq_len, piece)
 
 
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
@@ -169,32 +176,23 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
     first occurrence and reading the token next to it: the match that binding an object to its colour needs,
     with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values."""
     source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
-    rows, marks = [], []
-    for _ in range(n):
-        out: list[int] = []
-        mark: list[bool] = []
-        while len(out) < seq_len + 1:
-            npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
-            gap = int(torch.randint(0, max_gap + 1, (1,), generator=generator))
-            keys: list[int] = []
-            while len(keys) < npairs:
-                k = source.draw(1, generator)[0]
-                if k not in keys:
-                    keys.append(k)
-            values = source.draw(npairs, generator)
-            order = torch.randperm(npairs, generator=generator).tolist()
-            for k, v in zip(keys, values):
-                out += [k, v]
-                mark += [False, False]
-            filler = source.draw(gap, generator)
-            out += filler
-            mark += [False] * gap
-            for i in order:
-                out += [keys[i], values[i]]
-                mark += [False, True]
-        rows.append(out[:seq_len + 1])
-        marks.append(mark[:seq_len + 1])
-    return _rows(rows, marks)
+
+    def piece() -> tuple[list[int], list[bool]]:
+        npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
+        gap = int(torch.randint(0, max_gap + 1, (1,), generator=generator))
+        keys: list[int] = []
+        while len(keys) < npairs:
+            k = source.draw(1, generator)[0]
+            if k not in keys:
+                keys.append(k)
+        values = source.draw(npairs, generator)
+        order = torch.randperm(npairs, generator=generator).tolist()
+        pairs = [t for kv in zip(keys, values) for t in kv]
+        filler = source.draw(gap, generator)
+        queries = [t for i in order for t in (keys[i], values[i])]
+        return pairs + filler + queries, [False] * (2 * npairs + gap) + [False, True] * npairs
+
+    return _packed(n, seq_len, piece)
 
 
 def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
