@@ -28,7 +28,7 @@ import torch
 
 from lessons.far_story import FactStory, FactTokens
 from model import Ablation
-from model.corpus import BUCKETS, COLOURS
+from model.corpus import BUCKETS, COLOURS, colour_token_ids
 
 FAR_BUCKET = BUCKETS["far"]  # (first, last) distance in tokens
 
@@ -320,14 +320,7 @@ class Answer:
     colour_share: float | None = None   # p(right answer) / p(all colour words): like for like with CHANCE
 
 
-def colour_ids(tokenizer) -> dict[str, int]:
-    """Colour word -> token id of ' colour', for the colours that are one token."""
-    out = {}
-    for c in COLOURS:
-        ids = tokenizer.encode(" " + c, add_special_tokens=False).ids
-        if len(ids) == 1:
-            out[c] = ids[0]
-    return out
+colour_ids = colour_token_ids   # colour word -> token id of ' colour' (the colours that are one token)
 
 
 def read_answer(logits: torch.Tensor, answer_id: int | None, decode, colours: dict[str, int], label: str) -> Answer:

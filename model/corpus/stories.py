@@ -509,6 +509,16 @@ def app_prompts(tokenizer: Any) -> list[dict[str, Any]]:
     return out
 
 
+def colour_token_ids(tokenizer: Any) -> dict[str, int]:
+    """Colour word -> token id of ' colour', for the colours that are one token."""
+    out = {}
+    for c in COLOURS:
+        ids = tokenizer.encode(" " + c, add_special_tokens=False).ids
+        if len(ids) == 1:
+            out[c] = ids[0]
+    return out
+
+
 # Link words between an object and its colour, by count: "The key blue box.", "The key in the blue box.",
 # "The key is in the blue box." ... A binding drill states and answers facts with 0..N of them, so that the
 # object starts next to its colour (inside a 2-token window) and moves away a word at a time.

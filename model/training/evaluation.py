@@ -28,7 +28,7 @@ from ..corpus.dataset import (
     heldout_story_batches,
     story_eval_batches,
 )
-from ..corpus.stories import COLOURS, WIDE_CAST, load_heldout_stories, recall_drill, token_index_at_char
+from ..corpus.stories import WIDE_CAST, colour_token_ids, load_heldout_stories, recall_drill, token_index_at_char
 from ..inference.engine import prefill
 from ..model import V41Model
 from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows
@@ -43,11 +43,13 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
                modes: tuple[str, ...] = ("sparse", "dense")) -> dict[str, float]:
     """Held-out natural-text loss, recall accuracy per story bucket and copy accuracy at gaps 4, 40, 200,
     at the sliding `window` (0: the config's), once per mode: "sparse" (the default selection; plain
-    keys) and "dense" (every visible entry attended; keys ending in `_dense`); then the fact-in-pool
-    rate. The model is left in train mode at the config's window."""
+    keys) and "dense" (every visible entry attended; keys ending in `_dense`); the sparse mode's story answers
+    also give `recall_bound` (`Binding.right`); then the fact-in-pool rate. The model is left in train mode at
+    the config's window."""
     set_window(m, window)
     m.eval()
     natural = heldout_natural_tokens(tok)
+    stories = load_heldout_stories()
     out: dict[str, float] = {}
     for mode in modes:
         ab = Ablation(dense_compressed=True) if mode == "dense" else None
@@ -61,13 +63,15 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
                                                            reduction="sum"))
             n += y.numel()
         out[f"heldout_loss{suffix}"] = tot / max(1, n)
-        out.update({f"recall_{k}{suffix}": v for k, v in _recall_by_bucket(m, tok, load_heldout_stories(), ab).items()})
+        answers = list(_story_answers(m, tok, stories, ab))
+        out.update({f"recall_{k}{suffix}": v for k, v in _bucket_rates(answers).items()})
+        if ab is None:   # far stories holding other facts: answered with the asked object's colour, not any fact's
+            far = [i for i, r in enumerate(stories) if r["bucket"] == "far"]
+            out["recall_bound"] = _binding([stories[i] for i in far], [answers[i] for i in far], tok).right
         out.update({f"copy_gap{gap}{suffix}": copy_accuracy(m, natural, gap, ablation=ab) for gap in (4, 40, 200)})
     # far recall (default selection) on stories told with names, objects and sentences never trained on
     out["recall_templates"] = _recall_by_bucket(m, tok, load_heldout_stories(HELDOUT_TEMPLATES_PATH), None)["far"]
     out["fact_in_pool"] = fact_in_pool(m, tok)
-    # far stories holding other facts: answered with the asked object's colour (not just any fact's)
-    out["recall_bound"] = fact_binding(m, tok=tok).right
     set_window(m, 0)
     m.train()
     return out
@@ -82,8 +86,13 @@ def _story_answers(m: V41Model, tok, rows: list[dict], ablation: Ablation | None
 
 
 def _recall_by_bucket(m: V41Model, tok, rows: list[dict], ablation: Ablation | None) -> dict[str, float]:
+    return _bucket_rates(_story_answers(m, tok, rows, ablation))
+
+
+def _bucket_rates(answers) -> dict[str, float]:
+    """Accuracy per bucket from (predicted id, answer id, bucket) triples."""
     correct: dict[str, list[int]] = {}
-    for p, a, bucket in _story_answers(m, tok, rows, ablation):
+    for p, a, bucket in answers:
         c = correct.setdefault(bucket, [0, 0])
         c[0] += p == a
         c[1] += 1
@@ -251,9 +260,14 @@ def fact_binding(model, path: Path | None = None, bucket: str = "far", tok=None)
     """`Binding` over the held-out `bucket` stories; `tok` defaults to the model's own tokenizer."""
     tok = tok or model.tokenizer
     rows = [r for r in load_heldout_stories(path) if r["bucket"] == bucket]
+    return _binding(rows, _story_answers(model, tok, rows, None), tok)
+
+
+def _binding(rows: list[dict], answers, tok) -> Binding:
+    """`Binding` from held-out story rows and their (predicted id, answer id, bucket), in the same order."""
     right = other = alone = n_alone = 0
     guess = 0.0
-    for r, (p, a, _) in zip(rows, _story_answers(model, tok, rows, None)):
+    for r, (p, a, _) in zip(rows, answers):
         colours = {d[1] for d in r.get("distractors", [])}
         if not colours:
             alone += p == a
@@ -288,7 +302,7 @@ def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, to
     whose most likely colour is the asked object's, what a random pick among the drill's colours would score).
     At k = 0 the colour stands next to its object, inside any window: a model that binds at all binds there."""
     tok = tok or model.tokenizer
-    colour_ids = torch.tensor([tok.encode(" " + c, add_special_tokens=False).ids[0] for c in COLOURS])
+    colour_ids = torch.tensor(list(colour_token_ids(tok).values()))
     out: dict[int, tuple[float, float]] = {}
     for k in links:
         right = n = 0
@@ -301,7 +315,7 @@ def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, to
             for a, _ in spans:
                 i = token_index_at_char(enc.offsets, a)
                 right += int(colour_ids[logits[i - 1, colour_ids].argmax()]) == enc.ids[i]
-                guess += 1 / len({text[x:y] for x, y in spans})
-                n += 1
+            guess += len(spans) / len({text[x:y] for x, y in spans})   # one over the drill's colours, per answer
+            n += len(spans)
         out[k] = (right / max(1, n), guess / max(1, n))
     return out
