@@ -383,6 +383,68 @@ def test_key_value_rows_mark_only_values_found_by_their_key():
     assert x.shape == (4, 64) and not answers[:3].any() and answers[3].sum() > 5
 
 
+def test_key_value_rows_hold_the_asked_gap_and_the_lookup_measure_separates_a_match_from_none():
+    """kv_rows puts gap_min..max_gap other tokens between the pairs and the queries; kv_lookup scores a model that
+    reads the token after the key's latest earlier occurrence near 1 and one that repeats its input near 0."""
+    from types import SimpleNamespace
+
+    from model.training import kv_lookup, kv_rows
+
+    ids = torch.arange(100, 1100)
+    x, y, answers = kv_rows(ids, 2, 512, torch.Generator().manual_seed(3), max_pairs=4, max_gap=40, gap_min=30)
+    seq = torch.cat([x, y[:, -1:]], 1)
+    for r, c in answers.nonzero().tolist():
+        key, value = int(seq[r, c]), int(seq[r, c + 1])
+        first = next(p for p in range(c) if int(seq[r, p]) == key and int(seq[r, p + 1]) == value)
+        assert c - first >= 30 + 2                   # the other tokens, then at least this pair's own query
+
+    class Stub:
+        device = torch.device("cpu")
+
+        def __init__(self, match: bool):
+            self.match = match
+
+        def __call__(self, x):
+            logits = torch.zeros(*x.shape, 1100)
+            for r in range(x.shape[0]):
+                row = x[r].tolist()
+                latest: dict[int, int] = {}
+                for t, tok in enumerate(row):
+                    guess = row[latest[tok] + 1] if self.match and tok in latest else tok
+                    logits[r, t, guess] = 1.0
+                    latest[tok] = t
+            return SimpleNamespace(logits=logits)
+
+    match, none = kv_lookup(Stub(True), ids, gaps=(0, 200)), kv_lookup(Stub(False), ids, gaps=(0, 200))
+    assert match[0] > 0.95 and match[200] > 0.7 and max(none.values()) < 0.05
+
+
+def test_a_stage_of_key_value_rows_without_copies_is_gated_on_lookups(tmp_path, monkeypatch):
+    """A stage that drills key-value rows and no copies probes lookups (kv_probe); a copy stage the copies."""
+    from conftest import ROOT
+
+    import model.training.run as run_mod
+    from model.training import start_run, train_steps
+
+    calls: list[tuple[int, bool]] = []
+
+    def spy(m, ts, stream, broad=False, step=0):
+        calls.append((step, broad))
+        return {"probe_broad" if broad else "probe": 1.0}
+
+    monkeypatch.setattr(run_mod, "kv_probe", spy)
+    tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+    np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
+    tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=64, warmup_steps=1, stream=str(tmp_path / "stream.npy"),
+                     tokenizer=str(tok), eval_every=0, ckpt_every=100, drafter_steps=0, gate_every=2,
+                     gate_min_steps=2, curriculum="kv_frac=1 kv_gap=8 gate=0.9; kv_frac=0 copy_frac=1 gate=0")
+    run = start_run(tc, torch.device("cpu"), tmp_path / "ckpt", resume=False)
+    train_steps(run)
+    assert calls == [(1, False), (1, True)]          # stage 0's one probe (step index 1), both id sets
+    assert [p["passed_at_step"] for p in run.passed] == [2, 4] and run.passed[0]["probe"] == 1.0
+    assert 0 <= run.passed[1]["probe"] <= 1 and "probe_sparse" in run.passed[1]   # the real copy probe
+
+
 def test_fusion_falls_back_to_the_same_eager_function_when_compiling_fails(monkeypatch):
     import model.fusion as fusion
 

@@ -24,6 +24,9 @@ from .evaluation import (
     evaluate,
     fact_binding,
     fact_in_pool,
+    frequent_ids,
+    kv_lookup,
+    kv_probe,
     link_binding,
     natural_loss,
     quick_eval,
@@ -60,6 +63,7 @@ __all__ = [
     "save_state", "load_state", "model_state", "read_meta", "init_from", "save_weights_bf16", "write_json_entry",
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
+    "kv_lookup", "kv_probe", "frequent_ids",
     "fact_binding", "link_binding", "Binding", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",

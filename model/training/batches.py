@@ -169,17 +169,17 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
 
 
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
-            max_pairs: int = 8, max_gap: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
-    key next to its value ("k1 v1 k2 v2 ..."), 0..max_gap other familiar tokens, then every key again in a shuffled
-    order, each followed by its value. A value after its repeated key is predictable only by finding the key's
+    key next to its value ("k1 v1 k2 v2 ..."), gap_min..max_gap other familiar tokens, then every key again in a
+    shuffled order, each followed by its value. A value after its repeated key is predictable only by finding the key's
     first occurrence and reading the token next to it: the match that binding an object to its colour needs,
     with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values."""
     source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
 
     def piece() -> tuple[list[int], list[bool]]:
         npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
-        gap = int(torch.randint(0, max_gap + 1, (1,), generator=generator))
+        gap = int(torch.randint(min(gap_min, max_gap), max_gap + 1, (1,), generator=generator))
         keys: list[int] = []
         while len(keys) < npairs:
             k = source.draw(1, generator)[0]

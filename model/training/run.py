@@ -28,7 +28,7 @@ from ..corpus.tokenizer import load_tokenizer
 from ..model import V41Model
 from .batches import make_batch
 from .dspark import train_drafter
-from .evaluation import EVAL_KEYS, copy_probe, quick_eval
+from .evaluation import EVAL_KEYS, copy_probe, kv_probe, quick_eval
 from .schedule import Stage, TrainConfig, parse_curriculum, window_at
 from .state import init_from, load_state, read_meta, rounded, save_state, save_weights_bf16
 from .step import build_model, freeze_except, make_optimizer, set_window, train_step
@@ -141,13 +141,15 @@ def train_steps(run: Run) -> float:
 
 def _gate(run: Run, ts: TrainConfig, step: int, rec: dict) -> None:
     """Every `gate_every` steps of a stage (after its first `gate_min_steps`), probe copies at the stage's
-    longest distances; at `gate` or better the stage is passed: its weights are written (bf16, under
-    `stage_dir`), and the next stage starts (the run ends after the last)."""
+    longest distances (key-value lookups instead when the stage drills those and no copies); at `gate` or better
+    the stage is passed: its weights are written (bf16, under `stage_dir`), and the next stage starts (the run
+    ends after the last)."""
     done = step + 1 - run.stage_start
     if done < ts.gate_min_steps or done % run.tc.gate_every:
         return
-    rec.update(copy_probe(run.model, ts, run.stream, step=step))
-    rec.update(copy_probe(run.model, ts, run.stream, broad=True, step=step))
+    probe = kv_probe if ts.kv_frac > 0 and ts.copy_frac == 0 else copy_probe
+    rec.update(probe(run.model, ts, run.stream, step=step))
+    rec.update(probe(run.model, ts, run.stream, broad=True, step=step))
     print(f"\n  stage {run.stage} step {step + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items()
                                                             if k.startswith("probe")), file=sys.stderr)
     if rec["probe"] < ts.gate:
