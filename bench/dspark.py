@@ -35,10 +35,9 @@ def _load(weights: Path):
             attach_drafter(m, 0)
             note = f"NOTE: {weights} has no mtp.* tensors: using an UNTRAINED drafter (expect ~1 token per pass)"
     else:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from conftest import random_tiny
+        from model import random_tiny
 
-        m = random_tiny()
+        m = random_tiny(0, device="cpu")
         attach_drafter(m, 0)
         note = f"NOTE: {weights} not found: RANDOM tiny target and drafter (numbers say nothing about DSpark)"
     return m.eval(), note

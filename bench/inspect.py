@@ -31,10 +31,9 @@ def _model(weights: str):
         from model import load
 
         return load(TINY_DIR, device="cpu"), "trained"
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import random_tiny
+    from model import random_tiny
 
-    return random_tiny(), "random"
+    return random_tiny(0, device="cpu"), "random"
 
 
 def long_prompt(model, n: int = 2000) -> tuple[str, list[int]]:

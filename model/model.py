@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from .arch.backbone import Backbone, ModelOutput
-from .arch.engram import NgramHasher, compressed_token_map
+from .arch.engram import NgramHasher
 from .config import V41Config
+from .corpus.tokenizer import compressed_token_map
 from .errors import InputError
 from .inference.cache import Cache
 from .inference.generation import GenerateResult, SpecOptions, generate

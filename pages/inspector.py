@@ -69,10 +69,9 @@ n_layers = cfg.num_hidden_layers
 
 
 def vision_section(prompt: str) -> None:
-    """HOOK(vision): a picture with the prompt. The layer-by-layer trace on this page is text-only; a picture is
-    read by the vision panel's own traced run (ui/vision_panel.draw_image_prompt: image positions, routing with
-    bias_vl, attention the text gives the image). To inspect image tokens layer by layer here, pass the panel's
-    image embeddings and mask into lessons.inspect.run_prompt (model.prepare takes image_embeds / image_mask)."""
+    """A picture with the prompt. The layer-by-layer trace on this page is text-only; a picture is read by the
+    vision panel's own traced run (ui/vision_panel.draw_image_prompt: image positions, routing with bias_vl,
+    attention the text gives the image)."""
     with st.expander("Add a picture (vision tower)", expanded=False):
         try:
             image = image_input("insp_image")

@@ -74,8 +74,7 @@ def micro():
 
 def random_tiny(seed: int = 0):
     """The tiny preset with random weights and the shipped tokenizer bound (Engram map from it)."""
-    from model.arch import compressed_token_map
-    from model.corpus import load_tokenizer
+    from model.corpus import compressed_token_map, load_tokenizer
 
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     _, n = compressed_token_map(tok)

@@ -160,9 +160,9 @@ def test_prefix_cache_detects_damage_and_recomputes(fx, tmp_path, damage):
         f.write_bytes(g.read_bytes())
         import json
         idx = json.loads((tmp_path / "index.json").read_text())
-        from model.inference.prefix_cache import _sha256_file
+        from model.corpus import sha256_file
         for e in idx["entries"].values():
-            e["sha256"] = _sha256_file(f)
+            e["sha256"] = sha256_file(f)
         (tmp_path / "index.json").write_text(json.dumps(idx))
     pc2 = PrefixCache(fx, tmp_path, align=8)
     out = prefill(fx, ids, "exact", prefix_cache=pc2)

@@ -126,21 +126,6 @@ def test_shipped_weights_load_with_tokenizer_and_record_training():
         assert key in info
 
 
-def test_copy_rows_say_each_span_twice_with_familiar_tokens():
-    from model.training import copy_rows
-
-    ids = torch.arange(100, 400)
-    x, y, answers = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
-    assert x.shape == y.shape == answers.shape == (3, 64) and torch.equal(x[:, 1:], y[:, :-1])
-    assert bool(((x >= 100) & (x < 400)).all())
-    for row in torch.cat([x, y[:, -1:]], 1).tolist():
-        p = 0
-        while p + 12 <= len(row):  # parse [span, span] blocks; the last one may be cut off
-            lengths = [n for n in range(3, 7) if row[p:p + n] == row[p + n:p + 2 * n]]
-            assert lengths, f"no repeated span at {p}: {row[p:p + 12]}"
-            p += 2 * lengths[0]
-
-
 def test_training_window_is_a_curriculum_knob_that_restores():
     from model.training import set_window
 
@@ -229,15 +214,6 @@ def test_copy_accuracy_first_time_is_the_no_copy_baseline():
     assert copy_accuracy(_CopyOracle(16 + 4), tokens, gap=4, first=True) < 0.05  # nothing to copy yet
 
 
-def test_frequent_ids_rank_by_count_and_leave_special_ids_out():
-    from model.corpus import TokenStream
-
-    tokens = np.array([7] * 20 + [1] * 50 + [9] * 30 + [6] * 10 + [8] * 5, dtype=np.uint16)
-    s = TokenStream(tokens, {})
-    assert s.frequent_ids(3).tolist() == [9, 7, 6]   # id 1 is special: left out however often it appears
-    assert s.frequent_ids(1, prefix=70).tolist() == [7]     # counted over the first 70 tokens only
-
-
 @pytest.mark.slow
 def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
     """model/fusion.py's compiled kernels change speed, not maths: on one batch, the loss, every
@@ -312,113 +288,6 @@ def test_stages_pick_the_last_started_value_and_reject_garbage():
         staged("0:8,x:16", 1, 0)
 
 
-def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
-    from model.training import copy_rows
-
-    ids = torch.arange(100, 400)
-    x, _, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
-    gaps = []
-    for row in x.tolist():  # spans are 3-6 tokens; find each span's second copy and its distance
-        i = 0
-        while i + 3 < len(row):
-            for j in range(i + 3, min(len(row) - 3, i + 6 + 61)):
-                if row[j:j + 3] == row[i:i + 3]:
-                    gaps.append(j - i)
-                    break
-            i += 1
-    assert min(gaps) <= 8 and max(gaps) >= 40  # some said again at once, some far
-
-
-def test_answer_marks_sit_on_what_only_a_look_back_predicts():
-    """Copy rows: a marked target equals the token one span back (its first copy); drill rows: marked
-    targets are the colour of an answer sentence, and that colour was stated earlier in the row's drill."""
-    from model.corpus import COLOURS, load_tokenizer
-    from model.training import copy_rows, drill_rows
-
-    ids = torch.arange(100, 400)
-    x, y, answers = copy_rows(ids, 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=5)
-    assert 0.1 < float(answers.float().mean()) < 0.5
-    seq = torch.cat([x, y[:, -1:]], 1)
-    for r, c in answers.nonzero().tolist():   # target y[r, c] = seq[r, c + 1] was said before, 3..11 back
-        assert any(int(seq[r, c + 1]) == int(seq[r, c + 1 - back]) and
-                   int(seq[r, c]) == int(seq[r, c - back]) for back in range(3, 12) if c - back >= 0)
-    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
-    x, y, answers = drill_rows(tok, 2, 256, seed=4)
-    marked = [tok.decode([int(t)]).strip() for t in y[answers]]
-    assert marked and all(word in COLOURS for word in marked)
-    unmarked_colours = [t for t, a in zip(y.flatten().tolist(), answers.flatten().tolist())
-                        if not a and tok.decode([t]).strip() in COLOURS]
-    assert unmarked_colours  # the facts' colours are not answers
-    # binding drills: the marks still sit on the answers' colours, whatever the words before them
-    x, y, answers = drill_rows(tok, 2, 256, seed=4, link_max=4, link_share=1.0)
-    seq = torch.cat([x, y[:, -1:]], 1)
-    for r, c in answers.nonzero().tolist():
-        assert tok.decode([int(y[r, c])]).strip() in COLOURS
-        before = tok.decode(seq[r, max(0, c - 16):c + 1].tolist())
-        assert "?" in before and " The " in before.split("?")[-1], before   # an answer, not a fact
-    assert int(answers.sum()) >= 3
-
-
-def test_key_value_rows_mark_only_values_found_by_their_key():
-    """Every marked target is the value that followed its (just seen) key at the key's first occurrence in the
-    row, never the token after the key's previous query; the marks are about a quarter of the tokens or more."""
-    from model.training import kv_rows
-
-    ids = torch.arange(100, 400)
-    x, y, answers = kv_rows(ids, 3, 200, torch.Generator().manual_seed(5), max_pairs=6, max_gap=10)
-    assert x.shape == y.shape == answers.shape == (3, 200)
-    assert 0.1 < float(answers.float().mean()) < 0.5
-    seq = torch.cat([x, y[:, -1:]], 1)
-    for r, c in answers.nonzero().tolist():
-        key, value = int(seq[r, c]), int(seq[r, c + 1])
-        earlier = [p for p in range(c) if int(seq[r, p]) == key]
-        assert earlier and any(int(seq[r, p + 1]) == value for p in earlier)
-    # in a batch: a quarter of the rows are lookups (their marks), the rest plain text (no marks)
-    from model.corpus import TokenStream
-    from model.training import TrainConfig, make_batch
-
-    stream = TokenStream(np.arange(50_000, dtype=np.int64) % 4_000, {})
-    tc = TrainConfig(batch=4, seq_len=64, kv_frac=0.25, copy_vocab=300)
-    x, y, answers = make_batch(tc, stream, None, step=3)
-    assert x.shape == (4, 64) and not answers[:3].any() and answers[3].sum() > 5
-
-
-def test_key_value_rows_hold_the_asked_gap_and_the_lookup_measure_separates_a_match_from_none():
-    """kv_rows puts gap_min..max_gap other tokens between the pairs and the queries; kv_lookup scores a model that
-    reads the token after the key's latest earlier occurrence near 1 and one that repeats its input near 0."""
-    from types import SimpleNamespace
-
-    from model.training import kv_lookup, kv_rows
-
-    ids = torch.arange(100, 1100)
-    x, y, answers = kv_rows(ids, 2, 512, torch.Generator().manual_seed(3), max_pairs=4, max_gap=40, gap_min=30)
-    seq = torch.cat([x, y[:, -1:]], 1)
-    for r, c in answers.nonzero().tolist():
-        key, value = int(seq[r, c]), int(seq[r, c + 1])
-        first = next(p for p in range(c) if int(seq[r, p]) == key and int(seq[r, p + 1]) == value)
-        assert c - first >= 30 + 2                   # the other tokens, then at least this pair's own query
-
-    class Stub:
-        device = torch.device("cpu")
-
-        def __init__(self, match: bool):
-            self.match = match
-
-        def __call__(self, x):
-            logits = torch.zeros(*x.shape, 1100)
-            for r in range(x.shape[0]):
-                row = x[r].tolist()
-                latest: dict[int, int] = {}
-                for t, tok in enumerate(row):
-                    guess = row[latest[tok] + 1] if self.match and tok in latest else tok
-                    logits[r, t, guess] = 1.0
-                    latest[tok] = t
-            return SimpleNamespace(logits=logits)
-
-    match, none = kv_lookup(Stub(True), ids, gaps=(0, 200)), kv_lookup(Stub(False), ids, gaps=(0, 200))
-    assert match[0] > 0.95 and match[200] > 0.7 and max(none.values()) < 0.05
-
-
 def test_a_stage_of_key_value_rows_without_copies_is_gated_on_lookups(tmp_path, monkeypatch):
     """A stage that drills key-value rows and no copies probes lookups (kv_probe); a copy stage the copies."""
     from conftest import ROOT
@@ -488,26 +357,6 @@ def test_a_window_change_reuses_the_compiled_kernels():
     assert counters["stats"]["unique_graphs"] == graphs
 
 
-def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
-    """repeat_rows with piece_max: each repeated span is stitched from short pieces (on a stream of
-    consecutive ids, a stitch shows as a jump), is said again verbatim, and only its second copy is marked."""
-    from model.corpus import TokenStream
-    from model.training import repeat_rows
-
-    stream = TokenStream(np.arange(50_000, dtype=np.int64) % 40_000, {})
-    x, y, answers = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0, piece_max=3)
-    seq = torch.cat([x, y[:, -1:]], 1)
-    x0, y0, a0 = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0)
-
-    def jumps(x, y, a):  # share of marked targets (inside second copies) that do not follow on in the stream
-        return float((y - x != 1)[a].float().mean())
-    assert jumps(x, y, answers) > 0.3 and jumps(x0, y0, a0) < 0.05  # stitched vs a contiguous passage
-    for r, c in answers.nonzero().tolist():             # a marked target repeats what followed its token before
-        assert any(int(seq[r, c + 1]) == int(seq[r, c + 1 - back]) and int(seq[r, c]) == int(seq[r, c - back])
-                   for back in range(9, 425) if c - back >= 0)
-    assert 0.1 < float(answers.float().mean()) < 0.6
-
-
 def test_curriculum_stages_parse_typed_and_refuse_unknown_fields():
     from model.training import parse_curriculum
     st = parse_curriculum("seq_len=32 train_window=2 copy_gap=2; seq_len=64 copy_spread=1 copy_temper=0.5")
@@ -518,41 +367,6 @@ def test_curriculum_stages_parse_typed_and_refuse_unknown_fields():
     for bad in ("weight_decay=0", "seq_len=abc", "seq_len"):
         with pytest.raises(ValueError):
             parse_curriculum(bad)
-
-
-def test_spread_copies_use_distances_over_the_whole_row_and_gap_min_holds():
-    from model.training import copy_rows
-    ids = torch.arange(100, 400)
-
-    def first_gaps(x, y, answers):
-        # spans of 3: a row opens with span, gap, span; its first mark sits on the second copy's 2nd token
-        out = []
-        for r in range(len(x)):
-            row = x[r].tolist() + y[r, -1:].tolist()
-            gap = answers[r].tolist().index(True) - 3
-            assert row[gap + 3: gap + 6] == row[:3]     # the span really comes back after the gap
-            out.append(gap)
-        return out
-
-    x, y, answers = copy_rows(ids, 60, 32, torch.Generator().manual_seed(3), span_max=3, gap_max=0, spread=True)
-    gaps = first_gaps(x, y, answers)
-    assert max(gaps) >= 20 and min(gaps) <= 3 and max(gaps) <= 32 + 1 - 6   # near to far inside 32-token rows
-    x, y, answers = copy_rows(ids, 20, 64, torch.Generator().manual_seed(4), span_max=3, gap_max=30, gap_min=25)
-    assert all(25 <= g <= 30 for g in first_gaps(x, y, answers))
-
-
-def test_tempered_unigram_copy_ids_reach_rare_ids_but_never_special_ones():
-    from model.corpus import TokenStream
-    from model.training import CopyIds
-    toks = np.array([7] * 900 + [9] * 90 + [11] * 10 + list(range(12, 60)), dtype=np.uint16)
-    s = TokenStream(tokens=toks, manifest={})
-    w = s.unigram_weights(0.5)
-    assert float(w[:5].sum()) == 0 and abs(float(w.sum()) - 1) < 1e-6
-    assert w[7] / w[11] == pytest.approx((901 / 11) ** 0.5, rel=1e-4)   # counts + 1, raised to the power
-    drawn = set(CopyIds(weights=w).draw(4000, torch.Generator().manual_seed(0)))
-    assert {7, 9, 11} <= drawn and len(drawn & set(range(12, 60))) > 30 and not drawn & set(range(5))
-    with pytest.raises(ValueError):
-        CopyIds()
 
 
 def test_train_only_freezes_every_other_parameter():

@@ -27,9 +27,7 @@ import torch
 from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
-from model import V41Config, V41Model, load
-from model.arch import compressed_token_map
-from model.corpus import load_tokenizer
+from model import load, random_tiny
 from ui.checkpoints import (
     MAX_MODELS,
     NOT_OFFERED,
@@ -102,12 +100,7 @@ def _load(weights: str, directory: Path | None):
     if weights == "trained":
         return load(TINY_DIR, device=dev)
     if weights == "random":
-        tok = load_tokenizer(TINY_DIR / "tokenizer.json")
-        _, n = compressed_token_map(tok)
-        cfg = V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()
-        torch.manual_seed(0)
-        m = V41Model(cfg).init_weights(0).to(dev).eval()
-        return m.bind_tokenizer(tok)
+        return random_tiny(0, dev)
     return load(directory, device=dev)
 
 

@@ -29,7 +29,7 @@ from .context import (
     WindowRows,
 )
 from .drafter import ConfidenceHead, DraftBlock, Drafter, MarkovHead, attach_drafter
-from .engram import DEAD, Engram, EngramEmbedding, NgramHasher, compressed_token_map, engram_offsets, hash_multipliers
+from .engram import DEAD, Engram, EngramEmbedding, NgramHasher, engram_offsets, hash_multipliers
 from .indexer import (
     NEG_INF,
     Indexer,
@@ -75,7 +75,7 @@ __all__ = [
     # mHC streams, MoE, Engram, norms, rotary embeddings
     "Mix", "sinkhorn", "hc_mixes", "collapse", "expand", "one_hot_pre",
     "MoE", "Router", "Routing", "Expert", "score_fn", "swiglu",
-    "Engram", "EngramEmbedding", "NgramHasher", "compressed_token_map", "engram_offsets", "hash_multipliers", "DEAD",
+    "Engram", "EngramEmbedding", "NgramHasher", "engram_offsets", "hash_multipliers", "DEAD",
     "RMSNorm", "rms_norm", "rms_unweighted",
     "Rotary", "RopeTables", "apply_rope", "main_inv_freq", "compress_inv_freq",
     # DSpark's drafter modules

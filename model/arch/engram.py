@@ -2,7 +2,8 @@
 
 Follows docs/design/equations.md §10 (V4.1 production form). Bit-exact hashing:
 1. A compressed token map from the tokenizer: ids whose text normalises alike (NFKC, NFD, strip
-   accents, lowercase, collapse whitespace, strip; a lone space kept) share one compressed id.
+   accents, lowercase, collapse whitespace, strip; a lone space kept) share one compressed id. The map
+   is built next to the tokenizer (model/corpus/tokenizer.py) and handed to `NgramHasher`.
 2. Per position, the compressed ids of the token and the N-1 tokens before it (pad id where the
    look-back runs past the start or into an image span) are multiplied by odd per-layer int64
    multipliers (numpy default_rng(10007 * layer_id)) and XOR-chained; after adding the n-th token
@@ -47,33 +48,6 @@ def hash_multipliers(cfg: V41Config, compressed_vocab: int) -> torch.Tensor:
         g = np.random.default_rng(10007 * lid)
         rows.append(torch.from_numpy(g.integers(0, bound, size=(cfg.engram_max_ngram_size,), dtype=np.int64) * 2 + 1))
     return torch.stack(rows) if rows else torch.zeros(0, cfg.engram_max_ngram_size, dtype=torch.int64)
-
-
-# ------------------------------------------------------------------------------------------------
-# Compressed token map
-# ------------------------------------------------------------------------------------------------
-
-def compressed_token_map(tokenizer) -> tuple[list[int], int]:
-    """Map each token id of a `tokenizers.Tokenizer` to a compressed id; returns (map, size)."""
-    from tokenizers import Regex, normalizers
-
-    sentinel = "\ue000"  # keeps a token that is exactly one space from stripping to ""
-    norm = normalizers.Sequence([
-        normalizers.NFKC(), normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase(),
-        normalizers.Replace(Regex(r"[ \t\r\n]+"), " "), normalizers.Replace(Regex(r"^ $"), sentinel),
-        normalizers.Strip(), normalizers.Replace(sentinel, " "),
-    ])
-    key_to_id: dict[str, int] = {}
-    n = tokenizer.get_vocab_size(with_added_tokens=True)
-    lookup = [0] * n
-    for tid in range(n):
-        text = tokenizer.decode([tid], skip_special_tokens=False)
-        if "\ufffd" in text:
-            key = tokenizer.id_to_token(tid)  # a partial UTF-8 byte token: key it by its raw form
-        else:
-            key = norm.normalize_str(text) or text
-        lookup[tid] = key_to_id.setdefault(key, len(key_to_id))
-    return lookup, len(key_to_id)
 
 
 # ------------------------------------------------------------------------------------------------

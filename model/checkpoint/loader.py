@@ -17,10 +17,10 @@ from typing import Callable
 import torch
 from tokenizers import Tokenizer
 
-from ..arch.engram import NgramHasher, compressed_token_map
+from ..arch.engram import NgramHasher
 from ..arch.rope import Rotary
 from ..config import ConfigError, V41Config
-from ..corpus.tokenizer import load_tokenizer
+from ..corpus.tokenizer import compressed_token_map, load_tokenizer
 from ..errors import CheckpointError
 from ..model import V41Model
 from .native import default_device, load_state_dict, shard_map

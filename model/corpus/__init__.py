@@ -62,6 +62,7 @@ from .tokenizer import (
     SPECIAL_TOKENS,
     VOCAB_SIZE,
     TokenizerFileError,
+    compressed_token_map,
     decode,
     encode,
     load_tokenizer,
@@ -71,6 +72,7 @@ from .tokenizer import (
 __all__ = [
     # the tokenizer and its special tokens
     "load_tokenizer", "train_tokenizer", "encode", "decode", "TokenizerFileError", "SPECIAL_TOKENS", "VOCAB_SIZE",
+    "compressed_token_map",
     "PAD_ID", "BOS_ID", "EOS_ID", "NOISE_ID", "IMAGE_ID", "IMAGE_START_ID", "IMAGE_END_ID", "IMAGE_NEWLINE_ID",
     # the token stream and held-out batches
     "TokenStream", "load_stream", "build_token_stream", "sample_batch", "DEFAULT_STREAM", "story_eval_batches",

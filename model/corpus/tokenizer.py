@@ -19,7 +19,7 @@ import random
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from .sources import read_docs
 from .stories import training_story_text
@@ -117,3 +117,26 @@ def training_sample(corpus_dir: Path, total_bytes: int = 4_000_000, seed: int = 
         used += len(s) + 1
         k += 1
         yield s + "\n"
+
+
+def compressed_token_map(tokenizer) -> tuple[list[int], int]:
+    """Map each token id of a `tokenizers.Tokenizer` to a compressed id; returns (map, size): Engram hashes
+    the compressed ids, so tokens that differ only in case, accents or spacing share their n-gram rows
+    (docs/design/equations.md, Engram). Built here, next to the tokenizer; model/arch/engram.py takes the map."""
+    sentinel = "\ue000"  # keeps a token that is exactly one space from stripping to ""
+    norm = normalizers.Sequence([
+        normalizers.NFKC(), normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase(),
+        normalizers.Replace(Regex(r"[ \t\r\n]+"), " "), normalizers.Replace(Regex(r"^ $"), sentinel),
+        normalizers.Strip(), normalizers.Replace(sentinel, " "),
+    ])
+    key_to_id: dict[str, int] = {}
+    n = tokenizer.get_vocab_size(with_added_tokens=True)
+    lookup = [0] * n
+    for tid in range(n):
+        text = tokenizer.decode([tid], skip_special_tokens=False)
+        if "\ufffd" in text:
+            key = tokenizer.id_to_token(tid)  # a partial UTF-8 byte token: key it by its raw form
+        else:
+            key = norm.normalize_str(text) or text
+        lookup[tid] = key_to_id.setdefault(key, len(key_to_id))
+    return lookup, len(key_to_id)

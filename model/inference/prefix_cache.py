@@ -31,6 +31,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from ..corpus.sources import sha256_file
 from .cache import Cache
 
 
@@ -47,14 +48,6 @@ def _key(ids: torch.Tensor, mode: str, rollback: int, fp: str) -> str:
     h = hashlib.sha256(f"{fp}|{mode}|{rollback}|".encode())
     h.update(ids.detach().cpu().to(torch.int64).contiguous().numpy().tobytes())
     return h.hexdigest()[:40]
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
@@ -131,7 +124,7 @@ class PrefixCache:
             fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".safetensors")
             os.close(fd)
             save_file(state, tmp, metadata={k: str(v) for k, v in meta.items()})
-            digest = _sha256_file(Path(tmp))
+            digest = sha256_file(Path(tmp))
             os.replace(tmp, path)
         except OSError as e:
             self._warn(f"persistent prefix cache disabled: writing {path.name} failed ({e.strerror or e})")
@@ -149,7 +142,7 @@ class PrefixCache:
         problem = None
         if not path.is_file():
             problem = "is missing"
-        elif _sha256_file(path) != ent.get("sha256"):
+        elif sha256_file(path) != ent.get("sha256"):
             problem = "failed its checksum (corrupt or truncated)"
         else:
             try:

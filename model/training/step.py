@@ -19,8 +19,8 @@ import re
 import torch
 
 from ..arch.context import Ablation
-from ..arch.engram import compressed_token_map
 from ..config import V41Config
+from ..corpus.tokenizer import compressed_token_map
 from ..fusion import fusable, fused
 from ..model import V41Model
 from .schedule import TrainConfig, lr_at
