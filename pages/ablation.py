@@ -23,18 +23,14 @@ from lessons.ablation import (
 from lessons.far_fact import weights_note
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
-from ui.common import built, cached_with_progress, require_model, sidebar
+from ui.common import built, cached_with_progress, page_header, require_model
 from ui.far_fact import far_fact_panel, session_record
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
-sess = sidebar()
-sources_footer()
-st.title("Ablation lab")
-st.write(INTRO)
+sess = page_header("Ablation lab", INTRO)
 st.caption(CAVEAT)
 model = require_model(sess)
 cfg = model.cfg

@@ -18,18 +18,15 @@ from lessons.shares import (
     share_view,
     two_value_mix,
 )
-from ui.common import built, sidebar
+from ui.common import built, page_header
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed
 from ui.text import quoted
 
-sess = sidebar()
-sources_footer()
-st.title("Same entries, new shares")
+sess = page_header("Same entries, new shares")
 
 # ---- the toy -------------------------------------------------------------------------------------
 st.subheader("Two stored values")

@@ -20,7 +20,7 @@ from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, 
 from lessons.layers import map_line
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
-from ui.common import built, sidebar
+from ui.common import built, page_header
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (
@@ -36,15 +36,12 @@ from ui.memory import (
     run_on_click,
 )
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 P = "cc"
 CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens
-sess = sidebar()
-sources_footer()
-st.title("Cache calculator")
+sess = page_header("Cache calculator")
 st.markdown(CALC_INTRO)
 
 # ---- design and inputs (mirrored in the URL) -----------------------------------------------------

@@ -18,18 +18,15 @@ from lessons.designs import (
     v4_to_v41_waterfall,
     with_context,
 )
-from ui.common import built, sidebar
+from ui.common import built, page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
 P = "cd"
-sess = sidebar()
-sources_footer()
-st.title("Compare designs")
+sess = page_header("Compare designs")
 st.markdown(COMPARE_INTRO)
 
 keys = [k for k in DESIGNS if k != "teaching"]

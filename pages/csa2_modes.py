@@ -15,14 +15,11 @@ from lessons.layers import (
     map_line,
     mode_checks,
 )
-from ui.common import sidebar
+from ui.common import page_header
 from ui.live import picked_trace
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 
-sess = sidebar()
-sources_footer()
-st.title("CSA2: Full, Reuse, Reindex")
+sess = page_header("CSA2: Full, Reuse, Reindex")
 st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
          "the layer does itself: making the global entries, and choosing which of them to read.")
 st.dataframe(pd.DataFrame(MODES), hide_index=True, key="csa2_modes")

@@ -38,20 +38,16 @@ from model.inference import (
     speculative_start,
     verify_step,
 )
-from ui.common import built, cached_with_progress, require_model, sidebar
+from ui.common import built, cached_with_progress, page_header, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, qp_set, sample_or_text, seed
 from ui.text import plain
 
-sess = sidebar()
-sources_footer()
-st.title("DSpark: draft, then verify")
-st.write(INTRO)
+sess = page_header("DSpark: draft, then verify", INTRO)
 _pc = param_counts("v4.1-flash")
 st.caption(active_sentence(_pc["active_decode"], _pc["backbone"]))
 model = require_model(sess)

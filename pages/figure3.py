@@ -11,19 +11,16 @@ from lessons.figure3 import box_text, live_layer, notation, sample_image, steps
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
 from model import V41Config
-from ui.common import built, sidebar
+from ui.common import built, page_header
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, LINK_LAYERS, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stepper
 from ui.text import plain, quoted
 from ui.vision_panel import draw_vision_steps
 
-sess = sidebar()
-sources_footer()
-st.title("Figure 3, read from the bottom up")
+sess = page_header("Figure 3, read from the bottom up")
 st.caption("Both halves of DeepSeek-V4.1-Flash, drawn from the layer map of the config you pick. Step through "
            "the story, or open any box: click its dot in the drawing or choose it from the list.")
 

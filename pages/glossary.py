@@ -5,13 +5,9 @@ import streamlit as st
 
 from lessons.glossary import INTRO, terms
 from lessons.sources import SOURCES_NOTE, footer_lines
-from ui.common import sidebar
-from ui.sources import sources_footer
+from ui.common import page_header
 
-sess = sidebar()
-sources_footer()
-st.title("Glossary")
-st.write(INTRO)
+sess = page_header("Glossary", INTRO)
 st.dataframe(pd.DataFrame([t.row() for t in terms()]), hide_index=True, key="glossary_terms", width="stretch")
 st.subheader("Sources")
 st.markdown(SOURCES_NOTE)

@@ -22,22 +22,18 @@ from lessons.pools import (
     trace_for_pools,
 )
 from model import V41Config, layer_map
-from ui.common import built, cached_with_progress, clean_prompt, require_model, sidebar
+from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, qp_set, sample_or_text, seed
 from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
-sess = sidebar()
-sources_footer()
-st.title("Indexer pools")
-st.write(INTRO)
+sess = page_header("Indexer pools", INTRO)
 model = require_model(sess)
 cfg = model.cfg
 if not any(s.uses_candidates for s in layer_map(cfg)):

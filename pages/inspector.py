@@ -28,7 +28,7 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
-from ui.common import built, cached_with_progress, clean_prompt, require_model, sidebar
+from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -43,7 +43,6 @@ from ui.figures_run import (
 )
 from ui.limits import LONG_PROMPT_CHARS
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import (
     KEEP,
     LINK_LAYERS,
@@ -59,10 +58,7 @@ from ui.state import (
 from ui.text import plain
 from ui.vision_panel import draw_image_prompt, image_input
 
-sess = sidebar()
-sources_footer()
-st.title("Prompt inspector")
-st.write(INTRO)
+sess = page_header("Prompt inspector", INTRO)
 model = require_model(sess)
 cfg = model.cfg
 n_layers = cfg.num_hidden_layers

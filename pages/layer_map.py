@@ -7,14 +7,11 @@ import streamlit as st
 from lessons.figure3 import notation
 from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
-from ui.common import built, sidebar
+from ui.common import built, page_header
 from ui.figures import layer_map_figure
-from ui.sources import sources_footer
 from ui.state import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed
 
-sess = sidebar()
-sources_footer()
-st.title("Layer map")
+sess = page_header("Layer map")
 st.write("Every layer of the backbone, derived from the config (never typed in): which stack it belongs to, "
          "which CSA2 role it plays, how tightly its compressed entries are packed, whose entries and whose "
          "selection it reads, and where Engram looks things up.")

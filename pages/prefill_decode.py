@@ -21,18 +21,15 @@ from lessons.workload import (
     measure_round,
 )
 from model import V41Config
-from ui.common import built, sidebar
+from ui.common import built, page_header
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 P = "pd"
-sess = sidebar()
-sources_footer()
-st.title("Prefill vs decode")
+sess = page_header("Prefill vs decode")
 st.markdown(WORKLOAD_INTRO)
 
 st.subheader("One round of work")

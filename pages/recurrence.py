@@ -16,17 +16,13 @@ from lessons.recurrence import (
     storage_check,
 )
 from model import layer_map
-from ui.common import built, require_model, sidebar
+from ui.common import built, page_header, require_model
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed
 
-sess = sidebar()
-sources_footer()
-st.title("Is this recurrence?")
-st.write(INTRO)
+sess = page_header("Is this recurrence?", INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")
 st.caption(TOKEN_RECURRENCE_NOTE)
 

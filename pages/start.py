@@ -4,18 +4,15 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE
-from ui.common import built, clean_prompt, require_model, sidebar
+from ui.common import built, clean_prompt, page_header, require_model
 from ui.figures import top_tokens_bar
 from ui.limits import PROMPT_CHARS
 from ui.live import next_tokens
 from ui.reproduce import reproduce
-from ui.sources import sources_footer
 from ui.state import KEEP, prompt_to_url, qp_get, seed
 from ui.text import plain
 
-sess = sidebar()
-sources_footer()
-st.title("V4.1 Explorer")
+sess = page_header("V4.1 Explorer")
 st.markdown(INTRO)
 model = require_model(sess)
 

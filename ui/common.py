@@ -215,6 +215,19 @@ def _draw_sidebar() -> Session:
                    checkpoint=label)
 
 
+def page_header(title: str, intro: str | None = None) -> Session:
+    """What every page opens with: the sidebar (the session's choices), the sources footer, the title and,
+    when given, the page's introduction."""
+    from ui.sources import sources_footer
+
+    sess = sidebar()
+    sources_footer()
+    st.title(title)
+    if intro is not None:
+        st.write(intro)
+    return sess
+
+
 def require_model(sess: Session):
     """Stop the page with a clear message when no model is loaded."""
     if sess.model is None:
