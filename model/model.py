@@ -27,6 +27,7 @@ class V41Model(Backbone):
         super().__init__(cfg)
         self.tokenizer = None                 # a `tokenizers.Tokenizer`, bound with bind_tokenizer
         self.source_path: str | None = None   # the checkpoint it was loaded from, if any
+        self.release: Any = None              # model.checkpoint.ReleaseInfo when loaded from a release layout
 
     @property
     def drafter(self):

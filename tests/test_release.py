@@ -384,7 +384,7 @@ def test_export_cli(tmp_path, micro_model, capsys):
     assert "nowhere" in capsys.readouterr().err
     # one loader for both layouts: the native directory loads as it was saved, and cannot be streamed
     back = load(src, device="cpu")
-    assert not hasattr(back, "release") and back.source_path == str(src)
+    assert back.release is None and back.source_path == str(src)
     assert all(torch.equal(v, micro_model.state_dict()[k]) for k, v in back.state_dict().items())
     with pytest.raises(ValueError, match="release layout"):
         load(src, device="cpu", stream=True)

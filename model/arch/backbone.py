@@ -68,15 +68,24 @@ class Backbone(torch.nn.Module):
             self.hasher = NgramHasher(cfg)  # identity token map until a tokenizer is bound
         # optional parts, set only through set_part / set_layer_source (their owners call these)
         self.mtp: torch.nn.Module | None = None     # DSpark drafter, native names mtp.{i}.*
-        self.vision: torch.nn.Module | None = None  # vision tower + aligner, native names vision.*, aligner.*
+        self.vision: torch.nn.Module | None = None  # vision tower, native names vision.*
+        self.aligner: torch.nn.Module | None = None  # the tower's features -> the hidden size, native names aligner.*
         self.streamer: LayerSource | None = None  # layer-streamed checkpoints: `.layer(i)` returns layer i
 
     # ---------------------------------------------------------------------------------------------
     def set_part(self, name: str, module: torch.nn.Module | None) -> None:
-        """Attach (or with None, drop) an optional part: "mtp" (drafter) or "vision" (tower + aligner)."""
-        if name not in ("mtp", "vision"):
-            raise ValueError(f"unknown optional part {name!r}: 'mtp' or 'vision'")
+        """Attach (or with None, drop) an optional part: "mtp" (drafter), "vision" (tower) or "aligner"."""
+        if name not in ("mtp", "vision", "aligner"):
+            raise ValueError(f"unknown optional part {name!r}: 'mtp', 'vision' or 'aligner'")
         setattr(self, name, module)
+
+    def set_vectors(self, vectors: dict[str, torch.nn.Parameter | None]) -> None:
+        """Register (or with None, drop) top-level parameter vectors under their native names: the image
+        span's markers (`image_start`, `image_end`, `image_newline`), which the vision part owns."""
+        for name, value in vectors.items():
+            if "." in name or name in self._modules:
+                raise ValueError(f"{name!r} is not a top-level vector name")
+            self.register_parameter(name, value)
 
     def set_layer_source(self, source: LayerSource | None) -> None:
         """Run layers from `source.layer(i)` instead of self.layers (None: back to the resident layers)."""

@@ -198,9 +198,9 @@ def attach_vision(model, seed: int | None = None):
     dev = model.embed.weight.device
     dtype = model.embed.weight.dtype
     model.set_part("vision", VisionModel(cfg).to(device=dev, dtype=dtype))
-    model.aligner = Aligner(cfg).to(device=dev, dtype=dtype)
-    for name in MARKERS:
-        setattr(model, name, torch.nn.Parameter(torch.zeros(cfg.hidden_size, device=dev, dtype=dtype)))
+    model.set_part("aligner", Aligner(cfg).to(device=dev, dtype=dtype))
+    model.set_vectors({name: torch.nn.Parameter(torch.zeros(cfg.hidden_size, device=dev, dtype=dtype))
+                       for name in MARKERS})
     if seed is not None and dev.type != "meta":
         init_vision(model, seed)
     return model

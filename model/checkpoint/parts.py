@@ -78,11 +78,8 @@ def detach_part(model: Backbone, part: str, names: set[str]) -> None:
         model.set_part("mtp", None)
         return
     model.set_part("vision", None)
-    if hasattr(model, "aligner"):
-        model.aligner = None
-    for n in names:
-        if "." not in n and n in model._parameters:  # the image_start/end/newline vectors
-            model._parameters[n] = None
+    model.set_part("aligner", None)
+    model.set_vectors({n: None for n in names if "." not in n and n in model._parameters})   # the span markers
 
 
 def attach_parts(model: Backbone, tensor_names: Iterable[str], cfg: V41Config, notes: list[str]) -> dict[str, set[str]]:
