@@ -195,3 +195,27 @@ def test_tempered_unigram_copy_ids_reach_rare_ids_but_never_special_ones():
     assert {7, 9, 11} <= drawn and len(drawn & set(range(12, 60))) > 30 and not drawn & set(range(5))
     with pytest.raises(ValueError):
         CopyIds()
+
+
+def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_between():
+    """kv_vocab "story": every queried key is a one-token drill object and its marked value a colour; the tokens
+    between come from the familiar ids; an unknown vocabulary is refused."""
+    from conftest import ROOT
+
+    from model.corpus import WIDE_CAST, TokenStream, colour_token_ids, load_tokenizer, word_token_ids
+    from model.training import make_batch
+
+    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    objects, colours = set(word_token_ids(tok, WIDE_CAST.objects).values()), set(colour_token_ids(tok).values())
+    assert len(objects) >= 20 and len(colours) >= 8
+    stream = TokenStream(np.arange(50_000, dtype=np.int64) % 4_000, {})
+    tc = TrainConfig(batch=2, seq_len=256, kv_frac=1.0, kv_vocab="story", kv_gap=20, copy_vocab=300)
+    x, y, answers = make_batch(tc, stream, tok, step=1)
+    marked = answers.nonzero().tolist()
+    assert len(marked) > 40
+    assert all(int(x[r, c]) in objects and int(y[r, c]) in colours for r, c in marked)
+    familiar = set(stream.frequent_ids(300).tolist())
+    others = [int(t) for t in x.flatten() if int(t) not in objects | colours]
+    assert others and set(others) <= familiar | {0, 1, 2}
+    with pytest.raises(ValueError, match="kv_vocab"):
+        make_batch(TrainConfig(batch=2, seq_len=64, kv_frac=1.0, kv_vocab="nonsense"), stream, tok, step=1)

@@ -48,6 +48,7 @@ from .stories import (
     recall_drill,
     token_index_at_char,
     training_story_text,
+    word_token_ids,
     write_heldout,
 )
 from .tokenizer import (
@@ -80,7 +81,7 @@ __all__ = [
     "HELDOUT_TEMPLATES_PATH",
     # recall stories: the teaching story's colours, buckets by distance, the held-out sets, the app's prompts
     "Story", "Cast", "TRAIN_CAST", "HELDOUT_CAST", "WIDE_CAST", "DRILL_CASTS", "COLOURS", "BUCKETS", "BUCKET_NAMES",
-    "bucket_of", "colour_token_ids",
+    "bucket_of", "colour_token_ids", "word_token_ids",
     "generate_story", "generate_narrative", "training_story_text", "recall_drill", "LINKS", "link_sentence",
     "heldout_stories",
     "heldout_template_stories", "load_heldout_stories", "write_heldout", "measure_distance", "token_index_at_char",

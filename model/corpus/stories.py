@@ -33,7 +33,7 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 TRAIN_SEED_BASE = 0
 HELDOUT_SEED_BASE = 1_000_000_000
@@ -509,14 +509,19 @@ def app_prompts(tokenizer: Any) -> list[dict[str, Any]]:
     return out
 
 
+def word_token_ids(tokenizer: Any, words: Iterable[str]) -> dict[str, int]:
+    """Word -> token id of ' word', for the words that are one token (as they stand mid-sentence)."""
+    out = {}
+    for w in words:
+        ids = tokenizer.encode(" " + w, add_special_tokens=False).ids
+        if len(ids) == 1:
+            out[w] = ids[0]
+    return out
+
+
 def colour_token_ids(tokenizer: Any) -> dict[str, int]:
     """Colour word -> token id of ' colour', for the colours that are one token."""
-    out = {}
-    for c in COLOURS:
-        ids = tokenizer.encode(" " + c, add_special_tokens=False).ids
-        if len(ids) == 1:
-            out[c] = ids[0]
-    return out
+    return word_token_ids(tokenizer, COLOURS)
 
 
 # Link words between an object and its colour, by count: "The key blue box.", "The key in the blue box.",

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from ..corpus.stories import COLOURS, DRILL_CASTS, TRAIN_CAST, Cast, recall_drill
+from ..corpus.stories import COLOURS, DRILL_CASTS, TRAIN_CAST, Cast, colour_token_ids, recall_drill, word_token_ids
 from ..corpus.tokenizer import EOS_ID
 from .schedule import TrainConfig, batch_generator, copy_gap_at
 
@@ -168,14 +168,37 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     return _packed(n, seq_len, piece)
 
 
+def kv_sources(tc: TrainConfig, stream, tok) -> tuple[CopyIds, CopyIds, CopyIds]:
+    """(keys, values, filler) of a run's key-value rows: all three the copies' ids, or with `kv_vocab` "story" the
+    one-token objects of the drills' wide cast as keys and the one-token colours as values, the copies' ids
+    between."""
+    familiar = copy_ids_for(tc, stream)
+    if tc.kv_vocab == "frequent":
+        return familiar, familiar, familiar
+    if tc.kv_vocab != "story":
+        raise ValueError(f"kv_vocab {tc.kv_vocab!r}: 'frequent' or 'story'")
+    objects = word_token_ids(tok, DRILL_CASTS["wide"].objects)
+    colours = colour_token_ids(tok)
+    return (CopyIds(ids=torch.tensor(sorted(objects.values()))), CopyIds(ids=torch.tensor(sorted(colours.values()))),
+            familiar)
+
+
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
-            max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0, values: torch.Tensor | CopyIds | None = None,
+            filler: torch.Tensor | CopyIds | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
     key next to its value ("k1 v1 k2 v2 ..."), gap_min..max_gap other familiar tokens, then every key again in a
     shuffled order, each followed by its value. A value after its repeated key is predictable only by finding the key's
     first occurrence and reading the token next to it: the match that binding an object to its colour needs,
-    with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values."""
-    source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
+    with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values.
+    `values` and `filler` draw those from other ids than the keys (the story vocabulary: objects -> colours, with
+    familiar text tokens between)."""
+    def ids_of(x):
+        return x if isinstance(x, CopyIds) else CopyIds(ids=x)
+
+    source = ids_of(ids)
+    value_source = source if values is None else ids_of(values)
+    filler_source = source if filler is None else ids_of(filler)
 
     def piece() -> tuple[list[int], list[bool]]:
         npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
@@ -185,12 +208,12 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
             k = source.draw(1, generator)[0]
             if k not in keys:
                 keys.append(k)
-        values = source.draw(npairs, generator)
+        vals = value_source.draw(npairs, generator)
         order = torch.randperm(npairs, generator=generator).tolist()
-        pairs = [t for kv in zip(keys, values) for t in kv]
-        filler = source.draw(gap, generator)
-        queries = [t for i in order for t in (keys[i], values[i])]
-        return pairs + filler + queries, [False] * (2 * npairs + gap) + [False, True] * npairs
+        pairs = [t for kv in zip(keys, vals) for t in kv]
+        between = filler_source.draw(gap, generator)
+        queries = [t for i in order for t in (keys[i], vals[i])]
+        return pairs + between + queries, [False] * (2 * npairs + gap) + [False, True] * npairs
 
     return _packed(n, seq_len, piece)
 
@@ -217,5 +240,6 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
         parts.append(copy_rows(copy_ids_for(tc, stream), n_copy, tc.seq_len, g, tc.copy_span,
                                copy_gap_at(tc, step), tc.copy_near_frac, spread=tc.copy_spread))
     if n_kv:
-        parts.append(kv_rows(copy_ids_for(tc, stream), n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap))
+        keys, values, filler = kv_sources(tc, stream, tok)
+        parts.append(kv_rows(keys, n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, values=values, filler=filler))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

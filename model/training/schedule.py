@@ -51,6 +51,8 @@ class TrainConfig:
     kv_frac: float = 0.0                # share made of key-value lookups (associative recall; ids as the copies')
     kv_pairs: int = 8                   # 2..kv_pairs pairs per lookup
     kv_gap: int = 32                    # 0..kv_gap other tokens between the pairs and the queries
+    kv_vocab: str = "frequent"          # "frequent": keys and values as the copies' ids; "story": keys are the
+                                        # drills' one-token objects, values the colours (binding drilled densely)
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     config_window: int = 0              # >0: the model's config gets this sliding_window (what the checkpoint
                                         # ships with; weights trained at a narrowed window need it to be read right)
@@ -110,7 +112,8 @@ def batch_generator(tc: TrainConfig, step: int) -> torch.Generator:
 STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "copy_gap", "copy_vocab",
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
-                "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap")
+                "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
+                "kv_vocab")
 
 
 @dataclass
