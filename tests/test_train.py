@@ -297,7 +297,7 @@ def test_a_stage_of_key_value_rows_without_copies_is_gated_on_lookups(tmp_path, 
 
     calls: list[tuple[int, bool]] = []
 
-    def spy(m, ts, stream, broad=False, step=0):
+    def spy(m, ts, stream, broad=False, step=0, tok=None):
         calls.append((step, broad))
         return {"probe_broad" if broad else "probe": 1.0}
 

@@ -31,7 +31,7 @@ from ..corpus.dataset import (
 from ..corpus.stories import WIDE_CAST, colour_token_ids, load_heldout_stories, recall_drill, token_index_at_char
 from ..inference.engine import prefill
 from ..model import V41Model
-from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows
+from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_sources
 from .schedule import window_at
 from .step import set_window
 
@@ -158,14 +158,18 @@ def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: 
 
 @torch.no_grad()
 def kv_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_989, broad: bool = False,
-             step: int = 0) -> dict[str, float]:
+             step: int = 0, tok=None) -> dict[str, float]:
     """The gate of a stage that drills key-value rows and no copies: lookups on fresh rows made with the
-    stage's own ids and pairs, at its longest distances (the top quarter of 0..`kv_gap`), read at the
-    training window of `step`, dense and sparse; `broad` draws the ids from the unigram^0.5 as `copy_probe`
-    does. Same keys as `copy_probe`."""
-    ids = CopyIds(weights=stream.unigram_weights(0.5)) if broad else copy_ids_for(tc, stream)
+    stage's own keys, values and pairs (`kv_sources`; the story vocabulary needs `tok`), at its longest distances
+    (the top quarter of 0..`kv_gap`), read at the training window of `step`, dense and sparse; `broad` draws
+    the ids from the unigram^0.5 as `copy_probe` does. Same keys as `copy_probe`."""
+    if broad:
+        keys = values = filler = CopyIds(weights=stream.unigram_weights(0.5))
+    else:
+        keys, values, filler = kv_sources(tc, stream, tok)
     g = torch.Generator().manual_seed(seed)
-    x, y, answers = kv_rows(ids, n, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, gap_min=(3 * tc.kv_gap) // 4)
+    x, y, answers = kv_rows(keys, n, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, gap_min=(3 * tc.kv_gap) // 4,
+                            values=values, filler=filler)
     set_window(m, window_at(tc, step))
     m.eval()
     name = "probe_broad" if broad else "probe"

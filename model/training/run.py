@@ -147,9 +147,12 @@ def _gate(run: Run, ts: TrainConfig, step: int, rec: dict) -> None:
     done = step + 1 - run.stage_start
     if done < ts.gate_min_steps or done % run.tc.gate_every:
         return
-    probe = kv_probe if ts.kv_frac > 0 and ts.copy_frac == 0 else copy_probe
-    rec.update(probe(run.model, ts, run.stream, step=step))
-    rec.update(probe(run.model, ts, run.stream, broad=True, step=step))
+    if ts.kv_frac > 0 and ts.copy_frac == 0:
+        rec.update(kv_probe(run.model, ts, run.stream, step=step, tok=run.tok))
+        rec.update(kv_probe(run.model, ts, run.stream, broad=True, step=step, tok=run.tok))
+    else:
+        rec.update(copy_probe(run.model, ts, run.stream, step=step))
+        rec.update(copy_probe(run.model, ts, run.stream, broad=True, step=step))
     print(f"\n  stage {run.stage} step {step + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items()
                                                             if k.startswith("probe")), file=sys.stderr)
     if rec["probe"] < ts.gate:
