@@ -120,114 +120,132 @@ def walkthrough() -> None:
     qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,
            box=selected, at=None if selected is None or which != "running" else st.query_params.get("at"))
 
-    # ---- the open box -----------------------------------------------------------------------------------
     with right:
-        if selected is None:
-            st.caption("No box open. Click a dot in the drawing or pick a box above.")
-            st.stop()
-        box = diagram.box(selected)
-        st.markdown(f"**{choices[selected]}**")
-        st.write(box_text(box, cfg, sess.one_based))
+        _open_box(selected, below)
 
-        if box.kind == "vision":
-            if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
-                st.caption("The steps for a small sample picture are drawn below the figure.")
-                with below:
-                    st.subheader("Inside the vision box, for a sample picture")
-                    try:
-                        draw_vision_steps(sess.model, sample_image())
-                    except Exception as e:  # the panel is optional; its failure must not break the walkthrough
-                        st.warning(f"The vision panel could not run: {plain(e)}")
-            else:
-                st.caption("The step-by-step vision panel is not available in this build.")
 
-        if which != "running":
-            st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
-                       "model* to see them.")
-            st.stop()
+def _open_box(selected: str | None, below) -> None:
+    """What the open box says: its text, the vision steps for a vision box, and with the running model drawn,
+    live numbers from a trace of a prompt."""
+    if selected is None:
+        st.caption("No box open. Click a dot in the drawing or pick a box above.")
+        st.stop()
+    box = diagram.box(selected)
+    st.markdown(f"**{choices[selected]}**")
+    st.write(box_text(box, cfg, sess.one_based))
+    if box.kind == "vision":
+        _vision_steps(below)
+    if which != "running":
+        st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
+                   "model* to see them.")
+        st.stop()
 
-        with st.expander("Prompt for the live numbers", expanded=False):
-            text = prompt_picker()
-        if text is None:
-            st.stop()
-        lt = live_trace(sess, text)
-        if lt is None:
-            st.stop()
-        tr = lt.trace
-        last = lt.n_tokens - 1
-        n = sess.num
-        st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "
-                   f"position ({last}: {quoted(lt.tokens[last])}).")
+    with st.expander("Prompt for the live numbers", expanded=False):
+        text = prompt_picker()
+    if text is None:
+        st.stop()
+    lt = live_trace(sess, text)
+    if lt is None:
+        st.stop()
+    tr = lt.trace
+    last = lt.n_tokens - 1
+    st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "
+               f"position ({last}: {quoted(lt.tokens[last])}).")
+    layer = _pick_layer(box, selected, tr)
+    if layer is not None:
+        ll = live_layer(tr, layer)
+        _layer_numbers(box, ll)
+        if box.kind in snippets.FIGURE3_LINES and (box.kind != "mhc" or ll.comb is not None) and \
+                (box.kind != "engram" or ll.engram_gate is not None):
+            reproduce(snippets.figure3_box(sess.weights, text, box.kind, layer), f"figure3-{box.kind}")
+    else:
+        _model_numbers(box, tr)
 
-        layers = list(box.layers)
-        if box.kind == "mhc":
-            stack = selected.split(":")[1]
-            layers = [s.spec.index for s in tr.layers if s.spec.stack == stack]
-        layer = None
-        if box.kind in ("attn", "moe", "engram", "mhc") and len(layers) > 1:
-            at_key = "fig3_mhc" if box.kind == "mhc" else "fig3_copy"
-            seed(at_key, qp_int_or_none("at", 0, cfg.num_hidden_layers - 1, unit=LINK_LAYERS), layers[0])
-            if st.session_state[at_key] not in layers:
-                st.session_state[at_key] = layers[0]
-            layer = st.selectbox("Mixing at layer" if box.kind == "mhc" else "Which copy?", layers, key=at_key,
-                                 format_func=lambda i: f"layer {n(i)}", persist_state=KEEP)
-            qp_set(at=layer)
+
+def _vision_steps(below) -> None:
+    if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
+        st.caption("The steps for a small sample picture are drawn below the figure.")
+        with below:
+            st.subheader("Inside the vision box, for a sample picture")
+            try:
+                draw_vision_steps(sess.model, sample_image())
+            except Exception as e:  # the panel is optional; its failure must not break the walkthrough
+                st.warning(f"The vision panel could not run: {plain(e)}")
+    else:
+        st.caption("The step-by-step vision panel is not available in this build.")
+
+
+def _pick_layer(box, selected: str, tr) -> int | None:
+    """The layer whose numbers the box shows: chosen (and kept in the URL) when the box stands for several."""
+    layers = list(box.layers)
+    if box.kind == "mhc":
+        stack = selected.split(":")[1]
+        layers = [s.spec.index for s in tr.layers if s.spec.stack == stack]
+    if box.kind in ("attn", "moe", "engram", "mhc") and len(layers) > 1:
+        at_key = "fig3_mhc" if box.kind == "mhc" else "fig3_copy"
+        seed(at_key, qp_int_or_none("at", 0, cfg.num_hidden_layers - 1, unit=LINK_LAYERS), layers[0])
+        if st.session_state[at_key] not in layers:
+            st.session_state[at_key] = layers[0]
+        layer = st.selectbox("Mixing at layer" if box.kind == "mhc" else "Which copy?", layers, key=at_key,
+                             format_func=lambda i: f"layer {sess.num(i)}", persist_state=KEEP)
+        qp_set(at=layer)
+        return layer
+    qp_set(at=None)
+    return layers[0] if box.kind in ("attn", "moe", "engram") else None
+
+
+def _layer_numbers(box, ll) -> None:
+    """One layer's live numbers for an attention, MoE, Engram or mHC box."""
+    if box.kind == "attn":
+        c = st.columns(3)
+        c[0].metric("window rows read", ll.window_rows)
+        if ll.entries_stored is not None:
+            c[1].metric("entries stored", ll.entries_stored,
+                        help="compressed entries in this layer's group (made by its KV source)")
+            c[2].metric("entries selected", ll.entries_selected,
+                        help=f"read by this query, out of {ll.entries_visible} it could see")
+            made = "made here" if ll.selection_here else "kept from an earlier layer"
+            st.write(f"Selection {made}" + (f"; candidate pool {ll.pool} entries." if ll.pool else "."))
         else:
-            qp_set(at=None)
-            if box.kind in ("attn", "moe", "engram"):
-                layer = layers[0]
+            c[1].metric("entries stored", "none")
+        sh = ll.shares
+        st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
+                 f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
+        if ll.lens:
+            tok = ", ".join(f"{quoted(show_token(sess.model.decode([i])))} {p:.1%}" for i, p in ll.lens[:3])
+            st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
+    elif box.kind == "moe":
+        st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "
+                 f"(of {cfg.n_routed_experts}), weights "
+                 f"{', '.join(f'{w:.2f}' for w in ll.expert_weights)}, plus the shared expert.")
+    elif box.kind == "engram":
+        if ll.engram_gate is None:
+            st.write("No Engram record for this layer.")
+        else:
+            st.write("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
+                     + ", ".join(f"{g:.2f}" for g in ll.engram_gate))
+    elif box.kind == "mhc" and ll.comb is not None:
+        st.write("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
+                 "each add up to about 1:")
+        st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
+                     hide_index=False)
 
-        if layer is not None:
-            ll = live_layer(tr, layer)
-            if box.kind == "attn":
-                c = st.columns(3)
-                c[0].metric("window rows read", ll.window_rows)
-                if ll.entries_stored is not None:
-                    c[1].metric("entries stored", ll.entries_stored,
-                                help="compressed entries in this layer's group (made by its KV source)")
-                    c[2].metric("entries selected", ll.entries_selected,
-                                help=f"read by this query, out of {ll.entries_visible} it could see")
-                    made = "made here" if ll.selection_here else "kept from an earlier layer"
-                    st.write(f"Selection {made}" + (f"; candidate pool {ll.pool} entries." if ll.pool else "."))
-                else:
-                    c[1].metric("entries stored", "none")
-                sh = ll.shares
-                st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
-                         f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
-                if ll.lens:
-                    tok = ", ".join(f"{quoted(show_token(sess.model.decode([i])))} {p:.1%}" for i, p in ll.lens[:3])
-                    st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
-            elif box.kind == "moe":
-                st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "
-                         f"(of {cfg.n_routed_experts}), weights "
-                         f"{', '.join(f'{w:.2f}' for w in ll.expert_weights)}, plus the shared expert.")
-            elif box.kind == "engram":
-                if ll.engram_gate is None:
-                    st.write("No Engram record for this layer.")
-                else:
-                    st.write("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
-                             + ", ".join(f"{g:.2f}" for g in ll.engram_gate))
-            elif box.kind == "mhc" and ll.comb is not None:
-                st.write("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
-                         "each add up to about 1:")
-                st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
-                             hide_index=False)
-            if box.kind in snippets.FIGURE3_LINES and (box.kind != "mhc" or ll.comb is not None) and \
-                    (box.kind != "engram" or ll.engram_gate is not None):
-                reproduce(snippets.figure3_box(sess.weights, text, box.kind, layer), f"figure3-{box.kind}")
-        elif box.kind in ("line", "states"):
-            dec_full = next((r for r in tr.layers if r.spec.stack == "decoder" and r.spec.role == "Full"), None)
-            if dec_full is not None:
-                st.metric(f"global entries layer {n(dec_full.spec.index)} made from the encoder's states",
-                          dec_full.source_len)
-        elif box.kind == "head" and tr.logits is not None:
-            p = torch.softmax(tr.logits[0, -1].float(), -1).topk(5)
-            st.write("Next-token guesses: " + ", ".join(
-                f"{quoted(show_token(sess.model.decode([int(i)])))} {float(v):.1%}"
-                for v, i in zip(p.values, p.indices)))
-        elif box.kind == "drafter":
-            has = getattr(sess.model, "mtp", None) is not None
-            st.write("This model " + ("carries drafter weights." if has else "has no drafter weights loaded."))
 
+def _model_numbers(box, tr) -> None:
+    """Live numbers for the boxes that stand for the whole model: the hand-off, the head, the drafter."""
+    n = sess.num
+    if box.kind in ("line", "states"):
+        dec_full = next((r for r in tr.layers if r.spec.stack == "decoder" and r.spec.role == "Full"), None)
+        if dec_full is not None:
+            st.metric(f"global entries layer {n(dec_full.spec.index)} made from the encoder's states",
+                      dec_full.source_len)
+    elif box.kind == "head" and tr.logits is not None:
+        p = torch.softmax(tr.logits[0, -1].float(), -1).topk(5)
+        st.write("Next-token guesses: " + ", ".join(
+            f"{quoted(show_token(sess.model.decode([int(i)])))} {float(v):.1%}"
+            for v, i in zip(p.values, p.indices)))
+    elif box.kind == "drafter":
+        has = getattr(sess.model, "mtp", None) is not None
+        st.write("This model " + ("carries drafter weights." if has else "has no drafter weights loaded."))
 
 walkthrough()
