@@ -217,5 +217,11 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     familiar = set(stream.frequent_ids(300).tolist())
     others = [int(t) for t in x.flatten() if int(t) not in objects | colours]
     assert others and set(others) <= familiar | {0, 1, 2}
+    # "question": each key is said once more, followed by a text token, just before its query
+    tc.kv_vocab = "question"
+    x, y, answers = make_batch(tc, stream, tok, step=1)
+    for r, c in answers.nonzero().tolist():
+        assert int(x[r, c - 2]) == int(x[r, c]) in objects and int(x[r, c - 1]) not in colours
+        assert int(y[r, c]) in colours
     with pytest.raises(ValueError, match="kv_vocab"):
         make_batch(TrainConfig(batch=2, seq_len=64, kv_frac=1.0, kv_vocab="nonsense"), stream, tok, step=1)

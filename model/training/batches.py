@@ -175,8 +175,8 @@ def kv_sources(tc: TrainConfig, stream, tok) -> tuple[CopyIds, CopyIds, CopyIds]
     familiar = copy_ids_for(tc, stream)
     if tc.kv_vocab == "frequent":
         return familiar, familiar, familiar
-    if tc.kv_vocab != "story":
-        raise ValueError(f"kv_vocab {tc.kv_vocab!r}: 'frequent' or 'story'")
+    if tc.kv_vocab not in ("story", "question"):
+        raise ValueError(f"kv_vocab {tc.kv_vocab!r}: 'frequent', 'story' or 'question'")
     objects = word_token_ids(tok, DRILL_CASTS["wide"].objects)
     colours = colour_token_ids(tok)
     return (CopyIds(ids=torch.tensor(sorted(objects.values()))), CopyIds(ids=torch.tensor(sorted(colours.values()))),
@@ -185,14 +185,17 @@ def kv_sources(tc: TrainConfig, stream, tok) -> tuple[CopyIds, CopyIds, CopyIds]
 
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
             max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0, values: torch.Tensor | CopyIds | None = None,
-            filler: torch.Tensor | CopyIds | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            filler: torch.Tensor | CopyIds | None = None,
+            mention: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
     key next to its value ("k1 v1 k2 v2 ..."), gap_min..max_gap other familiar tokens, then every key again in a
     shuffled order, each followed by its value. A value after its repeated key is predictable only by finding the key's
     first occurrence and reading the token next to it: the match that binding an object to its colour needs,
     with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values.
     `values` and `filler` draw those from other ids than the keys (the story vocabulary: objects -> colours, with
-    familiar text tokens between)."""
+    familiar text tokens between). `mention` says each key once more, followed by a filler token, just before its
+    query ("k x k v", as "Where is the key? The key ..." asks): the latest earlier occurrence of the key is then
+    not the one next to its value, so only a match that finds the pair itself scores."""
     def ids_of(x):
         return x if isinstance(x, CopyIds) else CopyIds(ids=x)
 
@@ -212,8 +215,14 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
         order = torch.randperm(npairs, generator=generator).tolist()
         pairs = [t for kv in zip(keys, vals) for t in kv]
         between = filler_source.draw(gap, generator)
-        queries = [t for i in order for t in (keys[i], vals[i])]
-        return pairs + between + queries, [False] * (2 * npairs + gap) + [False, True] * npairs
+        if mention:
+            said = filler_source.draw(npairs, generator)
+            queries = [t for j, i in enumerate(order) for t in (keys[i], said[j], keys[i], vals[i])]
+            marks = [False, False, False, True] * npairs
+        else:
+            queries = [t for i in order for t in (keys[i], vals[i])]
+            marks = [False, True] * npairs
+        return pairs + between + queries, [False] * (2 * npairs + gap) + marks
 
     return _packed(n, seq_len, piece)
 
@@ -241,5 +250,6 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
                                copy_gap_at(tc, step), tc.copy_near_frac, spread=tc.copy_spread))
     if n_kv:
         keys, values, filler = kv_sources(tc, stream, tok)
-        parts.append(kv_rows(keys, n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, values=values, filler=filler))
+        parts.append(kv_rows(keys, n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, values=values, filler=filler,
+                             mention=tc.kv_vocab == "question"))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

@@ -52,7 +52,8 @@ class TrainConfig:
     kv_pairs: int = 8                   # 2..kv_pairs pairs per lookup
     kv_gap: int = 32                    # 0..kv_gap other tokens between the pairs and the queries
     kv_vocab: str = "frequent"          # "frequent": keys and values as the copies' ids; "story": keys are the
-                                        # drills' one-token objects, values the colours (binding drilled densely)
+                                        # drills' one-token objects, values the colours (binding drilled densely);
+                                        # "question": story, each key said once more just before its query
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     config_window: int = 0              # >0: the model's config gets this sliding_window (what the checkpoint
                                         # ships with; weights trained at a narrowed window need it to be read right)
