@@ -223,5 +223,17 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     for r, c in answers.nonzero().tolist():
         assert int(x[r, c - 2]) == int(x[r, c]) in objects and int(x[r, c - 1]) not in colours
         assert int(y[r, c]) in colours
+    # kv_pad: filler tokens around every pair and query; each marked value still follows its key, and the key's
+    # first occurrence in the row is followed by that value
+    tc.kv_vocab, tc.kv_pad = "story", 2
+    x, y, answers = make_batch(tc, stream, tok, step=2)
+    seq = torch.cat([x, y[:, -1:]], 1)
+    gaps = set()
+    for r, c in answers.nonzero().tolist():
+        key, value = int(seq[r, c]), int(seq[r, c + 1])
+        assert key in objects and value in colours
+        first = next(p for p in range(c) if int(seq[r, p]) == key and int(seq[r, p + 1]) == value)
+        gaps.add(int(seq[r, first - 1]) in objects | colours)
+    assert False in gaps                     # some pairs stand after a filler token, not after another pair
     with pytest.raises(ValueError, match="kv_vocab"):
         make_batch(TrainConfig(batch=2, seq_len=64, kv_frac=1.0, kv_vocab="nonsense"), stream, tok, step=1)

@@ -186,7 +186,7 @@ def kv_sources(tc: TrainConfig, stream, tok) -> tuple[CopyIds, CopyIds, CopyIds]
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
             max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0, values: torch.Tensor | CopyIds | None = None,
             filler: torch.Tensor | CopyIds | None = None,
-            mention: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            mention: bool = False, pad: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
     key next to its value ("k1 v1 k2 v2 ..."), gap_min..max_gap other familiar tokens, then every key again in a
     shuffled order, each followed by its value. A value after its repeated key is predictable only by finding the key's
@@ -195,13 +195,18 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
     `values` and `filler` draw those from other ids than the keys (the story vocabulary: objects -> colours, with
     familiar text tokens between). `mention` says each key once more, followed by a filler token, just before its
     query ("k x k v", as "Where is the key? The key ..." asks): the latest earlier occurrence of the key is then
-    not the one next to its value, so only a match that finds the pair itself scores."""
+    not the one next to its value, so only a match that finds the pair itself scores. `pad` puts 0..pad filler
+    tokens before and after every pair and every query, so that no fixed layout (a key every other token) can
+    stand in for the match: the pair must be found by what it says, as in a sentence."""
     def ids_of(x):
         return x if isinstance(x, CopyIds) else CopyIds(ids=x)
 
     source = ids_of(ids)
     value_source = source if values is None else ids_of(values)
     filler_source = source if filler is None else ids_of(filler)
+
+    def padding() -> list[int]:
+        return filler_source.draw(int(torch.randint(0, pad + 1, (1,), generator=generator)), generator) if pad else []
 
     def piece() -> tuple[list[int], list[bool]]:
         npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
@@ -213,16 +218,24 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
                 keys.append(k)
         vals = value_source.draw(npairs, generator)
         order = torch.randperm(npairs, generator=generator).tolist()
-        pairs = [t for kv in zip(keys, vals) for t in kv]
-        between = filler_source.draw(gap, generator)
-        if mention:
-            said = filler_source.draw(npairs, generator)
-            queries = [t for j, i in enumerate(order) for t in (keys[i], said[j], keys[i], vals[i])]
-            marks = [False, False, False, True] * npairs
-        else:
-            queries = [t for i in order for t in (keys[i], vals[i])]
-            marks = [False, True] * npairs
-        return pairs + between + queries, [False] * (2 * npairs + gap) + marks
+        toks: list[int] = []
+        marks: list[bool] = []
+
+        def say(part: list[int], marked_last: bool = False) -> None:
+            if not part:
+                return
+            toks.extend(part)
+            marks.extend([False] * (len(part) - 1) + [marked_last])
+
+        for k, v in zip(keys, vals):
+            say(padding() + [k, v] + padding())
+        say(filler_source.draw(gap, generator))
+        said = filler_source.draw(npairs, generator) if mention else []
+        for j, i in enumerate(order):
+            say(padding() + ([keys[i], said[j]] if mention else []))
+            say([keys[i], vals[i]], marked_last=True)
+            say(padding())
+        return toks, marks
 
     return _packed(n, seq_len, piece)
 
@@ -251,5 +264,5 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
     if n_kv:
         keys, values, filler = kv_sources(tc, stream, tok)
         parts.append(kv_rows(keys, n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, values=values, filler=filler,
-                             mention=tc.kv_vocab == "question"))
+                             mention=tc.kv_vocab == "question", pad=tc.kv_pad))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

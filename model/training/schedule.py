@@ -54,6 +54,7 @@ class TrainConfig:
     kv_vocab: str = "frequent"          # "frequent": keys and values as the copies' ids; "story": keys are the
                                         # drills' one-token objects, values the colours (binding drilled densely);
                                         # "question": story, each key said once more just before its query
+    kv_pad: int = 0                     # 0..kv_pad filler tokens before and after every pair and query
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     config_window: int = 0              # >0: the model's config gets this sliding_window (what the checkpoint
                                         # ships with; weights trained at a narrowed window need it to be read right)
@@ -114,7 +115,7 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
-                "kv_vocab")
+                "kv_vocab", "kv_pad")
 
 
 @dataclass
