@@ -193,6 +193,8 @@ def test_tempered_unigram_copy_ids_reach_rare_ids_but_never_special_ones():
     assert w[7] / w[11] == pytest.approx((901 / 11) ** 0.5, rel=1e-4)   # counts + 1, raised to the power
     drawn = set(CopyIds(weights=w).draw(4000, torch.Generator().manual_seed(0)))
     assert {7, 9, 11} <= drawn and len(drawn & set(range(12, 60))) > 30 and not drawn & set(range(5))
+    g = torch.Generator()
+    assert CopyIds(weights=w).draw(0, g) == [] == CopyIds(ids=torch.arange(5)).draw(0, g)   # no padding, no filler
     with pytest.raises(ValueError):
         CopyIds()
 

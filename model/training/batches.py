@@ -128,6 +128,8 @@ class CopyIds:
         self.ids, self.weights = ids, weights
 
     def draw(self, n: int, generator: torch.Generator) -> list[int]:
+        if n <= 0:
+            return []
         if self.ids is not None:
             return self.ids[torch.randint(0, len(self.ids), (n,), generator=generator)].tolist()
         return torch.multinomial(self.weights, n, replacement=True, generator=generator).tolist()
