@@ -210,7 +210,8 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     objects, colours = set(word_token_ids(tok, WIDE_CAST.objects).values()), set(colour_token_ids(tok).values())
     assert len(objects) >= 20 and len(colours) >= 8
-    stream = TokenStream(np.arange(50_000, dtype=np.int64) % 4_000, {})
+    text_ids = np.array([i for i in range(5, 4_000) if i not in objects | colours], dtype=np.int64)
+    stream = TokenStream(np.resize(text_ids, 50_000), {})   # text tokens that are never an object or a colour
     tc = TrainConfig(batch=2, seq_len=256, kv_frac=1.0, kv_vocab="story", kv_gap=20, copy_vocab=300)
     x, y, answers = make_batch(tc, stream, tok, step=1)
     marked = answers.nonzero().tolist()
@@ -237,5 +238,18 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
         first = next(p for p in range(c) if int(seq[r, p]) == key and int(seq[r, p + 1]) == value)
         gaps.add(int(seq[r, first - 1]) in objects | colours)
     assert False in gaps                     # some pairs stand after a filler token, not after another pair
+    # kv_link: 0..N filler tokens between each key and its value, in the pairs and the queries alike
+    tc.kv_link = 3
+    x, y, answers = make_batch(tc, stream, tok, step=3)
+    seq = torch.cat([x, y[:, -1:]], 1)
+    links = []
+    for r, c in answers.nonzero().tolist():
+        value = int(seq[r, c + 1])
+        key_at = max(p for p in range(c - 3, c + 1) if int(seq[r, p]) in objects)
+        links.append(c - key_at)
+        key = int(seq[r, key_at])
+        said = [p for p in range(key_at) if int(seq[r, p]) == key]   # (an earlier group may use the key too)
+        assert any(value in [int(t) for t in seq[r, p + 1:p + 5]] for p in said)
+    assert set(links) == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="kv_vocab"):
         make_batch(TrainConfig(batch=2, seq_len=64, kv_frac=1.0, kv_vocab="nonsense"), stream, tok, step=1)

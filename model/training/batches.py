@@ -188,7 +188,7 @@ def kv_sources(tc: TrainConfig, stream, tok) -> tuple[CopyIds, CopyIds, CopyIds]
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
             max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0, values: torch.Tensor | CopyIds | None = None,
             filler: torch.Tensor | CopyIds | None = None,
-            mention: bool = False, pad: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            mention: bool = False, pad: int = 0, link: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
     key next to its value ("k1 v1 k2 v2 ..."), gap_min..max_gap other familiar tokens, then every key again in a
     shuffled order, each followed by its value. A value after its repeated key is predictable only by finding the key's
@@ -199,7 +199,10 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
     query ("k x k v", as "Where is the key? The key ..." asks): the latest earlier occurrence of the key is then
     not the one next to its value, so only a match that finds the pair itself scores. `pad` puts 0..pad filler
     tokens before and after every pair and every query, so that no fixed layout (a key every other token) can
-    stand in for the match: the pair must be found by what it says, as in a sentence."""
+    stand in for the match: the pair must be found by what it says, as in a sentence. `link` puts 0..link filler
+    tokens between a key and its value, in the pair and (drawn afresh) in the query, as "put the key in the blue
+    box" and "the key is in the blue box" do: the query must carry its key across them, and the pair's value
+    must be read a few tokens after the key it matched."""
     def ids_of(x):
         return x if isinstance(x, CopyIds) else CopyIds(ids=x)
 
@@ -207,8 +210,11 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
     value_source = source if values is None else ids_of(values)
     filler_source = source if filler is None else ids_of(filler)
 
+    def some(most: int) -> list[int]:
+        return filler_source.draw(int(torch.randint(0, most + 1, (1,), generator=generator)), generator) if most else []
+
     def padding() -> list[int]:
-        return filler_source.draw(int(torch.randint(0, pad + 1, (1,), generator=generator)), generator) if pad else []
+        return some(pad)
 
     def piece() -> tuple[list[int], list[bool]]:
         npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
@@ -230,12 +236,12 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
             marks.extend([False] * (len(part) - 1) + [marked_last])
 
         for k, v in zip(keys, vals):
-            say(padding() + [k, v] + padding())
+            say(padding() + [k] + some(link) + [v] + padding())
         say(filler_source.draw(gap, generator))
         said = filler_source.draw(npairs, generator) if mention else []
         for j, i in enumerate(order):
             say(padding() + ([keys[i], said[j]] if mention else []))
-            say([keys[i], vals[i]], marked_last=True)
+            say([keys[i]] + some(link) + [vals[i]], marked_last=True)
             say(padding())
         return toks, marks
 
@@ -266,5 +272,5 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
     if n_kv:
         keys, values, filler = kv_sources(tc, stream, tok)
         parts.append(kv_rows(keys, n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, values=values, filler=filler,
-                             mention=tc.kv_vocab == "question", pad=tc.kv_pad))
+                             mention=tc.kv_vocab == "question", pad=tc.kv_pad, link=tc.kv_link))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

@@ -170,7 +170,7 @@ def kv_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_989, broad: bo
     g = torch.Generator().manual_seed(seed)
     x, y, answers = kv_rows(keys, n, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, gap_min=(3 * tc.kv_gap) // 4,
                             values=values, filler=filler, mention=tc.kv_vocab == "question" and not broad,
-                            pad=tc.kv_pad)
+                            pad=tc.kv_pad, link=tc.kv_link)
     set_window(m, window_at(tc, step))
     m.eval()
     name = "probe_broad" if broad else "probe"

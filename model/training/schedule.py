@@ -55,6 +55,7 @@ class TrainConfig:
                                         # drills' one-token objects, values the colours (binding drilled densely);
                                         # "question": story, each key said once more just before its query
     kv_pad: int = 0                     # 0..kv_pad filler tokens before and after every pair and query
+    kv_link: int = 0                    # 0..kv_link filler tokens between a key and its value
     train_window: int = 0               # sliding window while training (0 = the config's); a curriculum knob
     config_window: int = 0              # >0: the model's config gets this sliding_window (what the checkpoint
                                         # ships with; weights trained at a narrowed window need it to be read right)
@@ -115,7 +116,7 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
-                "kv_vocab", "kv_pad")
+                "kv_vocab", "kv_pad", "kv_link")
 
 
 @dataclass
