@@ -101,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['recall_far']:7.1%} {q.seconds:6.1f}", flush=True)
     print(f"{'unigram baseline':22} {unigram_loss:7.3f}")
     from model.corpus import heldout_natural_tokens
-    from model.training import copy_accuracy, fact_binding, fact_in_pool, frequent_ids, kv_lookup, link_binding
+    from model.training import (
+        copy_accuracy,
+        fact_binding,
+        fact_in_pool,
+        frequent_ids,
+        kv_lookup,
+        link_binding,
+        pair_formats,
+    )
 
     every = heldout_natural_tokens(model.tokenizer)
     copy_near, copy_far = (copy_accuracy(model, every, gap) for gap in (4, 200))
@@ -121,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     links = link_binding(model)
     print("drills with k words between each object and its colour, the asked object's colour picked among the "
           "colours: " + ", ".join(f"k={k} {r:.1%} (random {g:.1%})" for k, (r, g) in links.items()))
+    formats = pair_formats(model)
+    print("one-token objects and colours said in five ways, the asked object's colour picked among the colours: "
+          + ", ".join(f"{name} {r:.1%}" for name, (r, _) in formats.items())
+          + f" (random {sum(g for _, g in formats.values()) / len(formats):.1%})")
     lookups = kv_lookup(model, frequent_ids(every))
     print("key-value lookups (2-8 pairs of familiar tokens, then every key again), values predicted: "
           + ", ".join(f"{r:.1%} with up to {gap} other tokens between" for gap, r in lookups.items()))
@@ -143,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                    **{f"binding_link{k}": r for k, (r, _) in links.items()},
                    **{f"binding_link{k}_random": g for k, (_, g) in links.items()},
                    **{f"kv_lookup{gap}": r for gap, r in lookups.items()},
+                   **{"pairs_" + name.replace(" ", "_"): r for name, (r, _) in formats.items()},
                    "loss": full.loss if full else None, "unigram_loss": unigram_loss}
         record_measured(Path(a.weights), figures, "python -m bench.quality " + " ".join(argv or sys.argv[1:]))
     return 0 if full and math.isfinite(full.loss) else 1

@@ -472,3 +472,17 @@ def test_link_binding_scores_the_asked_objects_colour_at_each_link_length():
     first = link_binding(_StoryStub(tok, oracle=False), links=(0, 4), drills=8)
     for right, guess in first.values():
         assert 0.0 < right < 0.6 and abs(right - guess) < 0.25
+
+
+def test_pair_formats_score_the_asked_objects_colour_in_every_layout():
+    """A model that names the asked object's colour scores 1 in every format; one that names the text's first
+    colour stays near a random pick among the text's colours."""
+    from model.corpus import load_tokenizer
+    from model.training import pair_formats
+    from model.training.evaluation import PAIR_FORMATS
+
+    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
+    exact = pair_formats(_StoryStub(tok, oracle=True), rows=6)
+    assert set(exact) == set(PAIR_FORMATS) and all(r == 1.0 and 0.15 < g < 0.6 for r, g in exact.values())
+    for right, guess in pair_formats(_StoryStub(tok, oracle=False), rows=6).values():
+        assert right < 0.6 and abs(right - guess) < 0.3

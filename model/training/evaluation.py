@@ -12,6 +12,7 @@ delivers it (docs/training.md).
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,14 @@ from ..corpus.dataset import (
     heldout_story_batches,
     story_eval_batches,
 )
-from ..corpus.stories import WIDE_CAST, colour_token_ids, load_heldout_stories, recall_drill, token_index_at_char
+from ..corpus.stories import (
+    WIDE_CAST,
+    colour_token_ids,
+    load_heldout_stories,
+    recall_drill,
+    token_index_at_char,
+    word_token_ids,
+)
 from ..inference.engine import prefill
 from ..model import V41Model
 from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_sources
@@ -377,4 +385,51 @@ def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, to
             guess += len(spans) / len({text[x:y] for x, y in spans})   # one over the drill's colours, per answer
             n += len(spans)
         out[k] = (right / max(1, n), guess / max(1, n))
+    return out
+
+
+# How a fact and its question are said, from bare key-value pairs to the stories' own sentences: (fact, question
+# with its answer). The colour after the last "{c}" of the question is the answer scored.
+PAIR_FORMATS: dict[str, tuple[str, str]] = {
+    "pairs": ("{o} {c}", "{o} {c}"),
+    "the pairs": ("The {o} {c}.", "The {o} {c}."),
+    "with a container": ("The {o} {c} box.", "The {o} {c} box."),
+    "asked": ("The {o} {c} box.", "Where is the {o}? The {o} {c} box."),
+    "story sentences": ("Tom put the {o} in the {c} box.", "Where is the {o}? The {o} is in the {c} box."),
+}
+
+
+@torch.no_grad()
+def pair_formats(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Binding by how the pairs are said (`PAIR_FORMATS`): `rows` texts of `facts` one-token drill objects, each
+    with a colour, then every object asked in a shuffled order. For each format: (the share of answers whose most
+    likely colour is the asked object's, a random pick among the text's colours). A binding learned only for one
+    layout (bare pairs) scores high there and near the random pick in the stories' own sentences."""
+    tok = tok or model.tokenizer
+    colours = colour_token_ids(tok)
+    colour_ids = torch.tensor(list(colours.values()))
+    objects = list(word_token_ids(tok, WIDE_CAST.objects))
+    out = {}
+    for name, (fact, ask) in PAIR_FORMATS.items():
+        right = n = 0
+        guess = 0.0
+        for r in range(rows):
+            rng = random.Random(seed + r)
+            objs = rng.sample(objects, facts)
+            cols = [rng.choice(list(colours)) for _ in objs]
+            text = " ".join(fact.format(o=o, c=c) for o, c in zip(objs, cols))
+            asked = []
+            for i in rng.sample(range(facts), facts):
+                q = " " + ask.format(o=objs[i], c=cols[i])
+                cut = q.rindex(" " + cols[i])
+                asked.append((len(text) + cut + 1, cols[i]))   # the answer colour's first character
+                text += q
+            enc = tok.encode(text, add_special_tokens=False)
+            logits = _forward(model, torch.tensor([enc.ids]), None).logits[0].cpu()
+            for at, colour in asked:
+                i = token_index_at_char(enc.offsets, at)
+                right += int(colour_ids[logits[i - 1, colour_ids].argmax()]) == colours[colour]
+            guess += facts / len(set(cols))
+            n += facts
+        out[name] = (right / n, guess / n)
     return out
