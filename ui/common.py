@@ -39,6 +39,7 @@ from ui.checkpoints import (
     scrub,
 )
 from ui.queue import heavy_run
+from ui.sources import sources_footer
 from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed
 from ui.text import plain
 from ui.warmup import ensure
@@ -218,8 +219,6 @@ def _draw_sidebar() -> Session:
 def page_header(title: str, intro: str | None = None) -> Session:
     """What every page opens with: the sidebar (the session's choices), the sources footer, the title and,
     when given, the page's introduction."""
-    from ui.sources import sources_footer
-
     sess = sidebar()
     sources_footer()
     st.title(title)
