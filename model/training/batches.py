@@ -127,6 +127,11 @@ class CopyIds:
             raise ValueError("give either ids or weights")
         self.ids, self.weights = ids, weights
 
+    @staticmethod
+    def of(ids: torch.Tensor | CopyIds) -> CopyIds:
+        """A source as given, or uniform over a tensor of ids."""
+        return ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
+
     def draw(self, n: int, generator: torch.Generator) -> list[int]:
         if n <= 0:
             return []
@@ -155,7 +160,7 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     whole row (0 .. seq_len + 1 - 2 x span): distances over everything a row can hold, the curriculum's
     way to teach a look-back that does not depend on one distance. The answer marks sit on the
     second copy's tokens after its first (the only predictable tokens here)."""
-    source = ids if isinstance(ids, CopyIds) else CopyIds(ids=ids)
+    source = CopyIds.of(ids)
 
     def piece() -> tuple[list[int], list[bool]]:
         span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
@@ -170,19 +175,21 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     return _packed(n, seq_len, piece)
 
 
-def kv_sources(tc: TrainConfig, stream, tok) -> tuple[CopyIds, CopyIds, CopyIds]:
-    """(keys, values, filler) of a run's key-value rows: all three the copies' ids, or with `kv_vocab` "story" the
-    one-token objects of the drills' wide cast as keys and the one-token colours as values, the copies' ids
-    between."""
-    familiar = copy_ids_for(tc, stream)
-    if tc.kv_vocab == "frequent":
-        return familiar, familiar, familiar
-    if tc.kv_vocab not in ("story", "question"):
+def kv_rows_for(tc: TrainConfig, stream, tok, n: int, generator: torch.Generator, gap_min: int = 0,
+                broad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n key-value rows as a run's settings make them: keys, values and filler the copies' ids, or with `kv_vocab`
+    "story" / "question" the one-token objects of the drills' wide cast as keys and the one-token colours as
+    values, the copies' ids between (`question` also names each key before its query); `kv_pad`, `kv_link`. `broad`
+    draws every id from the unigram^0.5 over the vocabulary instead (the probe of ids never drilled)."""
+    if tc.kv_vocab not in ("frequent", "story", "question"):
         raise ValueError(f"kv_vocab {tc.kv_vocab!r}: 'frequent', 'story' or 'question'")
-    objects = word_token_ids(tok, DRILL_CASTS["wide"].objects)
-    colours = colour_token_ids(tok)
-    return (CopyIds(ids=torch.tensor(sorted(objects.values()))), CopyIds(ids=torch.tensor(sorted(colours.values()))),
-            familiar)
+    familiar = CopyIds(weights=stream.unigram_weights(0.5)) if broad else copy_ids_for(tc, stream)
+    keys = values = familiar
+    if tc.kv_vocab != "frequent" and not broad:
+        keys = CopyIds(ids=torch.tensor(sorted(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())))
+        values = CopyIds(ids=torch.tensor(sorted(colour_token_ids(tok).values())))
+    return kv_rows(keys, n, tc.seq_len, generator, tc.kv_pairs, tc.kv_gap, gap_min=gap_min, values=values,
+                   filler=familiar, mention=tc.kv_vocab == "question" and not broad, pad=tc.kv_pad, link=tc.kv_link)
 
 
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
@@ -203,18 +210,12 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
     tokens between a key and its value, in the pair and (drawn afresh) in the query, as "put the key in the blue
     box" and "the key is in the blue box" do: the query must carry its key across them, and the pair's value
     must be read a few tokens after the key it matched."""
-    def ids_of(x):
-        return x if isinstance(x, CopyIds) else CopyIds(ids=x)
-
-    source = ids_of(ids)
-    value_source = source if values is None else ids_of(values)
-    filler_source = source if filler is None else ids_of(filler)
+    source = CopyIds.of(ids)
+    value_source = source if values is None else CopyIds.of(values)
+    filler_source = source if filler is None else CopyIds.of(filler)
 
     def some(most: int) -> list[int]:
         return filler_source.draw(int(torch.randint(0, most + 1, (1,), generator=generator)), generator) if most else []
-
-    def padding() -> list[int]:
-        return some(pad)
 
     def piece() -> tuple[list[int], list[bool]]:
         npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
@@ -236,13 +237,13 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
             marks.extend([False] * (len(part) - 1) + [marked_last])
 
         for k, v in zip(keys, vals):
-            say(padding() + [k] + some(link) + [v] + padding())
+            say(some(pad) + [k] + some(link) + [v] + some(pad))
         say(filler_source.draw(gap, generator))
         said = filler_source.draw(npairs, generator) if mention else []
         for j, i in enumerate(order):
-            say(padding() + ([keys[i], said[j]] if mention else []))
+            say(some(pad) + ([keys[i], said[j]] if mention else []))
             say([keys[i]] + some(link) + [vals[i]], marked_last=True)
-            say(padding())
+            say(some(pad))
         return toks, marks
 
     return _packed(n, seq_len, piece)
@@ -270,7 +271,5 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
         parts.append(copy_rows(copy_ids_for(tc, stream), n_copy, tc.seq_len, g, tc.copy_span,
                                copy_gap_at(tc, step), tc.copy_near_frac, spread=tc.copy_spread))
     if n_kv:
-        keys, values, filler = kv_sources(tc, stream, tok)
-        parts.append(kv_rows(keys, n_kv, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, values=values, filler=filler,
-                             mention=tc.kv_vocab == "question", pad=tc.kv_pad, link=tc.kv_link))
+        parts.append(kv_rows_for(tc, stream, tok, n_kv, g))
     return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]

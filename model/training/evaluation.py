@@ -24,6 +24,7 @@ import torch
 from ..arch.context import Ablation
 from ..corpus.dataset import (
     HELDOUT_TEMPLATES_PATH,
+    TokenStream,
     heldout_natural_batches,
     heldout_natural_tokens,
     heldout_story_batches,
@@ -39,7 +40,7 @@ from ..corpus.stories import (
 )
 from ..inference.engine import prefill
 from ..model import V41Model
-from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_sources
+from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_rows_for
 from .schedule import window_at
 from .step import set_window
 
@@ -151,14 +152,17 @@ def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: 
     ids = CopyIds(weights=stream.unigram_weights(0.5)) if broad else copy_ids_for(tc, stream)
     g = torch.Generator().manual_seed(seed)
     x, y, answers = copy_rows(ids, n, tc.seq_len, g, span, top, gap_min=gap_min, spread=tc.copy_spread)
-    x, y, answers = x.to(m.device), y.to(m.device), answers.to(m.device)
+    return _probe(m, tc, step, "probe_broad" if broad else "probe", x, y, answers)
+
+
+def _probe(m: V41Model, tc, step: int, name: str, x: torch.Tensor, y: torch.Tensor,
+           answers: torch.Tensor) -> dict[str, float]:
+    """A gate's reading: marked-target accuracy at the training window of `step`, dense (`name`) and sparse
+    (`name`_sparse); the model is left in train mode at the config's window."""
     set_window(m, window_at(tc, step))
     m.eval()
-    name = "probe_broad" if broad else "probe"
-    out = {}
-    for suffix, ab in (("", Ablation(dense_compressed=True)), ("_sparse", None)):
-        pred = _forward(m, x, ab).logits.argmax(-1)
-        out[name + suffix] = float((pred == y)[answers].float().mean()) if answers.any() else 0.0
+    out = {name + suffix: _marked_accuracy(m, x, y, answers, ab)
+           for suffix, ab in (("", Ablation(dense_compressed=True)), ("_sparse", None))}
     set_window(m, 0)
     m.train()
     return out
@@ -168,25 +172,12 @@ def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: 
 def kv_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_989, broad: bool = False,
              step: int = 0, tok=None) -> dict[str, float]:
     """The gate of a stage that drills key-value rows and no copies: lookups on fresh rows made with the
-    stage's own keys, values and pairs (`kv_sources`; the story vocabulary needs `tok`), at its longest distances
+    stage's own keys, values and pairs (`kv_rows_for`; the story vocabulary needs `tok`), at its longest distances
     (the top quarter of 0..`kv_gap`), read at the training window of `step`, dense and sparse; `broad` draws
     the ids from the unigram^0.5 as `copy_probe` does. Same keys as `copy_probe`."""
-    if broad:
-        keys = values = filler = CopyIds(weights=stream.unigram_weights(0.5))
-    else:
-        keys, values, filler = kv_sources(tc, stream, tok)
-    g = torch.Generator().manual_seed(seed)
-    x, y, answers = kv_rows(keys, n, tc.seq_len, g, tc.kv_pairs, tc.kv_gap, gap_min=(3 * tc.kv_gap) // 4,
-                            values=values, filler=filler, mention=tc.kv_vocab == "question" and not broad,
-                            pad=tc.kv_pad, link=tc.kv_link)
-    set_window(m, window_at(tc, step))
-    m.eval()
-    name = "probe_broad" if broad else "probe"
-    out = {name + suffix: _marked_accuracy(m, x, y, answers, ab)
-           for suffix, ab in (("", Ablation(dense_compressed=True)), ("_sparse", None))}
-    set_window(m, 0)
-    m.train()
-    return out
+    x, y, answers = kv_rows_for(tc, stream, tok, n, torch.Generator().manual_seed(seed),
+                                gap_min=(3 * tc.kv_gap) // 4, broad=broad)
+    return _probe(m, tc, step, "probe_broad" if broad else "probe", x, y, answers)
 
 
 def _marked_accuracy(m: V41Model, x: torch.Tensor, y: torch.Tensor, marks: torch.Tensor,
@@ -199,11 +190,9 @@ def _marked_accuracy(m: V41Model, x: torch.Tensor, y: torch.Tensor, marks: torch
 
 
 def frequent_ids(tokens, n: int = 1000) -> torch.Tensor:
-    """The n most frequent ids of a token array (special ids < 5 left out): familiar tokens to build
-    synthetic rows from at evaluation, as training draws them from its own stream."""
-    counts = np.bincount(np.asarray(tokens, dtype=np.int64), minlength=5)
-    counts[:5] = 0
-    return torch.from_numpy(np.argsort(-counts, kind="stable")[:n].copy())
+    """The n most frequent ids of a token array (`TokenStream.frequent_ids` over all of it): familiar tokens to
+    build synthetic rows from at evaluation, as training draws them from its own stream."""
+    return TokenStream(tokens, {}).frequent_ids(n, prefix=len(tokens))
 
 
 @torch.no_grad()
