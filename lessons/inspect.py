@@ -74,12 +74,22 @@ def load_samples(path: Path = PROMPTS) -> list[Sample]:
     return [Sample(r["name"], r["text"], r.get("kind", ""), r.get("answer")) for r in rows]
 
 
+def text_problem(text: str | None, max_chars: int | None = None) -> str | None:
+    """Why a typed prompt cannot run (empty, or longer than `max_chars` characters), or None. The one place
+    the app checks prompt text before tokenising it."""
+    if text is None or not text.strip():
+        return "The prompt is empty: type some text or pick a sample."
+    if max_chars is not None and len(text) > max_chars:
+        return f"The prompt has {len(text):,} characters; the limit here is {max_chars:,}."
+    return None
+
+
 def encode_prompt(model, text: str | None, max_tokens: int = MAX_PROMPT_TOKENS,
                   why: str = "this page") -> tuple[list[int] | None, str | None]:
     """(ids, problem). Empty, untokenisable and overlong prompts get a message instead of an error; `why`
     names what sets the limit on the page that asks ("the inspector records every layer for every token")."""
-    if text is None or not text.strip():
-        return None, "The prompt is empty: type some text or pick a sample."
+    if (problem := text_problem(text)) is not None:
+        return None, problem
     ids = model.encode(text)
     if not ids:
         return None, "The prompt produced no tokens."

@@ -27,6 +27,7 @@ import torch
 from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
+from lessons.inspect import text_problem
 from model import load, random_tiny
 from ui.checkpoints import (
     MAX_MODELS,
@@ -237,11 +238,8 @@ def require_model(sess: Session):
 
 def clean_prompt(text: str, max_chars: int = 20000) -> tuple[str | None, str | None]:
     """(prompt, problem): reject empty or oversized prompts with a message instead of an error."""
-    if text is None or not text.strip():
-        return None, "The prompt is empty: type some text first."
-    if len(text) > max_chars:
-        return None, f"The prompt has {len(text):,} characters; the limit here is {max_chars:,}."
-    return text, None
+    problem = text_problem(text, max_chars)
+    return (None, problem) if problem else (text, None)
 
 
 @st.cache_resource(show_spinner=False)
