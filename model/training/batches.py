@@ -10,6 +10,7 @@ so a resumed run sees the same batches as an uninterrupted one.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from typing import Callable
@@ -175,6 +176,13 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     return _packed(n, seq_len, piece)
 
 
+@functools.lru_cache(maxsize=4)
+def _story_kv_ids(tok) -> tuple[CopyIds, CopyIds]:
+    """The drills' one-token objects (keys) and one-token colours (values), encoded once per tokenizer."""
+    return (CopyIds(ids=torch.tensor(sorted(word_token_ids(tok, DRILL_CASTS["wide"].objects).values()))),
+            CopyIds(ids=torch.tensor(sorted(colour_token_ids(tok).values()))))
+
+
 def kv_rows_for(tc: TrainConfig, stream, tok, n: int, generator: torch.Generator, gap_min: int = 0,
                 broad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n key-value rows as a run's settings make them: keys, values and filler the copies' ids, or with `kv_vocab`
@@ -186,8 +194,7 @@ def kv_rows_for(tc: TrainConfig, stream, tok, n: int, generator: torch.Generator
     familiar = CopyIds(weights=stream.unigram_weights(0.5)) if broad else copy_ids_for(tc, stream)
     keys = values = familiar
     if tc.kv_vocab != "frequent" and not broad:
-        keys = CopyIds(ids=torch.tensor(sorted(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())))
-        values = CopyIds(ids=torch.tensor(sorted(colour_token_ids(tok).values())))
+        keys, values = _story_kv_ids(tok)
     return kv_rows(keys, n, tc.seq_len, generator, tc.kv_pairs, tc.kv_gap, gap_min=gap_min, values=values,
                    filler=familiar, mention=tc.kv_vocab == "question" and not broad, pad=tc.kv_pad, link=tc.kv_link)
 
