@@ -350,6 +350,17 @@ def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None 
     return Quality(loss=loss, tokens=n, recall=recall, recall_n=counts, seconds=time.perf_counter() - t0)
 
 
+def _colours_right(model, enc, answers: list[tuple[int, int | None]], colour_ids: torch.Tensor) -> int:
+    """One forward of an encoded text; how many answers (character offset of the answer colour, its token id or
+    None for the token that stands there) the most likely colour before them gets right."""
+    logits = _forward(model, torch.tensor([enc.ids]), None).logits[0].cpu()
+    right = 0
+    for at, want in answers:
+        i = token_index_at_char(enc.offsets, at)
+        right += int(colour_ids[logits[i - 1, colour_ids].argmax()]) == (enc.ids[i] if want is None else want)
+    return right
+
+
 @torch.no_grad()
 def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, tok=None,
                  seed: int = 10_000) -> dict[int, tuple[float, float]]:
@@ -367,10 +378,7 @@ def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, to
             text = recall_drill(seed + d, cast=WIDE_CAST, max_fillers=2, link_max=k, link_min=k, link_share=1.0)
             enc = tok.encode(text, add_special_tokens=False)
             spans = _answer_colour_spans(text)
-            logits = _forward(model, torch.tensor([enc.ids]), None).logits[0].cpu()
-            for a, _ in spans:
-                i = token_index_at_char(enc.offsets, a)
-                right += int(colour_ids[logits[i - 1, colour_ids].argmax()]) == enc.ids[i]
+            right += _colours_right(model, enc, [(a, None) for a, _ in spans], colour_ids)
             guess += len(spans) / len({text[x:y] for x, y in spans})   # one over the drill's colours, per answer
             n += len(spans)
         out[k] = (right / max(1, n), guess / max(1, n))
@@ -414,10 +422,7 @@ def pair_formats(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0)
                 asked.append((len(text) + cut + 1, cols[i]))   # the answer colour's first character
                 text += q
             enc = tok.encode(text, add_special_tokens=False)
-            logits = _forward(model, torch.tensor([enc.ids]), None).logits[0].cpu()
-            for at, colour in asked:
-                i = token_index_at_char(enc.offsets, at)
-                right += int(colour_ids[logits[i - 1, colour_ids].argmax()]) == colours[colour]
+            right += _colours_right(model, enc, [(at, colours[c]) for at, c in asked], colour_ids)
             guess += facts / len(set(cols))
             n += facts
         out[name] = (right / n, guess / n)
