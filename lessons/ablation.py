@@ -19,9 +19,10 @@ import torch
 from model import Ablation, decode_step, prefill
 from model.training import evaluate as held_out_quality
 
-from .calculator import Knobs, calculate, human_bytes
+from .calculator import Knobs, calculate
 from .designs import v41_design
 from .far_fact import window_reach
+from .units import human_bytes
 
 INTRO = (
     "What does each part contribute to this trained tiny model? One way to ask: switch one part off, keep "

@@ -21,6 +21,8 @@ from typing import Mapping
 
 from model.accounting import keep_rows
 
+from .units import human_bytes, human_flops
+
 SUPPORTED_BITS = (4, 8, 16, 32)
 MODES = ("exact", "bounded")
 # display kinds, in chart order; "block_scales" gathers the scale bytes of every store
@@ -436,27 +438,6 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
                     "32 bits / 8", float(inp), human_bytes(inp)))
     return ReplayTradeoff(rows_replayed=r, stored_bytes=stored, flops_per_reuse=work, input_bytes=inp, derivation=der,
                           by_reuse=[(k, k * work, k * stored) for k in reuses])
-
-
-# ------------------------------------------------------------------------------------------------
-# Formatting helpers shared by the pages
-# ------------------------------------------------------------------------------------------------
-
-def human_bytes(b: float) -> str:
-    """Binary units, as the seed writes them (8 MiB = 8,388,608 bytes)."""
-    if not math.isfinite(b):
-        return "n/a"
-    for unit, f in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if abs(b) >= f:
-            return f"{b / f:,.2f} {unit}"
-    return f"{b:,.0f} B"
-
-
-def human_flops(x: float) -> str:
-    for unit, f in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if abs(x) >= f:
-            return f"{x / f:,.2f} {unit}"
-    return f"{x:,.0f} FLOP"
 
 
 # ------------------------------------------------------------------------------------------------

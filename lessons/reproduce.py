@@ -117,7 +117,8 @@ def figure3_box(weights: str, text: str, kind: str, layer: int) -> str:
 
 def cache_calculator(preset: str, knobs, keep_windows: bool) -> str:
     kw = ", ".join(f"{k}={v!r}" for k, v in asdict(knobs).items())
-    return _join(["from lessons.calculator import Knobs, calculate, human_bytes",
+    return _join(["from lessons.calculator import Knobs, calculate",
+                  "from lessons.units import human_bytes",
                   "from lessons.designs import build"],
                  [f"knobs = Knobs({kw})",
                   f"calc = calculate(build({preset!r}, knobs), knobs, keep_windows={keep_windows})",
@@ -138,7 +139,8 @@ def prefill_decode(read: int, written: int, rounds: int) -> str:
 
 
 def compare_designs(keys: list[str], context: int, batch: int) -> str:
-    return _join(["from lessons.calculator import calculate, human_bytes",
+    return _join(["from lessons.calculator import calculate",
+                  "from lessons.units import human_bytes",
                   "from lessons.designs import build, with_context"],
                  [f"for key in {keys!r}:",
                   f"    k = with_context(key, {context}, {batch})",

@@ -10,14 +10,13 @@ from lessons.calculator import (
     REPLAY_TEXT,
     CalcError,
     calculate,
-    human_bytes,
-    human_flops,
     replay_tradeoff,
     replay_verdict,
     windows_persist,
 )
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, defaults, sharing_help
 from lessons.layers import map_line
+from lessons.units import human_bytes, human_flops
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
 from ui.common import built, page_header

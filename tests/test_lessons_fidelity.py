@@ -235,8 +235,9 @@ def test_ablation_reading_names_no_change_within_noise_and_says_when_far_context
 
 def test_ablation_memory_note_is_the_calculators_bytes():
     from lessons import ablation as abl
-    from lessons.calculator import Knobs, calculate, human_bytes
+    from lessons.calculator import Knobs, calculate
     from lessons.designs import v41_design
+    from lessons.units import human_bytes
     from model import V41Config
 
     cfg = V41Config.preset("tiny")

@@ -8,7 +8,8 @@ from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design, human_bytes
+from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design
+from lessons.units import human_bytes
 from ui.figures import ROLE_COLORS
 
 KIND_COLORS = {
