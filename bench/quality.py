@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         kv_lookup,
         link_binding,
         pair_formats,
+        pair_reads,
     )
 
     every = heldout_natural_tokens(model.tokenizer)
@@ -133,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     print("one-token objects and colours said in five ways, the asked object's colour picked among the colours: "
           + ", ".join(f"{name} {r:.1%}" for name, (r, _) in formats.items())
           + f" (random {sum(g for _, g in formats.values()) / len(formats):.1%})")
+    reads = pair_reads(model)
+    print("the same texts, the fact colour the decoder's attention falls on most at the answer row: "
+          + ", ".join(f"{name} {r:.1%}" for name, (r, _) in reads.items())
+          + f" (random {1 / 5:.1%}; right there and wrong in the answer: the readout fails, not the lookup)")
     lookups = kv_lookup(model, frequent_ids(every))
     print("key-value lookups (2-8 pairs of familiar tokens, then every key again), values predicted: "
           + ", ".join(f"{r:.1%} with up to {gap} other tokens between" for gap, r in lookups.items()))
@@ -156,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                    **{f"binding_link{k}_random": g for k, (_, g) in links.items()},
                    **{f"kv_lookup{gap}": r for gap, r in lookups.items()},
                    **{"pairs_" + name.replace(" ", "_"): r for name, (r, _) in formats.items()},
+                   **{"reads_" + name.replace(" ", "_"): r for name, (r, _) in reads.items()},
                    "loss": full.loss if full else None, "unigram_loss": unigram_loss}
         record_measured(Path(a.weights), figures, "python -m bench.quality " + " ".join(argv or sys.argv[1:]))
     return 0 if full and math.isfinite(full.loss) else 1

@@ -486,3 +486,33 @@ def test_pair_formats_score_the_asked_objects_colour_in_every_layout():
     assert set(exact) == set(PAIR_FORMATS) and all(r == 1.0 and 0.15 < g < 0.6 for r, g in exact.values())
     for right, guess in pair_formats(_StoryStub(tok, oracle=False), rows=6).values():
         assert right < 0.6 and abs(right - guess) < 0.3
+
+
+def test_attention_on_reads_a_positions_window_slot_or_its_selected_entry():
+    """Inside the window a position is read through its slot; outside, through the selected entry that packs it
+    (summed over heads); a position whose entry was not selected gets nothing."""
+    from model.inference.trace import Shares
+    from model.training.evaluation import attention_on
+
+    window = torch.zeros(1, 1, 2, 3)             # one row, 2 heads, window 3: slots are positions 8, 9, 10
+    window[0, 0, :, 2] = torch.tensor([0.25, 0.5])
+    entries = torch.zeros(1, 1, 2, 2)
+    entries[0, 0, :, 1] = torch.tensor([0.5, 0.25])
+    shares = Shares(window=window, entries=entries, entry_ids=torch.tensor([[[7, 2]]]),
+                    sink=torch.zeros(1, 1, 2), ratio=2)   # entry 2 packs positions 4-5
+    got = attention_on(shares, row=0, at=10, positions=[10, 5, 4, 14, 9, 0])
+    assert got.tolist() == pytest.approx([0.75, 0.75, 0.75, 0.0, 0.0, 0.0])
+
+
+def test_pair_reads_scores_the_attended_fact_colour_and_the_answer_apart():
+    """On a random tiny model: every format is read, both shares lie in [0, 1], and the texts are those of
+    pair_formats (the same answers scored the same way)."""
+    from model import random_tiny
+    from model.training import pair_formats, pair_reads
+    from model.training.evaluation import PAIR_FORMATS
+
+    m = random_tiny()
+    reads = pair_reads(m, rows=2)
+    assert set(reads) == set(PAIR_FORMATS) and all(0 <= r <= 1 and 0 <= s <= 1 for r, s in reads.values())
+    said = pair_formats(m, rows=2)
+    assert all(reads[k][1] == pytest.approx(said[k][0]) for k in PAIR_FORMATS)

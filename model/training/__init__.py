@@ -30,6 +30,7 @@ from .evaluation import (
     link_binding,
     natural_loss,
     pair_formats,
+    pair_reads,
     quick_eval,
     story_recall,
 )
@@ -65,7 +66,7 @@ __all__ = [
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
     "kv_lookup", "kv_probe", "frequent_ids",
-    "fact_binding", "link_binding", "pair_formats", "Binding", "quick_eval", "EVAL_KEYS",
+    "fact_binding", "link_binding", "pair_formats", "pair_reads", "Binding", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
     # the DSpark drafter and the vision tower

@@ -396,6 +396,36 @@ PAIR_FORMATS: dict[str, tuple[str, str]] = {
 }
 
 
+def _pair_text(fact: str, ask: str, objs: list[str], cols: list[str],
+               rng: random.Random) -> tuple[str, list[tuple[int, str, int]], list[int]]:
+    """A pair-format text: every fact said, then every object asked in a shuffled order -> (text, the answers as
+    (the answer colour's first character, the colour, the asked fact), each fact's colour's first character)."""
+    text, said = "", []
+    for o, c in zip(objs, cols):
+        piece = (" " if text else "") + fact.format(o=o, c=c)
+        said.append(len(text) + piece.rindex(" " + c) + 1)
+        text += piece
+    asked = []
+    for i in rng.sample(range(len(objs)), len(objs)):
+        q = " " + ask.format(o=objs[i], c=cols[i])
+        asked.append((len(text) + q.rindex(" " + cols[i]) + 1, cols[i], i))
+        text += q
+    return text, asked, said
+
+
+def _pair_texts(tok, rows: int, facts: int, seed: int):
+    """(format name, row, text, answers, fact colour characters) for every format of `PAIR_FORMATS`; the objects
+    and colours of row r are the same in every format."""
+    colours = list(colour_token_ids(tok))
+    objects = list(word_token_ids(tok, WIDE_CAST.objects))
+    for name, (fact, ask) in PAIR_FORMATS.items():
+        for r in range(rows):
+            rng = random.Random(seed + r)
+            objs = rng.sample(objects, facts)
+            cols = [rng.choice(colours) for _ in objs]
+            yield (name, r, *_pair_text(fact, ask, objs, cols, rng))
+
+
 @torch.no_grad()
 def pair_formats(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -> dict[str, tuple[float, float]]:
     """Binding by how the pairs are said (`PAIR_FORMATS`): `rows` texts of `facts` one-token drill objects, each
@@ -405,25 +435,53 @@ def pair_formats(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0)
     tok = tok or model.tokenizer
     colours = colour_token_ids(tok)
     colour_ids = torch.tensor(list(colours.values()))
-    objects = list(word_token_ids(tok, WIDE_CAST.objects))
-    out = {}
-    for name, (fact, ask) in PAIR_FORMATS.items():
-        right = n = 0
-        guess = 0.0
-        for r in range(rows):
-            rng = random.Random(seed + r)
-            objs = rng.sample(objects, facts)
-            cols = [rng.choice(list(colours)) for _ in objs]
-            text = " ".join(fact.format(o=o, c=c) for o, c in zip(objs, cols))
-            asked = []
-            for i in rng.sample(range(facts), facts):
-                q = " " + ask.format(o=objs[i], c=cols[i])
-                cut = q.rindex(" " + cols[i])
-                asked.append((len(text) + cut + 1, cols[i]))   # the answer colour's first character
-                text += q
-            enc = tok.encode(text, add_special_tokens=False)
-            right += _colours_right(model, enc, [(at, colours[c]) for at, c in asked], colour_ids)
-            guess += facts / len(set(cols))
-            n += facts
-        out[name] = (right / n, guess / n)
+    tally: dict[str, list[float]] = {}
+    for name, _, text, asked, _said in _pair_texts(tok, rows, facts, seed):
+        t = tally.setdefault(name, [0, 0, 0.0])
+        enc = tok.encode(text, add_special_tokens=False)
+        t[0] += _colours_right(model, enc, [(at, colours[c]) for at, c, _ in asked], colour_ids)
+        t[1] += len(asked)
+        t[2] += len(asked) / len({c for _, c, _ in asked})
+    return {name: (right / n, guess / n) for name, (right, n, guess) in tally.items()}
+
+
+def attention_on(shares, row: int, at: int, positions: list[int]) -> np.ndarray:
+    """The attention one recorded row (at position `at`) pays to each of `positions`, summed over heads: its
+    window slot if the position is inside the window, else the selected entry that packs it (0 if none is read)."""
+    w = shares.window.shape[-1]
+    win = shares.window[0, row].sum(0)                     # [W]
+    ent = shares.entries[0, row].sum(0)                    # [k]
+    ids = shares.entry_ids[0, row].tolist()
+    out = np.zeros(len(positions))
+    for j, p in enumerate(positions):
+        slot = p - (at - (w - 1))
+        if 0 <= slot < w:
+            out[j] += float(win[slot])
+        e = p // max(1, shares.ratio)
+        out[j] += sum(float(ent[k]) for k, i in enumerate(ids) if i == e and not 0 <= slot < w)
     return out
+
+
+@torch.no_grad()
+def pair_reads(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Retrieval and readout apart, for each of `PAIR_FORMATS` (the texts of `pair_formats`): (the share of
+    answers whose decoder attention, summed over the ratio-1 layers' heads, falls most on the asked fact's colour
+    among the text's fact colours; the share whose most likely colour is the asked one). A random read scores
+    1 / facts. Reading the right colour and still answering wrong says the readout, not the lookup, fails."""
+    tok = tok or model.tokenizer
+    colours = colour_token_ids(tok)
+    colour_ids = torch.tensor(list(colours.values()))
+    tally: dict[str, list[int]] = {}
+    for name, _, text, asked, said in _pair_texts(tok, rows, facts, seed):
+        t = tally.setdefault(name, [0, 0, 0])
+        enc = tok.encode(text, add_special_tokens=False)
+        tr = model.trace(torch.tensor([enc.ids]).to(model.device), lens=False)
+        fact_pos = [token_index_at_char(enc.offsets, c) for c in said]
+        dec = [r for r in tr.layers if r.spec.compress_ratio == 1 and r.shares is not None]
+        for at_char, colour, i in asked:
+            a = token_index_at_char(enc.offsets, at_char) - 1          # the row that predicts the colour
+            mass = sum(attention_on(r.shares, r.row(a), a, fact_pos) for r in dec)
+            t[0] += int(np.argmax(mass)) == i
+            t[1] += int(colour_ids[tr.logits[0, a].cpu()[colour_ids].argmax()]) == colours[colour]
+            t[2] += 1
+    return {name: (read / n, said / n) for name, (read, said, n) in tally.items()}
