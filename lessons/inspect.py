@@ -119,6 +119,7 @@ class Run:
     decode_s: float = 0.0
     step_s: list[float] = field(default_factory=list)
     memo: dict = field(default_factory=dict, repr=False)   # quantity -> overview matrix (the run is read-only)
+    decode: Callable[[list[int]], str] | None = field(default=None, repr=False)   # the tokenizer's, for lens tokens
 
     @property
     def n(self) -> int:
@@ -160,7 +161,7 @@ def run_prompt(model, ids: list[int], mode: str = "bounded", new_tokens: int = 0
     cfg = model.cfg
     return Run(trace=trace, ids=all_ids, tokens=token_texts(model, all_ids), n_prompt=len(ids), mode=mode,
                window=cfg.sliding_window, decoder_start=cfg.decoder_start, prefill_s=tr.prefill_s, decode_s=decode_s,
-               step_s=steps)
+               step_s=steps, decode=model.decode)
 
 
 def covered_rows(run: Run) -> np.ndarray:
@@ -337,11 +338,11 @@ def engram_view(model_cfg, run: Run, rec: LayerRecord, pos: int, row: int) -> En
     return EngramView(ngrams=grams, gate=rec.engram_gate[0, row].tolist())
 
 
-def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, model=None,
+def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None,
                num: Callable[[int], int] = lambda i: i) -> LayerView | str:
     """Everything recorded for one layer at one token, or the sentence saying why there is nothing. `num` maps a
     0-based layer to the reader's numbering in every sentence (the description, the selection note, the absence
-    message)."""
+    message). Lens tokens are decoded with the run's tokenizer (`run_prompt` keeps it on the run)."""
     if not 0 <= layer < run.n_layers:
         return f"There is no layer {num(layer)}; this model has layers {num(0)}-{num(run.n_layers - 1)}."
     if not 0 <= pos < run.n:
@@ -358,7 +359,7 @@ def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, mod
     if rec.router_scores is not None:
         router = RouterView(scores=rec.router_scores[0, row].tolist(), experts=rec.router_experts[0, row].tolist(),
                             weights=rec.router_weights[0, row].tolist(), n_shared=cfg.n_shared_experts)
-    lens = [(i, run_decode(model, run, i), p) for i, p in rec.lens_at(row)]   # a lazy lens computes this row only
+    lens = [(i, run_decode(run, i), p) for i, p in rec.lens_at(row)]   # a lazy lens computes this row only
     return LayerView(layer=layer, pos=pos, role=rec.spec.role, stack=rec.spec.stack,
                      description=describe_layer(rec.spec, num),
                      attention=attention_view(rec, pos, row, head), selection=selection_view(run, layer, pos, num),
@@ -366,9 +367,10 @@ def layer_view(run: Run, layer: int, pos: int, cfg, head: int | None = None, mod
                      stream_norms=rec.stream_norms[0, row].tolist() if rec.stream_norms is not None else [])
 
 
-def run_decode(model, run: Run, tid: int) -> str:
-    if model is not None:
-        return model.decode([tid])
+def run_decode(run: Run, tid: int) -> str:
+    """One token's text: the run's tokenizer, else the text of the token where it occurs in the run."""
+    if run.decode is not None:
+        return run.decode([tid])
     try:
         return run.tokens[run.ids.index(tid)]
     except ValueError:

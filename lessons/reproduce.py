@@ -156,7 +156,7 @@ def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, p
                  ["from lessons.inspect import layer_view, run_prompt"],
                  ["ids = model.encode(text)",
                   f"run = run_prompt(model, ids, {mode!r}, {new_tokens})   # greedy, as the page",
-                  f"view = layer_view(run, layer={layer}, pos={position}, cfg=model.cfg, head={head}, model=model)"
+                  f"view = layer_view(run, layer={layer}, pos={position}, cfg=model.cfg, head={head})"
                   + ("   # mean over heads" if head is None else ""),
                   "a = view.attention",
                   "print(f\"Window rows: {a.window_total:.1%}\")",

@@ -168,7 +168,7 @@ qp_set(layer=layer, token=pos, head=head)
 kind = "generated" if pos >= run.n_prompt else "prompt"
 st.subheader(f"Layer {sess.num(layer)} · {roles[layer]} · {run.layer(layer).spec.stack}, {kind} token {pos}")
 st.code(show_token(run.tokens[pos]), language=None)
-view = layer_view(run, layer, pos, cfg, head=head, model=model, num=sess.num)
+view = layer_view(run, layer, pos, cfg, head=head, num=sess.num)
 if isinstance(view, str):
     st.warning(view)
 else:

@@ -81,7 +81,7 @@ def test_inspector_view_reads_the_lens_of_its_token():
     lazy = run_prompt(tiny, ids, "exact", new_tokens=2)
     full = run_prompt(tiny, ids, "exact", new_tokens=2, lens=True)
     for layer in (0, tiny.cfg.num_hidden_layers - 1):
-        a = layer_view(lazy, layer, len(ids), tiny.cfg, model=tiny)
-        b = layer_view(full, layer, len(ids), tiny.cfg, model=tiny)
+        a = layer_view(lazy, layer, len(ids), tiny.cfg)
+        b = layer_view(full, layer, len(ids), tiny.cfg)
         assert [t[0] for t in a.lens] == [t[0] for t in b.lens] and len(a.lens) == 5
         assert max(abs(x[2] - y[2]) for x, y in zip(a.lens, b.lens)) < 1e-6

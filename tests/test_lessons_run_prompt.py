@@ -149,13 +149,13 @@ def test_run_prompt_bounded_records_and_generation(tiny):
     w = tiny.cfg.sliding_window
     assert cov[dec:, len(ids) - w:].all() and not cov[dec:, : len(ids) - w].any()
     assert cov[:, len(ids):].all()                             # generated tokens: both halves
-    early = ins.layer_view(run, dec, 0, tiny.cfg, model=tiny)
+    early = ins.layer_view(run, dec, 0, tiny.cfg)
     assert isinstance(early, str) and "bounded prefill" in early
-    v = ins.layer_view(run, dec, run.n - 1, tiny.cfg, model=tiny)
+    v = ins.layer_view(run, dec, run.n - 1, tiny.cfg)
     assert v.role == "Full" and v.attention.window_total + v.attention.entries_total + v.attention.sink == \
         pytest.approx(1.0, abs=1e-4)
     assert v.selection.pool is not None and len(v.selection.selected) == tiny.cfg.index_topk
-    e = ins.layer_view(run, tiny.cfg.engram_layer_ids[0], 5, tiny.cfg, model=tiny).engram
+    e = ins.layer_view(run, tiny.cfg.engram_layer_ids[0], 5, tiny.cfg).engram
     assert e is not None and e.ngrams[0]["tokens"] == run.tokens[4:6]   # the bigram ending at token 5
     # greedy generation agrees with the engine's own greedy decode
     from model.inference import generate
