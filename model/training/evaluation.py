@@ -351,9 +351,15 @@ def evaluate(model, ablation=None, mode: str = "exact", max_stories: int | None 
 
 
 def _colours_right(model, enc, answers: list[tuple[int, int | None]], colour_ids: torch.Tensor) -> int:
-    """One forward of an encoded text; how many answers (character offset of the answer colour, its token id or
-    None for the token that stands there) the most likely colour before them gets right."""
+    """One forward of an encoded text, scored by `_colour_picks_right`."""
     logits = _forward(model, torch.tensor([enc.ids]), None).logits[0].cpu()
+    return _colour_picks_right(logits, enc, answers, colour_ids)
+
+
+def _colour_picks_right(logits: torch.Tensor, enc, answers: list[tuple[int, int | None]],
+                        colour_ids: torch.Tensor) -> int:
+    """How many answers (character offset of the answer colour, its token id or None for the token that stands
+    there) the most likely colour among `colour_ids` in the row before them gets right; `logits` [S, V]."""
     right = 0
     for at, want in answers:
         i = token_index_at_char(enc.offsets, at)
@@ -414,8 +420,8 @@ def _pair_text(fact: str, ask: str, objs: list[str], cols: list[str],
 
 
 def _pair_texts(tok, rows: int, facts: int, seed: int):
-    """(format name, row, text, answers, fact colour characters) for every format of `PAIR_FORMATS`; the objects
-    and colours of row r are the same in every format."""
+    """(format name, text, answers, fact colour characters) for every format of `PAIR_FORMATS`; the objects and
+    colours of row r are the same in every format."""
     colours = list(colour_token_ids(tok))
     objects = list(word_token_ids(tok, WIDE_CAST.objects))
     for name, (fact, ask) in PAIR_FORMATS.items():
@@ -423,7 +429,7 @@ def _pair_texts(tok, rows: int, facts: int, seed: int):
             rng = random.Random(seed + r)
             objs = rng.sample(objects, facts)
             cols = [rng.choice(colours) for _ in objs]
-            yield (name, r, *_pair_text(fact, ask, objs, cols, rng))
+            yield (name, *_pair_text(fact, ask, objs, cols, rng))
 
 
 @torch.no_grad()
@@ -436,7 +442,7 @@ def pair_formats(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0)
     colours = colour_token_ids(tok)
     colour_ids = torch.tensor(list(colours.values()))
     tally: dict[str, list[float]] = {}
-    for name, _, text, asked, _said in _pair_texts(tok, rows, facts, seed):
+    for name, text, asked, _said in _pair_texts(tok, rows, facts, seed):
         t = tally.setdefault(name, [0, 0, 0.0])
         enc = tok.encode(text, add_special_tokens=False)
         t[0] += _colours_right(model, enc, [(at, colours[c]) for at, c, _ in asked], colour_ids)
@@ -456,9 +462,10 @@ def attention_on(shares, row: int, at: int, positions: list[int]) -> np.ndarray:
     for j, p in enumerate(positions):
         slot = p - (at - (w - 1))
         if 0 <= slot < w:
-            out[j] += float(win[slot])
-        e = p // max(1, shares.ratio)
-        out[j] += sum(float(ent[k]) for k, i in enumerate(ids) if i == e and not 0 <= slot < w)
+            out[j] = float(win[slot])
+        else:
+            e = p // max(1, shares.ratio)
+            out[j] = sum(float(ent[k]) for k, i in enumerate(ids) if i == e)
     return out
 
 
@@ -472,16 +479,16 @@ def pair_reads(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -
     colours = colour_token_ids(tok)
     colour_ids = torch.tensor(list(colours.values()))
     tally: dict[str, list[int]] = {}
-    for name, _, text, asked, said in _pair_texts(tok, rows, facts, seed):
+    for name, text, asked, said in _pair_texts(tok, rows, facts, seed):
         t = tally.setdefault(name, [0, 0, 0])
         enc = tok.encode(text, add_special_tokens=False)
         tr = model.trace(torch.tensor([enc.ids]).to(model.device), lens=False)
         fact_pos = [token_index_at_char(enc.offsets, c) for c in said]
         dec = [r for r in tr.layers if r.spec.compress_ratio == 1 and r.shares is not None]
-        for at_char, colour, i in asked:
+        for at_char, _, i in asked:
             a = token_index_at_char(enc.offsets, at_char) - 1          # the row that predicts the colour
             mass = sum(attention_on(r.shares, r.row(a), a, fact_pos) for r in dec)
             t[0] += int(np.argmax(mass)) == i
-            t[1] += int(colour_ids[tr.logits[0, a].cpu()[colour_ids].argmax()]) == colours[colour]
-            t[2] += 1
+        t[1] += _colour_picks_right(tr.logits[0].cpu(), enc, [(at, colours[c]) for at, c, _ in asked], colour_ids)
+        t[2] += len(asked)
     return {name: (read / n, said / n) for name, (read, said, n) in tally.items()}
