@@ -33,7 +33,7 @@ def copy_by_gap(m, ids: CopyIds, gaps: list[int], window: int, rows: int = 16, s
     out: dict[str, dict[int, float]] = {k: {} for k in MODES}
     try:
         for gap in gaps:
-            x, y, answers = copy_rows(ids, rows, seq_len, torch.Generator().manual_seed(seed + gap), 5, gap,
+            x, y, answers, _ = copy_rows(ids, rows, seq_len, torch.Generator().manual_seed(seed + gap), 5, gap,
                                       gap_min=gap)
             for name, ab in MODES.items():
                 lg = (m(x) if ab is None else m(x, ablation=ab)).logits

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     acc, heads = 0.0, []
     for step in range(args.steps):
-        x, y, answers = copy_rows(ids, 16, 128, g, 5, 2)
+        x, y, answers, _ = copy_rows(ids, 16, 128, g, 5, 2)
         for pg in opt.param_groups:
             pg["lr"] = 3e-3 * min(1.0, (step + 1) / 20)
         out = m(x, indexer_loss=True, collect_routing=True, ablation=train_abl)

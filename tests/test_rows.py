@@ -15,7 +15,7 @@ def test_copy_rows_say_each_span_twice_with_familiar_tokens():
     from model.training import copy_rows
 
     ids = torch.arange(100, 400)
-    x, y, answers = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
+    x, y, answers, _ = copy_rows(ids, 3, 64, torch.Generator().manual_seed(1), span_max=6, gap_max=0)
     assert x.shape == y.shape == answers.shape == (3, 64) and torch.equal(x[:, 1:], y[:, :-1])
     assert bool(((x >= 100) & (x < 400)).all())
     for row in torch.cat([x, y[:, -1:]], 1).tolist():
@@ -39,7 +39,7 @@ def test_near_copies_stay_in_the_mix_while_the_gap_moves_out():
     from model.training import copy_rows
 
     ids = torch.arange(100, 400)
-    x, _, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
+    x, _, _, _ = copy_rows(ids, 4, 400, torch.Generator().manual_seed(0), span_max=6, gap_max=60, near_frac=0.5)
     gaps = []
     for row in x.tolist():  # spans are 3-6 tokens; find each span's second copy and its distance
         i = 0
@@ -59,21 +59,21 @@ def test_answer_marks_sit_on_what_only_a_look_back_predicts():
     from model.training import copy_rows, drill_rows
 
     ids = torch.arange(100, 400)
-    x, y, answers = copy_rows(ids, 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=5)
+    x, y, answers, _ = copy_rows(ids, 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=5)
     assert 0.1 < float(answers.float().mean()) < 0.5
     seq = torch.cat([x, y[:, -1:]], 1)
     for r, c in answers.nonzero().tolist():   # target y[r, c] = seq[r, c + 1] was said before, 3..11 back
         assert any(int(seq[r, c + 1]) == int(seq[r, c + 1 - back]) and
                    int(seq[r, c]) == int(seq[r, c - back]) for back in range(3, 12) if c - back >= 0)
     tok = load_tokenizer("data/weights/tiny/tokenizer.json")
-    x, y, answers = drill_rows(tok, 2, 256, seed=4)
+    x, y, answers, _ = drill_rows(tok, 2, 256, seed=4)
     marked = [tok.decode([int(t)]).strip() for t in y[answers]]
     assert marked and all(word in COLOURS for word in marked)
     unmarked_colours = [t for t, a in zip(y.flatten().tolist(), answers.flatten().tolist())
                         if not a and tok.decode([t]).strip() in COLOURS]
     assert unmarked_colours  # the facts' colours are not answers
     # binding drills: the marks still sit on the answers' colours, whatever the words before them
-    x, y, answers = drill_rows(tok, 2, 256, seed=4, link_max=4, link_share=1.0)
+    x, y, answers, _ = drill_rows(tok, 2, 256, seed=4, link_max=4, link_share=1.0)
     seq = torch.cat([x, y[:, -1:]], 1)
     for r, c in answers.nonzero().tolist():
         assert tok.decode([int(y[r, c])]).strip() in COLOURS
@@ -88,7 +88,7 @@ def test_key_value_rows_mark_only_values_found_by_their_key():
     from model.training import kv_rows
 
     ids = torch.arange(100, 400)
-    x, y, answers = kv_rows(ids, 3, 200, torch.Generator().manual_seed(5), max_pairs=6, max_gap=10)
+    x, y, answers, _ = kv_rows(ids, 3, 200, torch.Generator().manual_seed(5), max_pairs=6, max_gap=10)
     assert x.shape == y.shape == answers.shape == (3, 200)
     assert 0.1 < float(answers.float().mean()) < 0.5
     seq = torch.cat([x, y[:, -1:]], 1)
@@ -102,7 +102,7 @@ def test_key_value_rows_mark_only_values_found_by_their_key():
 
     stream = TokenStream(np.arange(50_000, dtype=np.int64) % 4_000, {})
     tc = TrainConfig(batch=4, seq_len=64, kv_frac=0.25, copy_vocab=300)
-    x, y, answers = make_batch(tc, stream, None, step=3)
+    x, y, answers, _ = make_batch(tc, stream, None, step=3)
     assert x.shape == (4, 64) and not answers[:3].any() and answers[3].sum() > 5
 
 
@@ -114,7 +114,7 @@ def test_key_value_rows_hold_the_asked_gap_and_the_lookup_measure_separates_a_ma
     from model.training import kv_lookup, kv_rows
 
     ids = torch.arange(100, 1100)
-    x, y, answers = kv_rows(ids, 2, 512, torch.Generator().manual_seed(3), max_pairs=4, max_gap=40, gap_min=30)
+    x, y, answers, _ = kv_rows(ids, 2, 512, torch.Generator().manual_seed(3), max_pairs=4, max_gap=40, gap_min=30)
     seq = torch.cat([x, y[:, -1:]], 1)
     for r, c in answers.nonzero().tolist():
         key, value = int(seq[r, c]), int(seq[r, c + 1])
@@ -149,9 +149,9 @@ def test_patchwork_repeats_are_not_passages_of_the_stream_and_come_back_whole():
     from model.training import repeat_rows
 
     stream = TokenStream(np.arange(50_000, dtype=np.int64) % 40_000, {})
-    x, y, answers = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0, piece_max=3)
+    x, y, answers, _ = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0, piece_max=3)
     seq = torch.cat([x, y[:, -1:]], 1)
-    x0, y0, a0 = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0)
+    x0, y0, a0, _ = repeat_rows(stream, 4, 300, torch.Generator().manual_seed(3), 0)
 
     def jumps(x, y, a):  # share of marked targets (inside second copies) that do not follow on in the stream
         return float((y - x != 1)[a].float().mean())
@@ -176,10 +176,10 @@ def test_spread_copies_use_distances_over_the_whole_row_and_gap_min_holds():
             out.append(gap)
         return out
 
-    x, y, answers = copy_rows(ids, 60, 32, torch.Generator().manual_seed(3), span_max=3, gap_max=0, spread=True)
+    x, y, answers, _ = copy_rows(ids, 60, 32, torch.Generator().manual_seed(3), span_max=3, gap_max=0, spread=True)
     gaps = first_gaps(x, y, answers)
     assert max(gaps) >= 20 and min(gaps) <= 3 and max(gaps) <= 32 + 1 - 6   # near to far inside 32-token rows
-    x, y, answers = copy_rows(ids, 20, 64, torch.Generator().manual_seed(4), span_max=3, gap_max=30, gap_min=25)
+    x, y, answers, _ = copy_rows(ids, 20, 64, torch.Generator().manual_seed(4), span_max=3, gap_max=30, gap_min=25)
     assert all(25 <= g <= 30 for g in first_gaps(x, y, answers))
 
 
@@ -213,7 +213,7 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     text_ids = np.array([i for i in range(5, 4_000) if i not in objects | colours], dtype=np.int64)
     stream = TokenStream(np.resize(text_ids, 50_000), {})   # text tokens that are never an object or a colour
     tc = TrainConfig(batch=2, seq_len=256, kv_frac=1.0, kv_vocab="story", kv_gap=20, copy_vocab=300)
-    x, y, answers = make_batch(tc, stream, tok, step=1)
+    x, y, answers, _ = make_batch(tc, stream, tok, step=1)
     marked = answers.nonzero().tolist()
     assert len(marked) > 40
     assert all(int(x[r, c]) in objects and int(y[r, c]) in colours for r, c in marked)
@@ -222,14 +222,14 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     assert others and set(others) <= familiar | {0, 1, 2}
     # "question": each key is said once more, followed by a text token, just before its query
     tc.kv_vocab = "question"
-    x, y, answers = make_batch(tc, stream, tok, step=1)
+    x, y, answers, _ = make_batch(tc, stream, tok, step=1)
     for r, c in answers.nonzero().tolist():
         assert int(x[r, c - 2]) == int(x[r, c]) in objects and int(x[r, c - 1]) not in colours
         assert int(y[r, c]) in colours
     # kv_pad: filler tokens around every pair and query; each marked value still follows its key, and the key's
     # first occurrence in the row is followed by that value
     tc.kv_vocab, tc.kv_pad = "story", 2
-    x, y, answers = make_batch(tc, stream, tok, step=2)
+    x, y, answers, _ = make_batch(tc, stream, tok, step=2)
     seq = torch.cat([x, y[:, -1:]], 1)
     gaps = set()
     for r, c in answers.nonzero().tolist():
@@ -240,7 +240,7 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     assert False in gaps                     # some pairs stand after a filler token, not after another pair
     # kv_link: 0..N filler tokens between each key and its value, in the pairs and the queries alike
     tc.kv_link = 3
-    x, y, answers = make_batch(tc, stream, tok, step=3)
+    x, y, answers, _ = make_batch(tc, stream, tok, step=3)
     seq = torch.cat([x, y[:, -1:]], 1)
     links = []
     for r, c in answers.nonzero().tolist():

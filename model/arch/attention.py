@@ -28,7 +28,7 @@ from ..fusion import fusable, fusing
 from ..layer_map import LayerSpec
 from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
-from .context import CompressedRead, Context, EntryTable, KLInputs, PoolTarget
+from .context import CompressedRead, Context, EntryTable, KLInputs, LookupTarget, PoolTarget
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
 from .rope import RopeTables, apply_rope
@@ -134,6 +134,18 @@ def attend(q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None, values:
     return out, probs
 
 
+def lookup_mass(probs: torch.Tensor, comp: CompressedRead, target: LookupTarget, w: int) -> torch.Tensor:
+    """The attention each answer row's heads pay the entry that packs its target position -> [N, H] (with
+    gradient): dense, that entry's column; gathered, the pick that is that entry (0 if it was not selected)."""
+    b, r = target.batch, target.row
+    entry = target.position // max(1, target.ratio)
+    pc = probs[b, r, :, w:-1]                                           # [N, H, T or k]
+    if comp.dense:
+        return pc.gather(-1, entry.view(-1, 1, 1).expand(-1, pc.shape[1], 1)).squeeze(-1)
+    hit = (comp.idx[b, r] == entry.view(-1, 1)).to(pc.dtype)           # [N, k]
+    return (pc * hit.unsqueeze(1)).sum(-1)
+
+
 class Attention(torch.nn.Module):
     def __init__(self, cfg: V41Config, spec: LayerSpec):
         super().__init__()
@@ -179,6 +191,8 @@ class Attention(torch.nn.Module):
         out, probs = self._attend(q, kv, prev, comp)
         if ctx.indexer_loss and comp is not None and (comp.kl is not None or ctx.pool_target is not None):
             self._indexer_loss(probs, comp, ctx)
+        if ctx.lookup is not None and comp is not None and self.ratio == ctx.lookup.ratio:
+            ctx.lookup.masses.append(lookup_mass(probs, comp, ctx.lookup, self.window))
         if ctx.trace is not None:
             ctx.trace.attention(self.layer_id, ctx.positions, probs, prev, comp, self.window)
         out = apply_rope(out, cos, sin, inverse=True)

@@ -83,6 +83,25 @@ class CompressedRead:
 
 
 @dataclass
+class LookupTarget:
+    """Training: answer rows and the earlier position each should read (the fact its answer repeats), and the
+    attention the layers reading entries of compression `ratio` pay that position's entry, per layer [N, H].
+    `loss` asks that at least one head of one such layer reads it (docs/training.md §3, the lookup loss)."""
+
+    batch: torch.Tensor      # [N] row of the batch
+    row: torch.Tensor        # [N] the answer row (the position that predicts the answer)
+    position: torch.Tensor   # [N] the position whose entry holds the answer
+    ratio: int = 1           # the layers supervised: those reading entries of this ratio
+    masses: list[torch.Tensor] = field(default_factory=list)
+
+    def loss(self) -> torch.Tensor | None:
+        """-log P(some supervised head reads the target), heads and layers taken as independent readers;
+        mean over the answer rows. None when no layer read entries of `ratio`."""
+        if not self.masses or not self.batch.numel():
+            return None
+        p = torch.cat(self.masses, dim=-1).clamp(0.0, 1.0 - 1e-6)         # [N, L*H]
+        miss = torch.log1p(-p).sum(-1)                                    # log P(no head reads it)
+        return -torch.log((-torch.expm1(miss)).clamp_min(1e-8)).mean()
 
 
 # What the layers need from the objects passed into a forward: the cache, the trace recorder, a layer source.
@@ -200,6 +219,7 @@ class Context:
     indexer_losses: list[torch.Tensor] = field(default_factory=list)
     pool_kl: bool = False                   # the candidate source's KL against every decoder layer's attention
     pool_target: PoolTarget | None = None   # ... summed here while the layers run (see PoolTarget)
+    lookup: LookupTarget | None = None      # answer rows whose attention on their fact's entry is trained
     collect_routing: bool = False           # keep each MoE's chosen experts (load balancing in training)
     routings: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> attention input (mean of streams)

@@ -545,11 +545,14 @@ def link_sentence(rng: random.Random, obj: str, col: str, con: str, link_max: in
     return f"The {obj} {link} {col} {con}.".replace("  ", " ")
 
 
-def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,
-                 max_fillers: int = 4, link_max: int = -1, link_share: float = 0.5, link_min: int = 0) -> str:
+def recall_drill_sources(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,
+                         max_fillers: int = 4, link_max: int = -1, link_share: float = 0.5, link_min: int = 0
+                         ) -> tuple[str, list[tuple[int, int]]]:
     """A dense recall exercise for training: several objects put in coloured containers, everyday
     filler between them, then a question about each object in a shuffled order, each followed by its
-    answer. One drill holds 3-6 recall events at mixed distances (a story holds one), which gives the
+    answer. Returns the text and, per answer, (the character offset of its colour, that of the same
+    object's colour in its fact sentence): where a lookup loss points the answer's attention.
+    One drill holds 3-6 recall events at mixed distances (a story holds one), which gives the
     copy-from-far-back behaviour many more training signals per token. `cast` gives the names, objects
     and sentences (`WIDE_CAST`: many of each); up to `max_fillers` filler sentences follow each fact (and
     up to 3/4 of that before each question): more of them puts the facts further back.
@@ -567,7 +570,9 @@ def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, c
     cons = [rng.choice(CONTAINERS) for _ in objs]
     sents = [rng.choice(INTROS).format(who=who, other=others[0], place=rng.choice(PLACES),
                                        animal=rng.choice(ANIMALS))]
+    fact_at: list[int] = []                  # index in sents of each object's fact sentence
     for o, c, k in zip(objs, cols, cons):
+        fact_at.append(len(sents))
         if link_max >= 0 and rng.random() < link_share:
             sents.append(link_sentence(rng, o, c, k, link_max, link_min))
         else:
@@ -575,11 +580,27 @@ def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, c
         sents += [_filler(rng, who, others) for _ in range(rng.randint(0, max_fillers))]
     order = list(range(n))
     rng.shuffle(order)
+    asks: list[tuple[int, int]] = []         # (index in sents of an answer sentence, the object it answers)
     for i in order:
         sents += [_filler(rng, who, others) for _ in range(rng.randint(0, (3 * max_fillers) // 4))]
         sents.append(rng.choice(cast.questions).format(obj=objs[i], who2=rng.choice(others)))
+        asks.append((len(sents), i))
         if link_max >= 0 and rng.random() < link_share:
             sents.append(link_sentence(rng, objs[i], cols[i], cons[i], link_max, link_min))
         else:
             sents.append(ANSWER_TEMPLATE.format(obj=objs[i], col=cols[i], con=cons[i]))
-    return " ".join(sents)
+    starts = [0]
+    for sent in sents:
+        starts.append(starts[-1] + len(sent) + 1)
+
+    def colour_at(sent: int, col: str) -> int:
+        # the one colour word of a fact or answer sentence (names, objects and filler hold none)
+        return starts[sent] + re.search(rf"\b{col}\b", sents[sent]).start()
+
+    return " ".join(sents), [(colour_at(a, cols[i]), colour_at(fact_at[i], cols[i])) for a, i in asks]
+
+
+def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,
+                 max_fillers: int = 4, link_max: int = -1, link_share: float = 0.5, link_min: int = 0) -> str:
+    """The text of `recall_drill_sources` (a dense recall exercise for training)."""
+    return recall_drill_sources(rng_or_seed, n_facts, cast, max_fillers, link_max, link_share, link_min)[0]

@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import random
 import re
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
-from ..corpus.stories import COLOURS, DRILL_CASTS, TRAIN_CAST, Cast, colour_token_ids, recall_drill, word_token_ids
+from ..corpus.stories import (COLOURS, DRILL_CASTS, TRAIN_CAST, Cast, colour_token_ids, recall_drill_sources,
+                              token_index_at_char, word_token_ids)
 from ..corpus.tokenizer import EOS_ID
 from .schedule import TrainConfig, batch_generator, copy_gap_at
 
@@ -26,28 +27,54 @@ from .schedule import TrainConfig, batch_generator, copy_gap_at
 _ANSWER_COLOUR = re.compile(r'\?"? The [\w ]+? (' + "|".join(COLOURS) + r") ")
 
 
-def _rows(rows: list[list[int]], marks: list[list[bool]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Token rows of seq_len + 1 and per-token answer marks -> (x, y, answers aligned with y)."""
+class Rows(NamedTuple):
+    """Training rows: inputs, next-token targets, which targets a look-back predicts, and where it looks."""
+
+    x: torch.Tensor        # [B, S] input ids
+    y: torch.Tensor        # [B, S] targets (x shifted by one)
+    answers: torch.Tensor  # [B, S] bool: y[t] is predictable only by a look-back
+    sources: torch.Tensor  # [B, S] long: for such a y[t], the position of the earlier token holding it (-1: none)
+
+
+def _rows(rows: list[list[int]], marks: list[list[bool]], sources: list[list[int]] | None = None) -> Rows:
+    """Token rows of seq_len + 1, per-token answer marks and per-token sources (the index in the row of the earlier
+    token an answer is read from, -1 for none) -> Rows, the marks and sources aligned with y. A source index is
+    also the position of its row in x (x is the row without its last token, and a source comes before y's)."""
     t = torch.tensor(rows, dtype=torch.long)
     a = torch.tensor(marks, dtype=torch.bool)
-    return t[:, :-1], t[:, 1:], a[:, 1:]
+    src = torch.full_like(t, -1) if sources is None else torch.tensor(sources, dtype=torch.long)
+    return Rows(t[:, :-1], t[:, 1:], a[:, 1:], src[:, 1:])
 
 
-def _packed(n: int, seq_len: int, piece: Callable[[], tuple[list[int], list[bool]]]
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n rows of seq_len + 1 tokens, each filled with pieces (ids, answer marks) drawn one after another and cut
-    at the row's end -> (x, y, answers) as `_rows` gives them."""
-    rows, marks = [], []
+Piece = tuple[list[int], list[bool], list[int]]   # ids, answer marks, sources (indices within the piece, or -1)
+
+
+def _packed(n: int, seq_len: int, piece: Callable[[], Piece]) -> Rows:
+    """n rows of seq_len + 1 tokens, each filled with pieces drawn one after another and cut at the row's end
+    -> Rows as `_rows` gives them (a piece's sources moved to row indices)."""
+    rows, marks, sources = [], [], []
     for _ in range(n):
         ids: list[int] = []
         mark: list[bool] = []
+        src: list[int] = []
         while len(ids) < seq_len + 1:
-            i, m = piece()
+            i, m, r = piece()
+            src += [j + len(ids) if j >= 0 else -1 for j in r]
             ids += i
             mark += m
         rows.append(ids[:seq_len + 1])
         marks.append(mark[:seq_len + 1])
-    return _rows(rows, marks)
+        sources.append(src[:seq_len + 1])
+    return _rows(rows, marks, sources)
+
+
+def _copied(first: int, marks: list[bool]) -> list[int]:
+    """Sources of a piece whose marked tokens repeat, in order, the tokens from index `first` on."""
+    out, k = [], 0
+    for m in marks:
+        out.append(first + k if m else -1)
+        k += m
+    return out
 
 
 def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
@@ -56,26 +83,38 @@ def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
 
 
 def drill_rows(tok, n: int, seq_len: int, seed: int, cast: Cast = TRAIN_CAST, max_fillers: int = 4,
-               link_max: int = -1, link_share: float = 0.5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               link_max: int = -1, link_share: float = 0.5) -> Rows:
     """n rows of packed recall drills (each drill after an <|eos|>, `cast`, `max_fillers`, `link_max` and
     `link_share` as in `recall_drill`), deterministic for a seed; the answer marks sit on the colour
-    tokens of the answers."""
+    tokens of the answers, their sources on the same object's colour in its fact (-1 when the row's cut
+    left the fact out)."""
     rng = random.Random(seed)
-    rows, marks = [], []
+    rows, marks, sources = [], [], []
     for _ in range(n):
         ids: list[int] = []
         mark: list[bool] = []
+        src: list[int] = []
         while len(ids) < seq_len + 1:
-            text = recall_drill(rng, cast=cast, max_fillers=max_fillers, link_max=link_max,
-                                link_share=link_share)
+            text, pairs = recall_drill_sources(rng, cast=cast, max_fillers=max_fillers, link_max=link_max,
+                                               link_share=link_share)
             enc = tok.encode(text, add_special_tokens=False)
             spans = _answer_colour_spans(text)
+            here = [-1] * len(enc.ids)
+            for said, fact in pairs:
+                # a colour of several tokens: its k-th token is read from the fact colour's k-th
+                end = said + re.match(r"\w+", text[said:]).end()
+                a, f = token_index_at_char(enc.offsets, said), token_index_at_char(enc.offsets, fact)
+                while a < len(here) and enc.offsets[a][0] < end:
+                    here[a] = len(ids) + 1 + f
+                    a, f = a + 1, f + 1
             ids += [EOS_ID] + enc.ids
             mark += [False] + [any(a <= s < b or s <= a < e for a, b in spans) for s, e in enc.offsets]
+            src += [-1] + here
         start = rng.randrange(0, len(ids) - seq_len) if len(ids) > seq_len + 1 else 0
         rows.append(ids[start:start + seq_len + 1])
         marks.append(mark[start:start + seq_len + 1])
-    return _rows(rows, marks)
+        sources.append([j - start if j >= start else -1 for j in src[start:start + seq_len + 1]])
+    return _rows(rows, marks, sources)
 
 
 def patchwork_span(stream, length: int, piece_max: int, generator: torch.Generator) -> list[int]:
@@ -91,18 +130,18 @@ def patchwork_span(stream, length: int, piece_max: int, generator: torch.Generat
 
 
 def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
-                vocab: int, piece_max: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                vocab: int, piece_max: int = 0) -> Rows:
     """n rows where spans of corpus text (8-24 tokens) come back after a gap of other corpus text,
     half the time inside the window (0-16 tokens), half far back (32-400 tokens): the second copy
     can only be predicted by finding the first. Real-text spans (frequent tokens with trained
     embeddings) make this the quickest way for a small model to learn to copy from far back; random
     token ids are much slower to learn from. `vocab` is kept for the signature. The answer marks sit
-    on the second copy's tokens after its first.
+    on the second copy's tokens after its first, their sources on the first copy's.
 
     A contiguous span of the training stream can be predicted the second time from memory of the
     corpus (it is seen for several epochs), so it teaches recall of the corpus, not copying:
     `piece_max` > 0 stitches each span from pieces of 1..piece_max tokens (`patchwork_span`)."""
-    def piece() -> tuple[list[int], list[bool]]:
+    def piece() -> Piece:
         span_len = int(torch.randint(8, 25, (1,), generator=generator))
         near = bool(torch.rand((), generator=generator) < 0.5)
         gap = int(torch.randint(0, 17, (1,), generator=generator)) if near else \
@@ -113,7 +152,8 @@ def repeat_rows(stream, n: int, seq_len: int, generator: torch.Generator,
             sx, _ = stream.sample_batch(1, span_len, generator)
             span = sx[0].tolist()
         fx, _ = stream.sample_batch(1, max(gap, 2), generator)
-        return span + fx[0, :gap].tolist() + span, [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+        marks = [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+        return span + fx[0, :gap].tolist() + span, marks, _copied(1, marks)
 
     return _packed(n, seq_len, piece)
 
@@ -151,7 +191,7 @@ def copy_ids_for(tc: TrainConfig, stream) -> CopyIds:
 
 def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator, span_max: int,
               gap_max: int, near_frac: float = 0.0, gap_min: int = 0,
-              spread: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              spread: bool = False) -> Rows:
     """n rows of spans of shuffled familiar tokens, each said twice with gap_min..gap_max other shuffled
     tokens between. Text order gives no hint here, so the only way to predict the second copy is to
     find the first: the sharpest training signal for the copy (induction) circuit, which a small
@@ -160,10 +200,10 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     the near skill keeps being practised while `gap_max` moves out. `spread` makes the gap range the
     whole row (0 .. seq_len + 1 - 2 x span): distances over everything a row can hold, the curriculum's
     way to teach a look-back that does not depend on one distance. The answer marks sit on the
-    second copy's tokens after its first (the only predictable tokens here)."""
+    second copy's tokens after its first (the only predictable tokens here), their sources on the first copy's."""
     source = CopyIds.of(ids)
 
-    def piece() -> tuple[list[int], list[bool]]:
+    def piece() -> Piece:
         span_len = int(torch.randint(3, max(3, span_max) + 1, (1,), generator=generator))
         near = near_frac > 0 and bool(torch.rand((), generator=generator) < near_frac)
         hi = max(0, seq_len + 1 - 2 * span_len) if spread else gap_max
@@ -171,7 +211,8 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
         hi = min(2, hi) if near else hi
         gap = int(torch.randint(lo, hi + 1, (1,), generator=generator))
         pick = source.draw(span_len + gap, generator)
-        return pick + pick[:span_len], [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+        marks = [False] * (span_len + gap + 1) + [True] * (span_len - 1)
+        return pick + pick[:span_len], marks, _copied(1, marks)
 
     return _packed(n, seq_len, piece)
 
@@ -184,7 +225,7 @@ def _story_kv_ids(tok) -> tuple[CopyIds, CopyIds]:
 
 
 def kv_rows_for(tc: TrainConfig, stream, tok, n: int, generator: torch.Generator, gap_min: int = 0,
-                broad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                broad: bool = False) -> Rows:
     """n key-value rows as a run's settings make them: keys, values and filler the copies' ids, or with `kv_vocab`
     "story" / "question" the one-token objects of the drills' wide cast as keys and the one-token colours as
     values, the copies' ids between (`question` also names each key before its query); `kv_pad`, `kv_link`. `broad`
@@ -202,12 +243,13 @@ def kv_rows_for(tc: TrainConfig, stream, tok, n: int, generator: torch.Generator
 def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.Generator,
             max_pairs: int = 8, max_gap: int = 32, gap_min: int = 0, values: torch.Tensor | CopyIds | None = None,
             filler: torch.Tensor | CopyIds | None = None,
-            mention: bool = False, pad: int = 0, link: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            mention: bool = False, pad: int = 0, link: int = 0) -> Rows:
     """n rows of key-value lookups (associative recall, MQAR-style): 2..max_pairs pairs of familiar tokens, a
     key next to its value ("k1 v1 k2 v2 ..."), gap_min..max_gap other familiar tokens, then every key again in a
     shuffled order, each followed by its value. A value after its repeated key is predictable only by finding the key's
     first occurrence and reading the token next to it: the match that binding an object to its colour needs,
-    with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values.
+    with no distance between them. Keys within a group are distinct. The answer marks sit on the queried values,
+    their sources on the same values in the pairs.
     `values` and `filler` draw those from other ids than the keys (the story vocabulary: objects -> colours, with
     familiar text tokens between). `mention` says each key once more, followed by a filler token, just before its
     query ("k x k v", as "Where is the key? The key ..." asks): the latest earlier occurrence of the key is then
@@ -224,7 +266,7 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
     def some(most: int) -> list[int]:
         return filler_source.draw(int(torch.randint(0, most + 1, (1,), generator=generator)), generator) if most else []
 
-    def piece() -> tuple[list[int], list[bool]]:
+    def piece() -> Piece:
         npairs = int(torch.randint(2, max(2, max_pairs) + 1, (1,), generator=generator))
         gap = int(torch.randint(min(gap_min, max_gap), max_gap + 1, (1,), generator=generator))
         keys: list[int] = []
@@ -236,37 +278,42 @@ def kv_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torch.
         order = torch.randperm(npairs, generator=generator).tolist()
         toks: list[int] = []
         marks: list[bool] = []
+        sources: list[int] = []
+        value_at: list[int] = []             # where each pair's value was said
 
-        def say(part: list[int], marked_last: bool = False) -> None:
+        def say(part: list[int], source: int = -1) -> None:
             if not part:
                 return
             toks.extend(part)
-            marks.extend([False] * (len(part) - 1) + [marked_last])
+            marks.extend([False] * (len(part) - 1) + [source >= 0])
+            sources.extend([-1] * (len(part) - 1) + [source])
 
         for k, v in zip(keys, vals):
-            say(some(pad) + [k] + some(link) + [v] + some(pad))
+            before, between = some(pad), some(link)
+            value_at.append(len(toks) + len(before) + 1 + len(between))
+            say(before + [k] + between + [v] + some(pad))
         say(filler_source.draw(gap, generator))
         said = filler_source.draw(npairs, generator) if mention else []
         for j, i in enumerate(order):
             say(some(pad) + ([keys[i], said[j]] if mention else []))
-            say([keys[i]] + some(link) + [vals[i]], marked_last=True)
+            say([keys[i]] + some(link) + [vals[i]], source=value_at[i])
             say(some(pad))
-        return toks, marks
+        return toks, marks, sources
 
     return _packed(n, seq_len, piece)
 
 
-def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_batch(tc: TrainConfig, stream, tok, step: int) -> Rows:
     """Batch `step`: natural-text rows, then drills, repeated text spans, copy rows and key-value rows by their
-    shares -> (x, y, answers): answers marks the targets a look-back can predict (weighted by
-    `answer_weight` in the loss)."""
+    shares -> Rows: answers marks the targets a look-back can predict (weighted by `answer_weight` in the loss),
+    sources where each is read from (the lookup loss's targets)."""
     n_drill = int(round(tc.batch * tc.drill_frac))
     n_rep = int(round(tc.batch * tc.repeat_frac))
     n_copy = int(round(tc.batch * tc.copy_frac))
     n_kv = int(round(tc.batch * tc.kv_frac))
     g = batch_generator(tc, step)
     x, y = stream.sample_batch(tc.batch - n_drill - n_rep - n_copy - n_kv, tc.seq_len, g)
-    parts = [(x, y, torch.zeros_like(y, dtype=torch.bool))]
+    parts = [Rows(x, y, torch.zeros_like(y, dtype=torch.bool), torch.full_like(y, -1))]
     if n_drill:
         if tc.drill_cast not in DRILL_CASTS:
             raise ValueError(f"drill_cast {tc.drill_cast!r}: choose from {sorted(DRILL_CASTS)}")
@@ -279,4 +326,4 @@ def make_batch(tc: TrainConfig, stream, tok, step: int) -> tuple[torch.Tensor, t
                                copy_gap_at(tc, step), tc.copy_near_frac, spread=tc.copy_spread))
     if n_kv:
         parts.append(kv_rows_for(tc, stream, tok, n_kv, g))
-    return tuple(torch.cat(t) for t in zip(*parts))  # type: ignore[return-value]
+    return Rows(*(torch.cat(t) for t in zip(*parts)))

@@ -151,7 +151,7 @@ def copy_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_991, broad: 
     gap_min = (3 * top) // 4 if tc.copy_spread else tc.copy_gap
     ids = CopyIds(weights=stream.unigram_weights(0.5)) if broad else copy_ids_for(tc, stream)
     g = torch.Generator().manual_seed(seed)
-    x, y, answers = copy_rows(ids, n, tc.seq_len, g, span, top, gap_min=gap_min, spread=tc.copy_spread)
+    x, y, answers, _ = copy_rows(ids, n, tc.seq_len, g, span, top, gap_min=gap_min, spread=tc.copy_spread)
     return _probe(m, tc, step, "probe_broad" if broad else "probe", x, y, answers)
 
 
@@ -175,7 +175,7 @@ def kv_probe(m: V41Model, tc, stream, n: int = 16, seed: int = 99_989, broad: bo
     stage's own keys, values and pairs (`kv_rows_for`; the story vocabulary needs `tok`), at its longest distances
     (the top quarter of 0..`kv_gap`), read at the training window of `step`, dense and sparse; `broad` draws
     the ids from the unigram^0.5 as `copy_probe` does. Same keys as `copy_probe`."""
-    x, y, answers = kv_rows_for(tc, stream, tok, n, torch.Generator().manual_seed(seed),
+    x, y, answers, _ = kv_rows_for(tc, stream, tok, n, torch.Generator().manual_seed(seed),
                                 gap_min=(3 * tc.kv_gap) // 4, broad=broad)
     return _probe(m, tc, step, "probe_broad" if broad else "probe", x, y, answers)
 
@@ -204,7 +204,7 @@ def kv_lookup(m: V41Model, ids: torch.Tensor, gaps: tuple[int, ...] = (0, 200), 
     only a match through the compressed entries scores above chance (1 / len(ids))."""
     out = {}
     for gap in gaps:
-        x, y, marks = kv_rows(ids, rows, seq_len, torch.Generator().manual_seed(seed), max_pairs=8, max_gap=gap)
+        x, y, marks, _ = kv_rows(ids, rows, seq_len, torch.Generator().manual_seed(seed), max_pairs=8, max_gap=gap)
         out[gap] = _marked_accuracy(m, x, y, marks, ablation)
     return out
 

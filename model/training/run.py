@@ -116,9 +116,9 @@ def train_steps(run: Run) -> float:
           f"on {run.device} ({torch.get_num_threads()} threads)", file=sys.stderr)
     for step in range(run.start, run.end):
         ts = run.stage_config()
-        x, y, answers = make_batch(ts, run.stream, run.tok, step)
+        x, y, answers, sources = make_batch(ts, run.stream, run.tok, step)
         set_window(m, window_at(ts, step))
-        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), ts, step, answers)
+        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), ts, step, answers, sources)
         rec["step"], rec["tokens"] = step + 1, x.numel()
         _progress(run, rec, step, time.time() - t0)
         if run.stages:
@@ -175,7 +175,8 @@ def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
     rate = run.tokens_this_process / elapsed
     eta = (steps - step - 1) * elapsed / done
     bar = "#" * int(30 * (step + 1) / steps)
-    print(f"\r[{bar:<30}] {step + 1}/{steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f} "
+    lookup = f" lookup {rec['lookup']:.3f}" if "lookup" in rec else ""
+    print(f"\r[{bar:<30}] {step + 1}/{steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f}{lookup} "
           f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
 
 

@@ -3,6 +3,9 @@ balancing rule (docs/design/equations.md §13 training the indexer,
 §9 MoE routing and its balancing).
 
 - language-model loss: next-token cross entropy, the look-back answers weighted `answer_weight`;
+- the lookup loss (`lookup_weight` > 0): at each answer row whose source lies beyond the training window, the
+  decoder's ratio-1 attention is asked to fall on that source's entry (some head of some layer reading it),
+  a signal for the match itself where the answer's loss alone left it at random (docs/training.md §3);
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
   index scores, with the indexer's inputs detached; dense (every visible entry attended, KL over all
   of them) for the first `dense_warmup_frac` of the steps, then sparse (top-k attended, KL over the
@@ -18,7 +21,7 @@ import re
 
 import torch
 
-from ..arch.context import Ablation
+from ..arch.context import Ablation, LookupTarget
 from ..config import V41Config
 from ..corpus.tokenizer import compressed_token_map
 from ..fusion import fusable, fused
@@ -91,31 +94,44 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
     return (ce * w).sum() / w.sum().clamp_min(1e-20), plain
 
 
+def lookup_target(sources: torch.Tensor, window: int) -> LookupTarget | None:
+    """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
+    inside it needs no entry)."""
+    rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
+    b, r = torch.nonzero((sources >= 0) & (rows - sources >= window), as_tuple=True)
+    return LookupTarget(b, r, sources[b, r]) if b.numel() else None
+
+
 def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
-                     answers: torch.Tensor | None = None):
-    """The loss (LM, its look-back answers weighted by `answer_weight`, + weighted indexer KL) and
-    its gradients, accumulated into the parameters. Returns (plain LM loss, indexer KL, model output
-    with the routing choices)."""
+                     answers: torch.Tensor | None = None, sources: torch.Tensor | None = None):
+    """The loss (LM, its look-back answers weighted by `answer_weight`, + weighted indexer KL, + weighted lookup
+    loss) and its gradients, accumulated into the parameters. Returns (plain LM loss, indexer KL, lookup loss,
+    model output with the routing choices)."""
     m.train()
     weights = None
     if answers is not None and tc.answer_weight != 1.0:
         weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
+    lookup = None
+    if tc.lookup_weight > 0 and sources is not None:
+        lookup = lookup_target(sources.to(x.device), min(layer.attn.limit for layer in m.layers))
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
-                pool_kl=tc.pool_kl and dense)
+                pool_kl=tc.pool_kl and dense, lookup=lookup)
         lm, plain = lm_loss(out.logits, y, weights)
         il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
-        (lm + tc.indexer_weight * il).backward()
-    return plain, il, out
+        lk = out.lookup_loss if out.lookup_loss is not None else lm.new_zeros(())
+        (lm + tc.indexer_weight * il + tc.lookup_weight * lk).backward()
+    return plain, il, lk, out
 
 
 def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
-               step: int, answers: torch.Tensor | None = None) -> dict[str, float]:
+               step: int, answers: torch.Tensor | None = None, sources: torch.Tensor | None = None
+               ) -> dict[str, float]:
     dense = step < int(tc.dense_warmup_frac * tc.steps)
     for g in opt.param_groups:
         g["lr"] = lr_at(tc, step)
     opt.zero_grad(set_to_none=True)
-    lm, il, out = forward_backward(m, x, y, tc, dense, answers)
+    lm, il, lk, out = forward_backward(m, x, y, tc, dense, answers, sources)
     gn = torch.nn.utils.clip_grad_norm_([p for p in m.parameters() if p.requires_grad], tc.clip,
                                         foreach=tc.fast)
     opt.step()
@@ -123,5 +139,8 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
         # the balancing rule moves a bias outside gradient descent: frozen with the rest under train_only
         if not tc.train_only or re.search(tc.train_only, f"layers.{lid}.ffn.gate.bias"):
             m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
-    return {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn),
-            "lr": lr_at(tc, step), "dense": dense}
+    rec = {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn),
+           "lr": lr_at(tc, step), "dense": dense}
+    if tc.lookup_weight > 0:
+        rec["lookup"] = float(lk.detach())
+    return rec
