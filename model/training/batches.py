@@ -17,8 +17,16 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from ..corpus.stories import (COLOURS, DRILL_CASTS, TRAIN_CAST, Cast, colour_token_ids, recall_drill_sources,
-                              token_index_at_char, word_token_ids)
+from ..corpus.stories import (
+    COLOURS,
+    DRILL_CASTS,
+    TRAIN_CAST,
+    Cast,
+    colour_token_ids,
+    recall_drill_sources,
+    token_index_at_char,
+    word_token_ids,
+)
 from ..corpus.tokenizer import EOS_ID
 from .schedule import TrainConfig, batch_generator, copy_gap_at
 
