@@ -253,3 +253,42 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     assert set(links) == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="kv_vocab"):
         make_batch(TrainConfig(batch=2, seq_len=64, kv_frac=1.0, kv_vocab="nonsense"), stream, tok, step=1)
+
+
+def test_sources_point_each_answer_at_the_earlier_token_it_repeats():
+    """Rows' sources: every marked target has one (unless a drill's cut left its fact out) and nothing else has;
+    the source comes before the answer row and holds the answer's token. Drills: it is the colour of the fact that
+    put the same object away (not another fact of that colour); key-value rows with links and pads: the pair's own
+    value, its key the query's key."""
+    import re
+
+    from model.corpus import COLOURS, load_tokenizer
+    from model.corpus.stories import DRILL_CASTS, WIDE_OBJECTS
+    from model.training import copy_rows, drill_rows, kv_rows
+
+    def check(rows, min_share=1.0):
+        x, y, answers, sources = rows
+        has = sources >= 0
+        assert not (has & ~answers).any()
+        assert float(has.sum()) >= min_share * float(answers.sum()) > 0
+        b, t = has.nonzero(as_tuple=True)
+        s = sources[b, t]
+        assert bool((s <= t).all()) and torch.equal(x[b, s], y[b, t])
+        return x, y, b, t, s
+
+    check(copy_rows(torch.arange(100, 400), 3, 120, torch.Generator().manual_seed(2), span_max=6, gap_max=40))
+    keys, values, filler = torch.arange(100, 200), torch.arange(200, 300), torch.arange(300, 1100)
+    x, y, b, t, s = check(kv_rows(keys, 3, 300, torch.Generator().manual_seed(3), max_pairs=6, max_gap=40,
+                                  values=values, filler=filler, pad=2, link=3))
+    for r, a, f in zip(b.tolist(), t.tolist(), s.tolist()):
+        def key_before(p: int) -> int:            # the key said 1-4 tokens before position p (links between)
+            return next(k for k in reversed(x[r, max(0, p - 4):p].tolist()) if 100 <= k < 200)
+        assert key_before(a + 1) == key_before(f)  # the source is the value of the pair whose key was asked
+    tok = load_tokenizer("data/weights/tiny/tokenizer.json")
+    x, y, b, t, s = check(drill_rows(tok, 3, 400, seed=4, cast=DRILL_CASTS["wide"], link_max=3), min_share=0.6)
+    for r, a, f in zip(b.tolist(), t.tolist(), s.tolist()):
+        assert tok.decode([int(y[r, a])]).strip() in COLOURS
+        fact = tok.decode(x[r, max(0, f - 12):f + 1].tolist()).split(".")[-1]     # the fact up to its colour
+        answer = tok.decode(x[r, max(0, a - 12):a + 1].tolist()).split("?")[-1]   # the answer up to its colour
+        named = [o for o in WIDE_OBJECTS if re.search(rf"\b{o}\b", answer)]
+        assert named and all(re.search(rf"\b{o}\b", fact) for o in named), (fact, answer)
