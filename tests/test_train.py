@@ -518,28 +518,30 @@ def test_pair_reads_scores_the_attended_fact_colour_and_the_answer_apart():
     assert all(reads[k][1] == pytest.approx(said[k][0]) for k in PAIR_FORMATS)
 
 
-def test_lookup_loss_asks_some_head_to_read_each_answers_source_and_training_on_it_does(monkeypatch):
-    """The lookup loss leaves the forward unchanged; it is -log P(some ratio-1 head reads the source's entry),
-    recomputed here from the attention itself; dense and gathered reads agree when every entry is selected; rows
-    whose source lies inside the window are left out; a few steps on it alone raise the attention on the sources."""
+def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_and_training_on_it_does(
+        monkeypatch):
+    """The lookup loss leaves the forward unchanged; it is -log P(some ratio-1 head reads the source's entry) -
+    log(the source's share of the attention on it and its rivals, the row's other sources), recomputed here from the
+    attention itself; dense and gathered reads agree when every entry is selected; rows whose source lies inside the
+    window are not asked (their sources still rival); a few steps on it alone raise the attention on the sources."""
     import model.arch.attention as attention
     from model import Ablation, random_tiny
-    from model.arch.context import LookupTarget
     from model.training.step import lookup_target, set_window
 
     m = random_tiny()
     set_window(m, 2)
     x = torch.randint(5, 4000, (2, 64))
     sources = torch.full((2, 64), -1)
-    sources[0, 40], sources[1, 60], sources[1, 20] = 7, 33, 19     # the last is one row back: inside the window
+    sources[0, 40], sources[1, 60], sources[1, 20], sources[1, 50] = 7, 33, 19, 12   # 20: one row back
     target = lookup_target(sources, 2)
-    assert target.row.tolist() == [40, 60] and target.position.tolist() == [7, 33]
+    assert target.row.tolist() == [40, 50, 60] and target.position.tolist() == [7, 12, 33]
+    assert target.rivals.tolist() == [[-1, -1], [19, 33], [12, 19]]
     probs = {}
     real = attention.attend
 
     def keep(*a):
         out = real(*a)
-        probs[len(probs)] = out[1]
+        probs[len(probs)] = out[1].detach()
         return out
 
     dense = Ablation(dense_compressed=True)
@@ -549,11 +551,15 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_and_training_on_
     assert torch.equal(plain.logits, out.logits)
     w = m.cfg.sliding_window
     ratio1 = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
-    miss = torch.ones(2)
-    for i in ratio1:
-        for n, (r, e) in enumerate([(40, 7), (60, 33)]):
-            miss[n] *= (1 - probs[i][n, r, :, w + e]).prod()
-    assert abs(float(out.lookup_loss.detach()) - float(-torch.log(1 - miss.detach()).mean())) < 1e-4
+    expected = []
+    for b, r, e, rivals in [(0, 40, 7, []), (1, 50, 12, [19, 33]), (1, 60, 33, [12, 19])]:
+        miss = torch.tensor(1.0)
+        on = torch.zeros(1 + len(rivals))
+        for i in ratio1:
+            miss = miss * (1 - probs[i][b, r, :, w + e]).prod()
+            on += probs[i][b, r, :, [w + p for p in [e] + rivals]].sum(0)
+        expected.append(-torch.log(1 - miss) - torch.log(on[0] / on.sum()))
+    assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
     monkeypatch.setattr(attention, "attend", real)
     gathered = m(x, ablation=Ablation(index_topk=64), lookup=lookup_target(sources, 2))
     assert abs(float(gathered.lookup_loss.detach()) - float(out.lookup_loss.detach())) < 1e-3
@@ -566,5 +572,4 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_and_training_on_
         loss.backward()
         opt.step()
     assert float(loss.detach()) < first - 1.0
-    assert LookupTarget(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                        torch.zeros(0, dtype=torch.long)).loss() is None
+    assert lookup_target(torch.full((1, 8), -1), 2) is None

@@ -135,15 +135,20 @@ def attend(q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None, values:
 
 
 def lookup_mass(probs: torch.Tensor, comp: CompressedRead, target: LookupTarget, w: int) -> torch.Tensor:
-    """The attention each answer row's heads pay the entry that packs its target position -> [N, H] (with
-    gradient): dense, that entry's column; gathered, the pick that is that entry (0 if it was not selected)."""
+    """The attention each answer row's heads pay the entries that pack its source and its rivals -> [N, H, 1 + R]
+    (with gradient; 0 for a padded rival): dense, those entries' columns; gathered, the picks that are those
+    entries (0 for one not selected)."""
     b, r = target.batch, target.row
-    entry = target.position // max(1, target.ratio)
-    pc = probs[b, r, :, w:-1]                                           # [N, H, T or k]
+    where = torch.cat([target.position.view(-1, 1), target.rivals], dim=1)     # [N, 1 + R]
+    real = where >= 0
+    entry = where.clamp_min(0) // max(1, target.ratio)
+    pc = probs[b, r, :, w:-1]                                                   # [N, H, T or k]
     if comp.dense:
-        return pc.gather(-1, entry.view(-1, 1, 1).expand(-1, pc.shape[1], 1)).squeeze(-1)
-    hit = (comp.idx[b, r] == entry.view(-1, 1)).to(pc.dtype)           # [N, k]
-    return (pc * hit.unsqueeze(1)).sum(-1)
+        got = pc.gather(-1, entry.unsqueeze(1).expand(-1, pc.shape[1], -1))   # [N, H, 1 + R]
+    else:
+        hit = (comp.idx[b, r].unsqueeze(1) == entry.unsqueeze(2)).to(pc.dtype)  # [N, 1 + R, k]
+        got = torch.einsum("nhk,nek->nhe", pc, hit)
+    return got * real.unsqueeze(1)
 
 
 class Attention(torch.nn.Module):

@@ -84,24 +84,31 @@ class CompressedRead:
 
 @dataclass
 class LookupTarget:
-    """Training: answer rows and the earlier position each should read (the fact its answer repeats), and the
-    attention the layers reading entries of compression `ratio` pay that position's entry, per layer [N, H].
-    `loss` asks that at least one head of one such layer reads it (docs/training.md §3, the lookup loss)."""
+    """Training: answer rows, the earlier position each should read (the fact its answer repeats) and its rivals
+    (the other facts of its row), and the attention the layers reading entries of compression `ratio` pay their
+    entries, per layer [N, H, 1 + R]. `loss` asks that some head of some such layer reads the source, and that the
+    attention those layers give the row's facts goes to the right one (docs/training.md §3, the lookup loss)."""
 
     batch: torch.Tensor      # [N] row of the batch
     row: torch.Tensor        # [N] the answer row (the position that predicts the answer)
     position: torch.Tensor   # [N] the position whose entry holds the answer
+    rivals: torch.Tensor     # [N, R] the positions of the other facts it must be told from (-1: padding)
     ratio: int = 1           # the layers supervised: those reading entries of this ratio
     masses: list[torch.Tensor] = field(default_factory=list)
 
     def loss(self) -> torch.Tensor | None:
-        """-log P(some supervised head reads the target), heads and layers taken as independent readers;
-        mean over the answer rows. None when no layer read entries of `ratio`."""
+        """Mean over the answer rows of -log P(some supervised head reads the source), heads and layers taken as
+        independent readers, plus -log(the source's share of the attention on the source and its rivals, summed
+        over heads and layers). None when no layer read entries of `ratio`."""
         if not self.masses or not self.batch.numel():
             return None
-        p = torch.cat(self.masses, dim=-1).clamp(0.0, 1.0 - 1e-6)         # [N, L*H]
+        m = torch.stack(self.masses, dim=1)                               # [N, L, H, 1 + R]
+        p = m[..., 0].flatten(1).clamp(0.0, 1.0 - 1e-6)                  # [N, L*H] on the source
         miss = torch.log1p(-p).sum(-1)                                    # log P(no head reads it)
-        return -torch.log((-torch.expm1(miss)).clamp_min(1e-8)).mean()
+        read = -torch.log((-torch.expm1(miss)).clamp_min(1e-8))
+        total = m.sum(dim=(1, 2))                                         # [N, 1 + R]
+        share = (total[:, 0] + 1e-6) / (total.sum(-1) + 1e-6)
+        return (read - torch.log(share)).mean()
 
 
 # What the layers need from the objects passed into a forward: the cache, the trace recorder, a layer source.

@@ -4,8 +4,9 @@ balancing rule (docs/design/equations.md §13 training the indexer,
 
 - language-model loss: next-token cross entropy, the look-back answers weighted `answer_weight`;
 - the lookup loss (`lookup_weight` > 0): at each answer row whose source lies beyond the training window, the
-  decoder's ratio-1 attention is asked to fall on that source's entry (some head of some layer reading it),
-  a signal for the match itself where the answer's loss alone left it at random (docs/training.md §3);
+  decoder's ratio-1 attention is asked to fall on that source's entry (some head of some layer reading it), and
+  more on it than on the row's other facts: a signal for the match itself where the answer's loss alone left it
+  at random (docs/training.md §3);
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
   index scores, with the indexer's inputs detached; dense (every visible entry attended, KL over all
   of them) for the first `dense_warmup_frac` of the steps, then sparse (top-k attended, KL over the
@@ -96,10 +97,21 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
 
 def lookup_target(sources: torch.Tensor, window: int) -> LookupTarget | None:
     """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
-    inside it needs no entry)."""
+    inside it needs no entry); its rivals are the other sources of its row before it (the facts it must be told
+    from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too."""
     rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
     b, r = torch.nonzero((sources >= 0) & (rows - sources >= window), as_tuple=True)
-    return LookupTarget(b, r, sources[b, r]) if b.numel() else None
+    if not b.numel():
+        return None
+    pos = sources[b, r]
+    rivals = []
+    for row, at, own in zip(b.tolist(), r.tolist(), pos.tolist()):
+        rivals.append(sorted({s for s in sources[row].tolist() if 0 <= s < at and s != own}))
+    width = max(1, max(map(len, rivals)))
+    riv = torch.full((len(rivals), width), -1, dtype=torch.long)
+    for i, found in enumerate(rivals):
+        riv[i, :len(found)] = torch.tensor(found, dtype=torch.long)
+    return LookupTarget(b, r, pos, riv.to(sources.device))
 
 
 def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
