@@ -65,6 +65,17 @@ DEFINITIONS = [
 ]
 
 
+# The two verification rules, as the step-through page states them.
+RULE_TEXT = {
+    "greedy": "Greedy rule: draft j is accepted when it equals the target's most likely token at that position. "
+              "At the first mismatch the target's own choice replaces it and the step ends; if every draft "
+              "matches, the target adds one more (bonus) token.",
+    "stochastic": "Stochastic rule: draw u uniformly in [0, 1); accept draft j when u < min(1, p_j(x)/q_j(x)). On "
+                  "rejection, draw a replacement from max(0, p_j - q_j), normalised, and end the step; if all drafts "
+                  "pass, draw a bonus token from p. The output then follows exactly the target's distribution.",
+}
+
+
 @dataclass
 class Explained:
     label: str

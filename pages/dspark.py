@@ -15,6 +15,7 @@ from lessons.dspark import (
     AUTO_NOTE,
     DEFINITIONS,
     INTRO,
+    RULE_TEXT,
     SIM_P,
     SIM_Q,
     SIM_TEXT,
@@ -120,15 +121,6 @@ def tok(i: int | None) -> str:
     return "" if i is None else show_token(model.decode([int(i)]))
 
 
-RULE_TEXT = {
-    "greedy": "Greedy rule: draft j is accepted when it equals the target's most likely token at that position. "
-              "At the first mismatch the target's own choice replaces it and the step ends; if every draft "
-              "matches, the target adds one more (bonus) token.",
-    "stochastic": "Stochastic rule: draw u uniformly in [0, 1); accept draft j when u < min(1, p_j(x)/q_j(x)). On "
-                  "rejection, draw a replacement from max(0, p_j - q_j), normalised, and end the step; if all drafts "
-                  "pass, draw a bonus token from p. The output then follows exactly the target's distribution.",
-}
-
 # ---- the rule is lossless: a simulation ------------------------------------------------------------------------
 with st.expander("Why checking loses nothing: a simulation", expanded=False):
     st.write(SIM_TEXT)
@@ -209,12 +201,12 @@ st.caption("The same prompt and settings, run to the end, and the same request d
 
 def _whole(progress):
     progress(0.05, "plain decoding ...")
-    plain = generate(model, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)), prefill_mode=mode,
-                     stop_at_eos=True)
+    base = generate(model, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)), prefill_mode=mode,
+                    stop_at_eos=True)
     progress(0.5, "speculative decoding ...")
     spec = speculative_generate(model, drafter, [ids], int(max_new), sampler=Sampler(temp, 1.0, int(draw_seed)),
                                 prefill_mode=mode, draft_length=draft_length, confidence_threshold=float(threshold))
-    return plain, spec
+    return base, spec
 
 
 ran = st.session_state.setdefault("ds_ran", set())
@@ -222,16 +214,16 @@ if not st.button("Run both to the end", key="ds_run") and settings not in ran:
     st.stop()
 ran.add(settings)
 try:
-    plain, spec = cached_with_progress("dspark", settings, _whole, "Decoding ...", max_entries=16)
+    base, spec = cached_with_progress("dspark", settings, _whole, "Decoding ...", max_entries=16)
 except Exception as e:
     st.error(f"The run failed: {plain(e)}")
     st.stop()
 stats: SpecStats = spec.stats
-same = plain.tokens == spec.tokens
+same = base.tokens == spec.tokens
 c = st.columns(4)
-c[0].metric("Target passes (plain)", plain.target_passes)
+c[0].metric("Target passes (plain)", base.target_passes)
 c[1].metric("Target passes (DSpark)", spec.target_passes)
-speed = plain.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
+speed = base.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
 c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
 c[3].metric("Identical output", "yes" if same else "no")
 if rule == "greedy" and drafter is getattr(model, "mtp", None):
@@ -241,7 +233,7 @@ if rule == "greedy" and not same:
 elif rule == "stochastic":
     st.caption("With the stochastic rule the output follows the target's distribution, but the random draws differ "
                "from plain sampling, so the tokens need not be identical.")
-st.text("Plain:  " + model.decode(plain.tokens))
+st.text("Plain:  " + model.decode(base.tokens))
 st.text("DSpark: " + model.decode(spec.tokens))
 
 g = stats.mean_draft_length
@@ -251,7 +243,7 @@ st.latex(r"\mathbb{E}[\text{tokens per pass}] = \frac{1-\alpha^{\gamma+1}}{1-\al
 st.write(f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass, mean accepted length "
          f"{stats.mean_accepted_length:.2f} of {g:.2f} drafted. The formula assumes every position is accepted "
          "independently with the same α; the per-position rates below show how far that holds.")
-expl = pd.DataFrame([vars(r) for r in summary_rows(stats, plain.decode_seconds, len(plain.tokens))])
+expl = pd.DataFrame([vars(r) for r in summary_rows(stats, base.decode_seconds, len(base.tokens))])
 st.dataframe(expl, hide_index=True)
 pos = pd.DataFrame([vars(r) for r in position_rows(stats)])
 if not pos.empty:
