@@ -134,10 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     print("one-token objects and colours said in five ways, the asked object's colour picked among the colours: "
           + ", ".join(f"{name} {r:.1%}" for name, (r, _) in formats.items())
           + f" (random {sum(g for _, g in formats.values()) / len(formats):.1%})")
-    reads = pair_reads(model)
-    print("the same texts, the fact colour the decoder's attention falls on most at the answer row: "
-          + ", ".join(f"{name} {r:.1%}" for name, (r, _) in reads.items())
-          + f" (random {1 / 5:.1%}; right there and wrong in the answer: the readout fails, not the lookup)")
+    facts = 5
+    reads = pair_reads(model, facts=facts)
+    print(f"the same texts with {facts} facts each, the fact colour the decoder's attention falls on most at the "
+          "answer row: " + ", ".join(f"{name} {r:.1%}" for name, (r, _) in reads.items())
+          + f" (random {1 / facts:.1%}; right there and wrong in the answer: the readout fails, not the lookup)")
     lookups = kv_lookup(model, frequent_ids(every))
     print("key-value lookups (2-8 pairs of familiar tokens, then every key again), values predicted: "
           + ", ".join(f"{r:.1%} with up to {gap} other tokens between" for gap, r in lookups.items()))
