@@ -21,9 +21,10 @@ from typing import Callable
 import torch
 
 from ..arch.backbone import Backbone
-from ..arch.context import Ablation
+from ..arch.context import Ablation, Recorder
 from ..errors import InputError
 from .cache import Cache
+from .prefix_cache import PrefixCache
 
 DEFAULT_CHUNK = 256
 
@@ -52,8 +53,8 @@ def _chunks(n: int, size: int, start: int = 0, extra_cuts: tuple = (), tail: int
 
 def prefill(model: Backbone, input_ids, mode: str = "bounded", *, chunk_size: int = DEFAULT_CHUNK,
             progress: Callable[[float, str], None] | None = None, rollback: int = 1,
-            prefix_cache=None, ablation: Ablation | None = None, replay_logits: bool = False,
-            max_prompt_tokens: int | None = None, trace=None, tap_layers=()) -> Prefill:
+            prefix_cache: PrefixCache | None = None, ablation: Ablation | None = None, replay_logits: bool = False,
+            max_prompt_tokens: int | None = None, trace: Recorder | None = None, tap_layers=()) -> Prefill:
     """Read a prompt into a fresh cache; returns the cache and the next-token logits.
 
     `tap_layers`: also return those layers' attention inputs (mean over mHC streams) for the last
@@ -130,7 +131,8 @@ def _append_carry(carry, streams, pre, w):
     return torch.cat([carry[0], streams], 1)[:, -w:].clone(), torch.cat([carry[1], pre], 1)[:, -w:].clone()
 
 
-def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trace=None, taps: dict | None = None):
+def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trace: Recorder | None = None,
+            taps: dict | None = None):
     """Run the decoder over the replay segment (the last W rows), windows floored at its start.
     `taps` (layer -> None) is filled with those layers' taps over the segment."""
     cfg = model.cfg
@@ -152,8 +154,8 @@ def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trac
     return out.logits[:, -1], (out.logits if keep_all else None)
 
 
-def decode_step(model: Backbone, cache: Cache, token_ids, ablation: Ablation | None = None, trace=None,
-                tap_layers=()) -> torch.Tensor:
+def decode_step(model: Backbone, cache: Cache, token_ids, ablation: Ablation | None = None,
+                trace: Recorder | None = None, tap_layers=()) -> torch.Tensor:
     """Feed one (or a few) new tokens through both halves; returns logits [B, S_new, V]."""
     with torch.no_grad():
         out = model(token_ids, cache, ablation=ablation, trace=trace, tap_layers=tap_layers)

@@ -18,6 +18,7 @@ from ..arch.drafter import Drafter
 from ..errors import InputError
 from .cache import Cache
 from .engine import DEFAULT_CHUNK, decode_step, prefill
+from .prefix_cache import PrefixCache
 from .sampling import Sampler, eos_ids
 from .speculative import SpecStats, speculative_start, summarize, verify_step
 
@@ -52,7 +53,8 @@ class SpecOptions:
 
 def generate(model: Backbone, input_ids, max_new_tokens: int = 32, *, sampler: Sampler | None = None,
              prefill_mode: str = "bounded", spec: SpecOptions | None = None, stop_at_eos: bool = True,
-             stream: Callable[[int], None] | None = None, prefix_cache=None, progress=None,
+             stream: Callable[[int], None] | None = None, prefix_cache: PrefixCache | None = None,
+             progress: Callable[[float, str], None] | None = None,
              ablation: Ablation | None = None, chunk_size: int = DEFAULT_CHUNK, keep_cache: bool = False
              ) -> GenerateResult:
     """Prefill then decode token by token (or draft-and-verify with `spec`); greedy without a sampler."""
@@ -97,7 +99,8 @@ def generate(model: Backbone, input_ids, max_new_tokens: int = 32, *, sampler: S
 def speculative_generate(model: Backbone, drafter: Drafter | None, ids, max_new_tokens: int, *,
                          sampler: Sampler | None = None, prefill_mode: str = "bounded",
                          draft_length: int | str | None = None, confidence_threshold: float = 0.3,
-                         stop_at_eos: bool = True, stream: Callable[[int], None] | None = None, prefix_cache=None,
+                         stop_at_eos: bool = True, stream: Callable[[int], None] | None = None,
+                         prefix_cache: PrefixCache | None = None,
                          chunk_size: int = DEFAULT_CHUNK, keep_cache: bool = False) -> GenerateResult:
     """Draft-and-verify decoding; the output has the target's distribution (greedy: the same tokens)."""
     t_all = time.perf_counter()

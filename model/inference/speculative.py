@@ -24,6 +24,7 @@ from ..arch.drafter import Drafter
 from ..errors import InputError
 from .cache import Cache
 from .engine import DEFAULT_CHUNK, prefill
+from .prefix_cache import PrefixCache
 from .sampling import Sampler, eos_ids
 
 
@@ -323,8 +324,9 @@ def _top(p: torch.Tensor, k: int = 5) -> list[tuple[int, float]]:
 def speculative_start(model: Backbone, drafter: Drafter | None, ids, max_new_tokens: int, *,
                       sampler: Sampler | None = None, prefill_mode: str = "bounded",
                       draft_length: int | str | None = None, confidence_threshold: float = 0.3,
-                      stop_at_eos: bool = True, prefix_cache=None, chunk_size: int = DEFAULT_CHUNK,
-                      progress: Callable[[float, str], None] | None = None) -> SpecState:
+                      stop_at_eos: bool = True, prefix_cache: PrefixCache | None = None,
+                      chunk_size: int = DEFAULT_CHUNK, progress: Callable[[float, str], None] | None = None
+                      ) -> SpecState:
     """Prefill the prompt (cache with rollback slack = block size, drafter taps), emit the first token."""
     drafter = drafter if drafter is not None else model.mtp
     if not isinstance(drafter, Drafter):
