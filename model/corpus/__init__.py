@@ -1,8 +1,8 @@
 """Training data: tokenizer, corpus sources, generated stories and scenes, token streams.
 
 tokenizer (byte-level BPE), sources (public-domain text, cleaned), stories (long-range recall
-drills), scenes (box pictures for the vision tower), dataset (the token stream and held-out
-batches). Depends on nothing else in model/ but the leaves.
+stories), drills (dense recall exercises for training), scenes (box pictures for the vision tower),
+dataset (the token stream and held-out batches). Depends on nothing else in model/ but the leaves.
 
 This file is the package's face: callers outside model/ import these names from `model.corpus`, not
 from its modules (modules inside model/ import the module that defines a name). The stories' word
@@ -22,6 +22,7 @@ from .dataset import (
     sample_batch,
     story_eval_batches,
 )
+from .drills import LINKS, link_sentence, recall_drill, recall_drill_sources
 from .scenes import PALETTE, Box, Scene, draw_scene, make_scene, sample_scenes, scene_png
 from .sources import CorpusError, Document, read_docs, sha256_file
 from .stories import (
@@ -30,7 +31,6 @@ from .stories import (
     COLOURS,
     DRILL_CASTS,
     HELDOUT_CAST,
-    LINKS,
     TRAIN_CAST,
     WIDE_CAST,
     Cast,
@@ -42,10 +42,8 @@ from .stories import (
     generate_story,
     heldout_stories,
     heldout_template_stories,
-    link_sentence,
     load_heldout_stories,
     measure_distance,
-    recall_drill,
     token_index_at_char,
     training_story_text,
     word_token_ids,
@@ -82,8 +80,9 @@ __all__ = [
     # recall stories: the teaching story's colours, buckets by distance, the held-out sets, the app's prompts
     "Story", "Cast", "TRAIN_CAST", "HELDOUT_CAST", "WIDE_CAST", "DRILL_CASTS", "COLOURS", "BUCKETS", "BUCKET_NAMES",
     "bucket_of", "colour_token_ids", "word_token_ids",
-    "generate_story", "generate_narrative", "training_story_text", "recall_drill", "LINKS", "link_sentence",
-    "heldout_stories",
+    "generate_story", "generate_narrative", "training_story_text", "heldout_stories",
+    # recall drills for training (binding drills say 0..N link words between an object and its colour)
+    "recall_drill", "recall_drill_sources", "LINKS", "link_sentence",
     "heldout_template_stories", "load_heldout_stories", "write_heldout", "measure_distance", "token_index_at_char",
     "app_prompts",
     # the corpus sources

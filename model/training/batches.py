@@ -17,13 +17,13 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from ..corpus.drills import recall_drill_sources
 from ..corpus.stories import (
     COLOURS,
     DRILL_CASTS,
     TRAIN_CAST,
     Cast,
     colour_token_ids,
-    recall_drill_sources,
     token_index_at_char,
     word_token_ids,
 )

@@ -30,11 +30,11 @@ from ..corpus.dataset import (
     heldout_story_batches,
     story_eval_batches,
 )
+from ..corpus.drills import recall_drill
 from ..corpus.stories import (
     WIDE_CAST,
     colour_token_ids,
     load_heldout_stories,
-    recall_drill,
     token_index_at_char,
     word_token_ids,
 )
