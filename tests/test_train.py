@@ -573,3 +573,34 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
         opt.step()
     assert float(loss.detach()) < first - 1.0
     assert lookup_target(torch.full((1, 8), -1), 2) is None
+
+
+def test_lookup_reads_counts_an_answer_read_when_its_source_gets_more_attention_than_its_rivals(monkeypatch):
+    """lookup_reads: an attention that puts every ratio-1 row's entry mass `shift` positions back reads every source
+    when the sources sit that far back, none when they sit one further; a random pick among three facts: 1/3."""
+    import model.arch.attention as attention
+    from model import random_tiny
+    from model.training import Rows, lookup_reads, set_window
+
+    m = random_tiny()
+    set_window(m, 2)
+    x = torch.randint(5, 4000, (1, 64))
+    real = attention.attend
+
+    def pointing(shift):
+        def attend(q, kv, prev, values, mask, sink, w, limit):
+            out, probs = real(q, kv, prev, values, mask, sink, w, limit)
+            fake = torch.zeros_like(probs)
+            for s in range(probs.shape[1]):
+                if 0 <= s - shift < probs.shape[-1] - 1 - w:
+                    fake[:, s, :, w + s - shift] = 1.0
+            return out, fake
+        return attend
+
+    sources = torch.full((1, 64), -1)
+    sources[0, 40], sources[0, 45], sources[0, 60] = 7, 12, 27            # each 33 back
+    rows = Rows(x, x, sources >= 0, sources)
+    monkeypatch.setattr(attention, "attend", pointing(33))
+    assert lookup_reads(m, rows) == (1.0, pytest.approx(1 / 3))
+    monkeypatch.setattr(attention, "attend", pointing(34))
+    assert lookup_reads(m, rows)[0] == 0.0

@@ -13,7 +13,17 @@ vision tower's own steps, schedules and evaluations are run by `python -m model 
 `evaluate_vision`), so `train_step`, `lr_at` and `evaluate` here are the language model's.
 """
 
-from .batches import CopyIds, copy_ids_for, copy_rows, drill_rows, kv_rows, make_batch, patchwork_span, repeat_rows
+from .batches import (
+    CopyIds,
+    Rows,
+    copy_ids_for,
+    copy_rows,
+    drill_rows,
+    kv_rows,
+    make_batch,
+    patchwork_span,
+    repeat_rows,
+)
 from .dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
 from .evaluation import (
     EVAL_KEYS,
@@ -28,6 +38,7 @@ from .evaluation import (
     kv_lookup,
     kv_probe,
     link_binding,
+    lookup_reads,
     natural_loss,
     pair_formats,
     pair_reads,
@@ -60,13 +71,13 @@ __all__ = [
     # the rows of a batch
     "batch_generator", "make_batch", "drill_rows", "kv_rows", "repeat_rows", "patchwork_span", "copy_rows",
     "copy_ids_for",
-    "CopyIds",
+    "CopyIds", "Rows",
     # checkpoints to resume from and the training record
     "save_state", "load_state", "model_state", "read_meta", "init_from", "save_weights_bf16", "write_json_entry",
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
     "kv_lookup", "kv_probe", "frequent_ids",
-    "fact_binding", "link_binding", "pair_formats", "pair_reads", "Binding", "quick_eval", "EVAL_KEYS",
+    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "Binding", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
     # the DSpark drafter and the vision tower

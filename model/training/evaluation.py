@@ -40,9 +40,9 @@ from ..corpus.stories import (
 )
 from ..inference.engine import prefill
 from ..model import V41Model
-from .batches import CopyIds, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_rows_for
+from .batches import CopyIds, Rows, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_rows_for
 from .schedule import window_at
-from .step import set_window
+from .step import lookup_target, set_window
 
 EVAL_KEYS = ("heldout", "recall", "copy", "kv_lookup", "fact_in_pool", "probe")   # the prefixes of evaluation keys
 
@@ -492,3 +492,19 @@ def pair_reads(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -
         t[1] += _colour_picks_right(tr.logits[0].cpu(), enc, [(at, colours[c]) for at, c, _ in asked], colour_ids)
         t[2] += len(asked)
     return {name: (read / n, said / n) for name, (read, said, n) in tally.items()}
+
+
+@torch.no_grad()
+def lookup_reads(model, rows: Rows) -> tuple[float, float]:
+    """The lookup loss's target read back (docs/training.md §3): over the answer rows of `rows` whose source lies past
+    the model's window, (the share whose ratio-1 attention, dense, heads and layers summed, is larger on the source
+    than on any of the row's other sources; a random pick's share). nan when no row has a source that far back."""
+    target = lookup_target(rows.sources.to(model.device), min(layer.attn.limit for layer in model.layers))
+    if target is None:
+        return float("nan"), float("nan")
+    model(rows.x.to(model.device), ablation=Ablation(dense_compressed=True), lookup=target)
+    mass = torch.stack(target.masses, 1).sum(dim=(1, 2))                  # [N, 1 + R]
+    rivals = mass[:, 1:].masked_fill(target.rivals < 0, -1.0)
+    read = mass[:, 0] > rivals.max(-1).values
+    return float(read.float().mean()), float((1.0 / (1 + (target.rivals >= 0).sum(-1).float())).mean())
+
