@@ -35,11 +35,12 @@ def link_sentence(rng: random.Random, obj: str, col: str, con: str, link_max: in
 
 def recall_drill_sources(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,
                          max_fillers: int = 4, link_max: int = -1, link_share: float = 0.5, link_min: int = 0
-                         ) -> tuple[str, list[tuple[int, int]]]:
+                         ) -> tuple[str, list[tuple[int, int, str]]]:
     """A dense recall exercise for training: several objects put in coloured containers, everyday
     filler between them, then a question about each object in a shuffled order, each followed by its
-    answer. Returns the text and, per answer, (the character offset of its colour, that of the same
-    object's colour in its fact sentence): where a lookup loss points the answer's attention.
+    answer. Returns the text and, per answer in the text's order, (the character offset of its colour, that
+    of the same object's colour in its fact sentence, the colour): where a lookup loss points the answer's
+    attention.
     One drill holds 3-6 recall events at mixed distances (a story holds one), which gives the
     copy-from-far-back behaviour many more training signals per token. `cast` gives the names, objects
     and sentences (`WIDE_CAST`: many of each); up to `max_fillers` filler sentences follow each fact (and
@@ -85,7 +86,7 @@ def recall_drill_sources(rng_or_seed: random.Random | int, n_facts: int | None =
         # the one colour word of a fact or answer sentence (names, objects and filler hold none)
         return starts[sent] + re.search(rf"\b{col}\b", sents[sent]).start()
 
-    return " ".join(sents), [(colour_at(a, cols[i]), colour_at(fact_at[i], cols[i])) for a, i in asks]
+    return " ".join(sents), [(colour_at(a, cols[i]), colour_at(fact_at[i], cols[i]), cols[i]) for a, i in asks]
 
 
 def recall_drill(rng_or_seed: random.Random | int, n_facts: int | None = None, cast: Cast = TRAIN_CAST,

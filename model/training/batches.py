@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import functools
 import random
-import re
 from typing import Callable, NamedTuple
 
 import torch
 
 from ..corpus.drills import recall_drill_sources
 from ..corpus.stories import (
-    COLOURS,
     DRILL_CASTS,
     TRAIN_CAST,
     Cast,
@@ -29,10 +27,6 @@ from ..corpus.stories import (
 )
 from ..corpus.tokenizer import EOS_ID
 from .schedule import TrainConfig, batch_generator, copy_gap_at
-
-# the colour in each answer sentence of a drill (the sentence after a question)
-# (the first colour word after "The <object>": a binding drill's answers put 0-6 link words before it)
-_ANSWER_COLOUR = re.compile(r'\?"? The [\w ]+? (' + "|".join(COLOURS) + r") ")
 
 
 class Rows(NamedTuple):
@@ -44,13 +38,13 @@ class Rows(NamedTuple):
     sources: torch.Tensor  # [B, S] long: for such a y[t], the position of the earlier token holding it (-1: none)
 
 
-def _rows(rows: list[list[int]], marks: list[list[bool]], sources: list[list[int]] | None = None) -> Rows:
+def _rows(rows: list[list[int]], marks: list[list[bool]], sources: list[list[int]]) -> Rows:
     """Token rows of seq_len + 1, per-token answer marks and per-token sources (the index in the row of the earlier
     token an answer is read from, -1 for none) -> Rows, the marks and sources aligned with y. A source index is
     also the position of its row in x (x is the row without its last token, and a source comes before y's)."""
     t = torch.tensor(rows, dtype=torch.long)
     a = torch.tensor(marks, dtype=torch.bool)
-    src = torch.full_like(t, -1) if sources is None else torch.tensor(sources, dtype=torch.long)
+    src = torch.tensor(sources, dtype=torch.long)
     return Rows(t[:, :-1], t[:, 1:], a[:, 1:], src[:, 1:])
 
 
@@ -85,11 +79,6 @@ def _copied(first: int, marks: list[bool]) -> list[int]:
     return out
 
 
-def _answer_colour_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of the colour in each answer sentence of a drill."""
-    return [m.span(1) for m in _ANSWER_COLOUR.finditer(text)]
-
-
 def drill_rows(tok, n: int, seq_len: int, seed: int, cast: Cast = TRAIN_CAST, max_fillers: int = 4,
                link_max: int = -1, link_share: float = 0.5) -> Rows:
     """n rows of packed recall drills (each drill after an <|eos|>, `cast`, `max_fillers`, `link_max` and
@@ -106,17 +95,16 @@ def drill_rows(tok, n: int, seq_len: int, seed: int, cast: Cast = TRAIN_CAST, ma
             text, pairs = recall_drill_sources(rng, cast=cast, max_fillers=max_fillers, link_max=link_max,
                                                link_share=link_share)
             enc = tok.encode(text, add_special_tokens=False)
-            spans = _answer_colour_spans(text)
-            here = [-1] * len(enc.ids)
-            for said, fact in pairs:
+            here = [-1] * len(enc.ids)          # each answer colour token's source; the marks are where one is
+            for said, fact, colour in pairs:
                 # a colour of several tokens: its k-th token is read from the fact colour's k-th
-                end = said + re.match(r"\w+", text[said:]).end()
+                end = said + len(colour)
                 a, f = token_index_at_char(enc.offsets, said), token_index_at_char(enc.offsets, fact)
                 while a < len(here) and enc.offsets[a][0] < end:
                     here[a] = len(ids) + 1 + f
                     a, f = a + 1, f + 1
             ids += [EOS_ID] + enc.ids
-            mark += [False] + [any(a <= s < b or s <= a < e for a, b in spans) for s, e in enc.offsets]
+            mark += [False] + [j >= 0 for j in here]
             src += [-1] + here
         start = rng.randrange(0, len(ids) - seq_len) if len(ids) > seq_len + 1 else 0
         rows.append(ids[start:start + seq_len + 1])

@@ -30,7 +30,7 @@ from ..corpus.dataset import (
     heldout_story_batches,
     story_eval_batches,
 )
-from ..corpus.drills import recall_drill
+from ..corpus.drills import recall_drill_sources
 from ..corpus.stories import (
     WIDE_CAST,
     colour_token_ids,
@@ -40,9 +40,9 @@ from ..corpus.stories import (
 )
 from ..inference.engine import prefill
 from ..model import V41Model
-from .batches import CopyIds, Rows, _answer_colour_spans, copy_ids_for, copy_rows, kv_rows, kv_rows_for
+from .batches import CopyIds, Rows, copy_ids_for, copy_rows, kv_rows, kv_rows_for
 from .schedule import window_at
-from .step import lookup_target, set_window
+from .step import lookup_target, set_window, window_of
 
 EVAL_KEYS = ("heldout", "recall", "copy", "kv_lookup", "fact_in_pool", "probe")   # the prefixes of evaluation keys
 
@@ -381,12 +381,12 @@ def link_binding(model, links: tuple[int, ...] = (0, 3, 6), drills: int = 40, to
         right = n = 0
         guess = 0.0
         for d in range(drills):
-            text = recall_drill(seed + d, cast=WIDE_CAST, max_fillers=2, link_max=k, link_min=k, link_share=1.0)
+            text, answers = recall_drill_sources(seed + d, cast=WIDE_CAST, max_fillers=2, link_max=k, link_min=k,
+                                                 link_share=1.0)
             enc = tok.encode(text, add_special_tokens=False)
-            spans = _answer_colour_spans(text)
-            right += _colours_right(model, enc, [(a, None) for a, _ in spans], colour_ids)
-            guess += len(spans) / len({text[x:y] for x, y in spans})   # one over the drill's colours, per answer
-            n += len(spans)
+            right += _colours_right(model, enc, [(a, None) for a, _, _ in answers], colour_ids)
+            guess += len(answers) / len({c for _, _, c in answers})   # one over the drill's colours, per answer
+            n += len(answers)
         out[k] = (right / max(1, n), guess / max(1, n))
     return out
 
@@ -420,16 +420,20 @@ def _pair_text(fact: str, ask: str, objs: list[str], cols: list[str],
 
 
 def _pair_texts(tok, rows: int, facts: int, seed: int):
-    """(format name, text, answers, fact colour characters) for every format of `PAIR_FORMATS`; the objects and
+    """(format name, the encoded text, its answers as (the answer colour's first character, the colour's token id,
+    the asked fact), each fact's colour's first character) for every format of `PAIR_FORMATS`; the objects and
     colours of row r are the same in every format."""
-    colours = list(colour_token_ids(tok))
+    colours = colour_token_ids(tok)
+    names = list(colours)
     objects = list(word_token_ids(tok, WIDE_CAST.objects))
     for name, (fact, ask) in PAIR_FORMATS.items():
         for r in range(rows):
             rng = random.Random(seed + r)
             objs = rng.sample(objects, facts)
-            cols = [rng.choice(colours) for _ in objs]
-            yield (name, *_pair_text(fact, ask, objs, cols, rng))
+            cols = [rng.choice(names) for _ in objs]
+            text, asked, said = _pair_text(fact, ask, objs, cols, rng)
+            yield (name, tok.encode(text, add_special_tokens=False), [(at, colours[c], i) for at, c, i in asked],
+                   said)
 
 
 @torch.no_grad()
@@ -439,13 +443,11 @@ def pair_formats(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0)
     likely colour is the asked object's, a random pick among the text's colours). A binding learned only for one
     layout (bare pairs) scores high there and near the random pick in the stories' own sentences."""
     tok = tok or model.tokenizer
-    colours = colour_token_ids(tok)
-    colour_ids = torch.tensor(list(colours.values()))
+    colour_ids = torch.tensor(list(colour_token_ids(tok).values()))
     tally: dict[str, list[float]] = {}
-    for name, text, asked, _said in _pair_texts(tok, rows, facts, seed):
+    for name, enc, asked, _said in _pair_texts(tok, rows, facts, seed):
         t = tally.setdefault(name, [0, 0, 0.0])
-        enc = tok.encode(text, add_special_tokens=False)
-        t[0] += _colours_right(model, enc, [(at, colours[c]) for at, c, _ in asked], colour_ids)
+        t[0] += _colours_right(model, enc, [(at, c) for at, c, _ in asked], colour_ids)
         t[1] += len(asked)
         t[2] += len(asked) / len({c for _, c, _ in asked})
     return {name: (right / n, guess / n) for name, (right, n, guess) in tally.items()}
@@ -476,12 +478,10 @@ def pair_reads(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -
     among the text's fact colours; the share whose most likely colour is the asked one). A random read scores
     1 / facts. Reading the right colour and still answering wrong says the readout, not the lookup, fails."""
     tok = tok or model.tokenizer
-    colours = colour_token_ids(tok)
-    colour_ids = torch.tensor(list(colours.values()))
+    colour_ids = torch.tensor(list(colour_token_ids(tok).values()))
     tally: dict[str, list[int]] = {}
-    for name, text, asked, said in _pair_texts(tok, rows, facts, seed):
+    for name, enc, asked, said in _pair_texts(tok, rows, facts, seed):
         t = tally.setdefault(name, [0, 0, 0])
-        enc = tok.encode(text, add_special_tokens=False)
         tr = model.trace(torch.tensor([enc.ids]).to(model.device), lens=False)
         fact_pos = [token_index_at_char(enc.offsets, c) for c in said]
         dec = [r for r in tr.layers if r.spec.compress_ratio == 1 and r.shares is not None]
@@ -489,7 +489,7 @@ def pair_reads(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -
             a = token_index_at_char(enc.offsets, at_char) - 1          # the row that predicts the colour
             mass = sum(attention_on(r.shares, r.row(a), a, fact_pos) for r in dec)
             t[0] += int(np.argmax(mass)) == i
-        t[1] += _colour_picks_right(tr.logits[0].cpu(), enc, [(at, colours[c]) for at, c, _ in asked], colour_ids)
+        t[1] += _colour_picks_right(tr.logits[0].cpu(), enc, [(at, c) for at, c, _ in asked], colour_ids)
         t[2] += len(asked)
     return {name: (read / n, said / n) for name, (read, said, n) in tally.items()}
 
@@ -499,7 +499,7 @@ def lookup_reads(model, rows: Rows) -> tuple[float, float]:
     """The lookup loss's target read back (docs/training.md §3): over the answer rows of `rows` whose source lies past
     the model's window, (the share whose ratio-1 attention, dense, heads and layers summed, is larger on the source
     than on any of the row's other sources; a random pick's share). nan when no row has a source that far back."""
-    target = lookup_target(rows.sources.to(model.device), min(layer.attn.limit for layer in model.layers))
+    target = lookup_target(rows.sources.to(model.device), window_of(model))
     if target is None:
         return float("nan"), float("nan")
     model(rows.x.to(model.device), ablation=Ablation(dense_compressed=True), lookup=target)

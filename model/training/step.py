@@ -39,6 +39,11 @@ def set_window(m: V41Model, window: int) -> None:
         layer.attn.limit = window or m.cfg.sliding_window
 
 
+def window_of(m: V41Model) -> int:
+    """The window the layers read now (the config's, or what `set_window` narrowed it to)."""
+    return min(layer.attn.limit for layer in m.layers)
+
+
 def freeze_except(m: V41Model, pattern: str) -> int:
     """Train only the parameters whose name matches the regex `pattern` (e.g. the indexers' warm-up with
     everything else frozen: `indexer\\.`); the rest get no gradient and no update. Returns how many
@@ -125,7 +130,7 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
         weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
     lookup = None
     if tc.lookup_weight > 0 and sources is not None:
-        lookup = lookup_target(sources.to(x.device), min(layer.attn.limit for layer in m.layers))
+        lookup = lookup_target(sources.to(x.device), window_of(m))
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
                 pool_kl=tc.pool_kl and dense, lookup=lookup)
