@@ -199,17 +199,23 @@ def test_fp4_grid_and_ties_round_half_to_even():
     assert torch.equal(FP4_VALUES[e2m1_codes(grid).long()], grid)  # grid points are fixed points
 
 
-@pytest.mark.parametrize("fmt,fake", [(LATENT_FMT, lambda x: fake_fp4(x, 16, True)),
-                                      (INDEX_FMT, lambda x: fake_fp4(x, 32, False)),
-                                      (WINDOW_FMT, lambda x: fake_fp8(x, 32))])
-def test_pack_unpack_equals_fake_quant(fmt, fake):
+@pytest.mark.parametrize("fmt,fake,pow2", [(LATENT_FMT, lambda x: fake_fp4(x, 16, True), False),
+                                           (INDEX_FMT, lambda x: fake_fp4(x, 32, False), True),
+                                           (WINDOW_FMT, lambda x: fake_fp8(x, 32), True)])
+def test_pack_unpack_equals_fake_quant(fmt, fake, pow2):
     x = torch.randn(3, 5, 64) * torch.logspace(-3, 2, 64)
     v, s = pack(x, fmt)
     assert v.dtype == torch.uint8 and v.shape[-1] == 64 * fmt.element_bits // 8
     assert s.shape[-1] == 64 // fmt.block
     assert torch.equal(unpack(v, s, fmt, 64), fake(x))
     q = fake(x)
-    assert torch.equal(fake(q), q)  # quantised values are fixed points
+    if pow2:
+        # A power-of-two scale survives requantisation, so quantised values are fixed points. An
+        # E4M3 scale does not always: when amax/6 rounds up, the block's largest value may land on
+        # 4 and the next pass picks a smaller scale; there the stored pair must still round-trip.
+        assert torch.equal(fake(q), q)
+    v2, s2 = pack(q, fmt)
+    assert torch.equal(unpack(v2, s2, fmt, 64), fake(q))
     assert fmt.row_bytes(64) == v.shape[-1] + s.shape[-1]
 
 
