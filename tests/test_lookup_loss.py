@@ -93,3 +93,54 @@ def test_lookup_reads_counts_an_answer_read_when_its_source_gets_more_attention_
     assert lookup_reads(m, rows) == (1.0, pytest.approx(1 / 3))
     monkeypatch.setattr(attention, "attend", pointing(34))
     assert lookup_reads(m, rows)[0] == 0.0
+
+
+def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_on_it_moves_the_model():
+    """The entry probe's targets are the sources (positions some answer reads), each with the nearest object id in
+    the 5 tokens before it; a source with none that near is left out. Its loss is the cross entropy of a linear
+    read-out of the decoder KV source's latent at that position: the latent recomputed here through the layer's own
+    compressor, the gradient reaches the encoder below it, and a few steps on the loss alone lower it."""
+    from model import random_tiny
+    from model.training.schedule import TrainConfig
+    from model.training.step import EntryProbe, _LatentTap, entry_loss, forward_backward
+
+    m = random_tiny()
+    objects = [500, 501, 502]
+    probe = EntryProbe(m, objects)
+    assert m.cfg.compress_ratios[probe.layer] == 1 and probe.layer in m.cfg.kv_source_layer_ids
+    x = torch.randint(1000, 4000, (2, 64))
+    sources = torch.full((2, 64), -1)
+    x[0, 10], x[0, 12] = 500, 501                      # two objects before position 14: the nearer (12) counts
+    x[0, 30] = 502                                     # 6 tokens before 36: out of reach
+    x[1, 5] = 500
+    sources[0, 40], sources[0, 50], sources[1, 60], sources[1, 61] = 14, 36, 8, 8   # 8 read twice: one target
+    b, p, obj = probe.targets(x, sources)
+    assert sorted(zip(b.tolist(), p.tolist(), obj.tolist())) == [(0, 14, 501), (1, 8, 500)]
+    tap = _LatentTap(probe.layer)
+    m(x, trace=tap)
+    attn = m.layers[probe.layer].attn
+    hidden = {}
+    handle = attn.register_forward_pre_hook(lambda mod, args: hidden.update(x=args[0]))
+    m(x)
+    handle.remove()
+    assert torch.allclose(tap.got, attn.compressor.forward_full(hidden["x"]), atol=1e-5)
+    want = torch.nn.functional.cross_entropy(probe.head(tap.got[[0, 1], [14, 8]]), torch.tensor([501, 500]))
+    assert abs(float(entry_loss(probe, tap.got, x, sources).detach()) - float(want.detach())) < 1e-5
+    m.zero_grad()
+    entry_loss(probe, tap.got, x, sources).backward()
+    assert float(m.layers[0].attn.wkv.weight.grad.abs().sum()) > 0          # the encoder's first layer
+    assert m.layers[probe.layer + 1].attn.wq_b.weight.grad is None           # nothing above the source
+    m.zero_grad()
+    plain, _, _, en, _ = forward_backward(m, x, x, TrainConfig(entry_weight=1.0), True, None, sources, probe)
+    assert abs(float(en.detach()) - float(want.detach())) < 1e-4 and probe.head.weight.grad is not None
+    opt = torch.optim.Adam(list(probe.parameters()) + list(m.parameters()), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        opt.zero_grad()
+        tap = _LatentTap(probe.layer)
+        m(x, trace=tap)
+        loss = entry_loss(probe, tap.got, x, sources)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.5 * losses[0]

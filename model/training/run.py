@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 
 from ..checkpoint.native import save_checkpoint
 from ..corpus.dataset import TokenStream
+from ..corpus.stories import DRILL_CASTS, word_token_ids
 from ..corpus.tokenizer import load_tokenizer
 from ..model import V41Model
 from .batches import make_batch
@@ -31,7 +32,7 @@ from .dspark import train_drafter
 from .evaluation import EVAL_KEYS, copy_probe, kv_probe, quick_eval
 from .schedule import Stage, TrainConfig, parse_curriculum, window_at
 from .state import init_from, load_state, read_meta, rounded, save_state, save_weights_bf16
-from .step import build_model, freeze_except, make_optimizer, set_window, train_step
+from .step import EntryProbe, build_model, freeze_except, make_optimizer, set_window, train_step
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Run:
     passed: list[dict] = field(default_factory=list)    # one record per stage passed (step, probe, weights)
     finished: bool = False               # the last stage passed: nothing left to train
     tokens_this_process: int = 0         # for the progress line's rate
+    probe: EntryProbe | None = None      # the entry probe's read-out (a run with entry_weight > 0; never saved)
 
     def stage_config(self) -> TrainConfig:
         """The run's settings with the current stage's applied (the last stage's once all passed)."""
@@ -97,6 +99,11 @@ def start_run(tc: TrainConfig, device: torch.device, ckpt_dir: Path, resume: boo
     run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc), device, ckpt_dir,
               stages=parse_curriculum(tc.curriculum), stage=tc.start_stage)
     run.previous = previous if tc.init_from else None
+    if tc.entry_weight > 0 or any(st.settings.get("entry_weight", 0) > 0 for st in run.stages):
+        # its own parameter group, added before a resume loads the optimizer's state; the read-out itself
+        # starts afresh on a resume (it is not part of the model's weights)
+        run.probe = EntryProbe(m, list(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())).to(device)
+        run.opt.add_param_group({"params": list(run.probe.parameters()), "weight_decay": 0.0})
     if resume and (ckpt_dir / "ckpt.safetensors").exists():
         run.start, run.log = load_state(ckpt_dir, m, run.opt)
         meta = read_meta(ckpt_dir)
@@ -118,7 +125,7 @@ def train_steps(run: Run) -> float:
         ts = run.stage_config()
         x, y, answers, sources = make_batch(ts, run.stream, run.tok, step)
         set_window(m, window_at(ts, step))
-        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), ts, step, answers, sources)
+        rec = train_step(m, run.opt, x.to(run.device), y.to(run.device), ts, step, answers, sources, run.probe)
         rec["step"], rec["tokens"] = step + 1, x.numel()
         _progress(run, rec, step, time.time() - t0)
         if run.stages:
@@ -176,6 +183,7 @@ def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
     eta = (steps - step - 1) * elapsed / done
     bar = "#" * int(30 * (step + 1) / steps)
     lookup = f" lookup {rec['lookup']:.3f}" if "lookup" in rec else ""
+    lookup += f" entry {rec['entry']:.3f}" if "entry" in rec else ""
     print(f"\r[{bar:<30}] {step + 1}/{steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f}{lookup} "
           f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
 

@@ -80,6 +80,9 @@ class TrainConfig:
     lookup_weight: float = 0.0          # >0: the lookup loss (each answer row's ratio-1 attention on the entry
                                         # of the token it repeats: a drill's fact colour, a pair's value, a first
                                         # copy) with this weight (model/training/step.py)
+    entry_weight: float = 0.0           # >0: the entry probe (a linear read-out, trained with the model, of the
+                                        # object said just before each fact's colour, from that colour's decoder
+                                        # entry) with this weight (model/training/step.py)
 
 
 def staged(spec: str, step: int, default: int) -> int:
@@ -119,7 +122,7 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
-                "kv_vocab", "kv_pad", "kv_link", "lookup_weight")
+                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "entry_weight")
 
 
 @dataclass

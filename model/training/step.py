@@ -7,6 +7,10 @@ balancing rule (docs/design/equations.md §13 training the indexer,
   decoder's ratio-1 attention is asked to fall on that source's entry (some head of some layer reading it), and
   more on it than on the row's other facts: a signal for the match itself where the answer's loss alone left it
   at random (docs/training.md §3);
+- the entry probe (`entry_weight` > 0): a linear read-out, trained with the model, of the object said just
+  before each fact's colour, from that colour's decoder entry (the ratio-1 KV source's latent): the lookup loss
+  asks the answer row to find the entry of the asked object, and this asks the entry to name it
+  (docs/training.md §3);
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
   index scores, with the indexer's inputs detached; dense (every visible entry attended, KL over all
   of them) for the first `dense_warmup_frac` of the steps, then sparse (top-k attended, KL over the
@@ -23,6 +27,8 @@ import re
 import torch
 
 from ..arch.context import Ablation, LookupTarget
+from ..arch.mhc import Mix
+from ..arch.moe import Routing
 from ..config import V41Config
 from ..corpus.tokenizer import compressed_token_map
 from ..fusion import fusable, fused
@@ -119,11 +125,76 @@ def lookup_target(sources: torch.Tensor, window: int) -> LookupTarget | None:
     return LookupTarget(b, r, pos, riv.to(sources.device))
 
 
+class EntryProbe(torch.nn.Module):
+    """Training only, never saved with the model: a linear read-out from a decoder entry (the ratio-1 KV source's
+    latent) to the token of the object its fact binds, and the ids that count as objects."""
+
+    def __init__(self, m: V41Model, object_ids: list[int]):
+        super().__init__()
+        self.layer = next(i for i in m.cfg.kv_source_layer_ids if m.cfg.compress_ratios[i] == 1)
+        self.head = torch.nn.Linear(m.cfg.head_dim, m.cfg.vocab_size)
+        self.register_buffer("objects", torch.tensor(sorted(set(object_ids)), dtype=torch.long))
+
+    def targets(self, x: torch.Tensor, sources: torch.Tensor, reach: int = 5
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The entries to read and what they should say: each position some answer reads (a fact's colour, a
+        pair's value) whose `reach` tokens before hold an object id, with the nearest such id. Reach 5 spans
+        "The key <up to 3 link words> blue" and "put the key deep in the blue"; a colour said before its object
+        ("In the blue box there was a key") has none that near and is left out -> (batch, position, object)."""
+        b, p = torch.nonzero(torch.zeros_like(x, dtype=torch.bool).scatter_(
+            1, sources.clamp_min(0), sources >= 0), as_tuple=True)
+        found = torch.full_like(p, -1)
+        for back in range(reach, 0, -1):          # the nearest object wins: written last
+            at = p - back
+            ok = at >= 0
+            tok = x[b, at.clamp_min(0)]
+            hit = ok & torch.isin(tok, self.objects)
+            found = torch.where(hit, tok, found)
+        keep = found >= 0
+        return b[keep], p[keep], found[keep]
+
+
+class _LatentTap:
+    """A recorder that keeps one KV source's latents with their gradient (the entry probe's input); every other
+    record is dropped."""
+
+    def __init__(self, layer: int):
+        self.layer, self.got = layer, None
+
+    def latent(self, layer: int, latent: torch.Tensor, g0: int) -> None:
+        if layer == self.layer:
+            self.got = latent
+
+    def begin(self, cfg: V41Config, ids: torch.Tensor, positions: torch.Tensor, hash_ids: torch.Tensor | None
+              ) -> None: ...
+    def engram(self, layer: int, gate: torch.Tensor, hashes: torch.Tensor, out: torch.Tensor) -> None: ...
+    def pool(self, layer: int, candidates: torch.Tensor, block_scores: torch.Tensor) -> None: ...
+    def selection(self, layer: int, scores: torch.Tensor, topk: torch.Tensor) -> None: ...
+    def source_len(self, layer: int, n: int) -> None: ...
+    def attention(self, layer: int, positions: torch.Tensor, probs: torch.Tensor, prev: torch.Tensor | None,
+                  comp, window: int) -> None: ...
+    def block(self, layer: int, a: Mix, f: Mix, y: torch.Tensor, out: torch.Tensor, routing: Routing,
+              new: torch.Tensor) -> None: ...
+    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor, head) -> None: ...
+    def end(self, hidden: torch.Tensor, logits: torch.Tensor) -> None: ...
+
+
+def entry_loss(probe: EntryProbe, latent: torch.Tensor, x: torch.Tensor, sources: torch.Tensor
+               ) -> torch.Tensor | None:
+    """Cross entropy of the probe's read-out of each source entry against its object; None when a batch has
+    none."""
+    b, p, obj = probe.targets(x, sources)
+    if not b.numel():
+        return None
+    return torch.nn.functional.cross_entropy(probe.head(latent[b, p].float()), obj)
+
+
 def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
-                     answers: torch.Tensor | None = None, sources: torch.Tensor | None = None):
+                     answers: torch.Tensor | None = None, sources: torch.Tensor | None = None,
+                     probe: EntryProbe | None = None):
     """The loss (LM, its look-back answers weighted by `answer_weight`, + weighted indexer KL, + weighted lookup
-    loss) and its gradients, accumulated into the parameters. Returns (plain LM loss, indexer KL, lookup loss,
-    model output with the routing choices)."""
+    loss, + weighted entry probe) and its gradients, accumulated into the parameters (and the probe's). Returns
+    (plain LM loss, indexer KL, lookup loss, entry probe loss, model output with the routing choices)."""
     m.train()
     weights = None
     if answers is not None and tc.answer_weight != 1.0:
@@ -131,24 +202,29 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     lookup = None
     if tc.lookup_weight > 0 and sources is not None:
         lookup = lookup_target(sources.to(x.device), window_of(m))
+    tap = _LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
-                pool_kl=tc.pool_kl and dense, lookup=lookup)
+                pool_kl=tc.pool_kl and dense, lookup=lookup, trace=tap)
         lm, plain = lm_loss(out.logits, y, weights)
         il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
         lk = out.lookup_loss if out.lookup_loss is not None else lm.new_zeros(())
-        (lm + tc.indexer_weight * il + tc.lookup_weight * lk).backward()
-    return plain, il, lk, out
+        en = None
+        if tap is not None and tap.got is not None:
+            en = entry_loss(probe, tap.got, x, sources.to(x.device))
+        en = en if en is not None else lm.new_zeros(())
+        (lm + tc.indexer_weight * il + tc.lookup_weight * lk + tc.entry_weight * en).backward()
+    return plain, il, lk, en, out
 
 
 def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
-               step: int, answers: torch.Tensor | None = None, sources: torch.Tensor | None = None
-               ) -> dict[str, float]:
+               step: int, answers: torch.Tensor | None = None, sources: torch.Tensor | None = None,
+               probe: EntryProbe | None = None) -> dict[str, float]:
     dense = step < int(tc.dense_warmup_frac * tc.steps)
     for g in opt.param_groups:
         g["lr"] = lr_at(tc, step)
     opt.zero_grad(set_to_none=True)
-    lm, il, lk, out = forward_backward(m, x, y, tc, dense, answers, sources)
+    lm, il, lk, en, out = forward_backward(m, x, y, tc, dense, answers, sources, probe)
     gn = torch.nn.utils.clip_grad_norm_([p for p in m.parameters() if p.requires_grad], tc.clip,
                                         foreach=tc.fast)
     opt.step()
@@ -160,4 +236,6 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
            "lr": lr_at(tc, step), "dense": dense}
     if tc.lookup_weight > 0:
         rec["lookup"] = float(lk.detach())
+    if tc.entry_weight > 0:
+        rec["entry"] = float(en.detach())
     return rec
