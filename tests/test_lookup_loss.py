@@ -144,3 +144,32 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
         opt.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_a_run_with_the_entry_probe_saves_and_resumes_its_model_state(tmp_path):
+    """The probe's read-out is a parameter group of the optimizer but not of the model: a checkpoint holds the
+    model and its moments only, and loads back into a run that has the probe again."""
+    from model import random_tiny
+    from model.training.schedule import TrainConfig
+    from model.training.state import load_state, save_state
+    from model.training.step import EntryProbe, make_optimizer, train_step
+
+    m = random_tiny()
+    tc = TrainConfig(entry_weight=1.0, steps=2, warmup_steps=1)
+    opt = make_optimizer(m, tc)
+    probe = EntryProbe(m, [500])
+    opt.add_param_group({"params": list(probe.parameters()), "weight_decay": 0.0})
+    x = torch.randint(1000, 4000, (1, 32))
+    x[0, 3] = 500
+    sources = torch.full((1, 32), -1)
+    sources[0, 20] = 5
+    rec = train_step(m, opt, x, x, tc, 0, None, sources, probe)
+    assert rec["entry"] > 0
+    save_state(tmp_path, m, opt, 1, tc, [rec])
+    m2 = random_tiny()
+    opt2 = make_optimizer(m2, tc)
+    opt2.add_param_group({"params": list(EntryProbe(m2, [500]).parameters()), "weight_decay": 0.0})
+    step, log = load_state(tmp_path, m2, opt2)
+    assert step == 1 and torch.equal(m2.layers[0].attn.wkv.weight, m.layers[0].attn.wkv.weight)
+    own = {id(p) for p in m.parameters()}
+    assert len(opt2.state) == sum(1 for p in opt.state if id(p) in own) > 0     # the model's moments, not the probe's

@@ -47,7 +47,9 @@ def save_state(path: Path, m: V41Model, opt: torch.optim.Optimizer, step: int, t
             st = opt.state.get(p)
             if not st:
                 continue
-            n = names[id(p)]
+            n = names.get(id(p))
+            if n is None:      # a training-only part's (the entry probe's read-out): not saved, restarts on resume
+                continue
             for k, v in st.items():
                 t[f"opt.{n}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().contiguous().clone()
     tmp = path / "ckpt.safetensors.tmp"
