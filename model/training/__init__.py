@@ -24,6 +24,7 @@ from .batches import (
     patchwork_span,
     repeat_rows,
 )
+from .binding_probe import entry_reads, probe_accuracy
 from .dspark import DraftTrainConfig, evaluate_drafter, train_drafter, write_drafter
 from .evaluation import (
     EVAL_KEYS,
@@ -59,7 +60,16 @@ from .schedule import (
     window_at,
 )
 from .state import init_from, load_state, model_state, read_meta, save_state, save_weights_bf16, write_json_entry
-from .step import build_model, forward_backward, freeze_except, lm_loss, make_optimizer, set_window, train_step
+from .step import (
+    EntryProbe,
+    build_model,
+    forward_backward,
+    freeze_except,
+    lm_loss,
+    make_optimizer,
+    set_window,
+    train_step,
+)
 from .vision_tower import VisionTrainConfig, evaluate_vision
 
 __all__ = [
@@ -68,6 +78,7 @@ __all__ = [
     "Run", "start_run", "train_steps", "finish", "training_record",
     # the model, the optimizer and one step
     "build_model", "make_optimizer", "train_step", "forward_backward", "lm_loss", "set_window", "freeze_except",
+    "EntryProbe",
     # the rows of a batch
     "batch_generator", "make_batch", "drill_rows", "kv_rows", "repeat_rows", "patchwork_span", "copy_rows",
     "copy_ids_for",
@@ -77,7 +88,8 @@ __all__ = [
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
     "kv_lookup", "kv_probe", "frequent_ids",
-    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "Binding", "quick_eval", "EVAL_KEYS",
+    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "Binding",
+    "entry_reads", "probe_accuracy", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
     # the DSpark drafter and the vision tower

@@ -131,9 +131,14 @@ class EntryProbe(torch.nn.Module):
 
     def __init__(self, m: V41Model, object_ids: list[int]):
         super().__init__()
-        self.layer = next(i for i in m.cfg.kv_source_layer_ids if m.cfg.compress_ratios[i] == 1)
+        self.layer = self.source_layer(m.cfg)
         self.head = torch.nn.Linear(m.cfg.head_dim, m.cfg.vocab_size)
         self.register_buffer("objects", torch.tensor(sorted(set(object_ids)), dtype=torch.long))
+
+    @staticmethod
+    def source_layer(cfg: V41Config) -> int:
+        """The decoder's KV source: the layer whose ratio-1 entries the decoder's layers read."""
+        return next(i for i in cfg.kv_source_layer_ids if cfg.compress_ratios[i] == 1)
 
     def targets(self, x: torch.Tensor, sources: torch.Tensor, reach: int = 5
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
