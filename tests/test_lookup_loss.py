@@ -98,7 +98,8 @@ def test_lookup_reads_counts_an_answer_read_when_its_source_gets_more_attention_
 def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_on_it_moves_the_model():
     """The entry probe's targets are the sources (positions some answer reads), each with the nearest object id in
     the 5 tokens before it; a source with none that near is left out. Its loss is the cross entropy of a linear
-    read-out of the decoder KV source's latent at that position: the latent recomputed here through the layer's own
+    read-out of the decoder KV source's latent at that position (and of a second read-out against the entry's own
+    token, which the answer reads from it): the latent recomputed here through the layer's own
     compressor, the gradient reaches the encoder below it, and a few steps on the loss alone lower it."""
     from model import random_tiny
     from model.training.schedule import TrainConfig
@@ -124,7 +125,9 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
     m(x)
     handle.remove()
     assert torch.allclose(tap.got, attn.compressor.forward_full(hidden["x"]), atol=1e-5)
-    want = torch.nn.functional.cross_entropy(probe.head(tap.got[[0, 1], [14, 8]]), torch.tensor([501, 500]))
+    lat = tap.got[[0, 1], [14, 8]]
+    want = torch.nn.functional.cross_entropy(probe.head(lat), torch.tensor([501, 500])) + \
+        torch.nn.functional.cross_entropy(probe.own(lat), x[[0, 1], [14, 8]])
     assert abs(float(entry_loss(probe, tap.got, x, sources).detach()) - float(want.detach())) < 1e-5
     m.zero_grad()
     entry_loss(probe, tap.got, x, sources).backward()

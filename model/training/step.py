@@ -132,7 +132,8 @@ class EntryProbe(torch.nn.Module):
     def __init__(self, m: V41Model, object_ids: list[int]):
         super().__init__()
         self.layer = self.source_layer(m.cfg)
-        self.head = torch.nn.Linear(m.cfg.head_dim, m.cfg.vocab_size)
+        self.head = torch.nn.Linear(m.cfg.head_dim, m.cfg.vocab_size)   # -> the object
+        self.own = torch.nn.Linear(m.cfg.head_dim, m.cfg.vocab_size)    # -> the entry's own token (its colour)
         self.register_buffer("objects", torch.tensor(sorted(set(object_ids)), dtype=torch.long))
 
     @staticmethod
@@ -186,12 +187,16 @@ class _LatentTap:
 
 def entry_loss(probe: EntryProbe, latent: torch.Tensor, x: torch.Tensor, sources: torch.Tensor
                ) -> torch.Tensor | None:
-    """Cross entropy of the probe's read-out of each source entry against its object; None when a batch has
-    none."""
+    """Cross entropy of the probe's read-out of each source entry against its object, plus that of a second
+    read-out against the entry's own token: an entry is the key and the value at once, and one that names only its
+    object stops giving the answer its colour (tried: the lookup then found the colour and the model said the
+    object). None when a batch has none."""
     b, p, obj = probe.targets(x, sources)
     if not b.numel():
         return None
-    return torch.nn.functional.cross_entropy(probe.head(latent[b, p].float()), obj)
+    lat = latent[b, p].float()
+    ce = torch.nn.functional.cross_entropy
+    return ce(probe.head(lat), obj) + ce(probe.own(lat), x[b, p])
 
 
 def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
