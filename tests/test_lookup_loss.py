@@ -108,7 +108,7 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
     m = random_tiny()
     objects = [500, 501, 502]
     probe = EntryProbe(m, objects)
-    assert m.cfg.compress_ratios[probe.layer] == 1 and probe.layer in m.cfg.kv_source_layer_ids
+    assert probe.layer == 6 and m.layers[6].attn.ratio == 1 and m.layers[6].attn.spec.makes_entries  # the decoder's
     x = torch.randint(1000, 4000, (2, 64))
     sources = torch.full((2, 64), -1)
     x[0, 10], x[0, 12] = 500, 501                      # two objects before position 14: the nearer (12) counts

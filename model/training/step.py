@@ -32,6 +32,7 @@ from ..arch.moe import Routing
 from ..config import V41Config
 from ..corpus.tokenizer import compressed_token_map
 from ..fusion import fusable, fused
+from ..layer_map import layer_map
 from ..model import V41Model
 from .schedule import TrainConfig, lr_at
 
@@ -139,7 +140,7 @@ class EntryProbe(torch.nn.Module):
     @staticmethod
     def source_layer(cfg: V41Config) -> int:
         """The decoder's KV source: the layer whose ratio-1 entries the decoder's layers read."""
-        return next(i for i in cfg.kv_source_layer_ids if cfg.compress_ratios[i] == 1)
+        return next(s.index for s in layer_map(cfg) if s.makes_entries and s.compress_ratio == 1)
 
     def targets(self, x: torch.Tensor, sources: torch.Tensor, reach: int = 5
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
