@@ -249,7 +249,7 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
             tc.fast = fast
             chosen.update(topk=[], pool=[])
             with quant.fake_quant_disabled():
-                lm, il, _, out = forward_backward(m, x, y, tc, dense)
+                lm, il, _, _, out = forward_backward(m, x, y, tc, dense)
             runs[fast, dense] = (float(lm), float(il), {n: p.grad.clone() for n, p in m.named_parameters()
                                                         if p.grad is not None},
                                  [r for _, r in out.routings], list(chosen["topk"]), list(chosen["pool"]))
