@@ -103,7 +103,7 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
     compressor, the gradient reaches the encoder below it, and a few steps on the loss alone lower it."""
     from model import random_tiny
     from model.training.schedule import TrainConfig
-    from model.training.step import EntryProbe, _LatentTap, entry_loss, forward_backward
+    from model.training.step import EntryProbe, LatentTap, entry_loss, forward_backward
 
     m = random_tiny()
     objects = [500, 501, 502]
@@ -117,7 +117,7 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
     sources[0, 40], sources[0, 50], sources[1, 60], sources[1, 61] = 14, 36, 8, 8   # 8 read twice: one target
     b, p, obj = probe.targets(x, sources)
     assert sorted(zip(b.tolist(), p.tolist(), obj.tolist())) == [(0, 14, 501), (1, 8, 500)]
-    tap = _LatentTap(probe.layer)
+    tap = LatentTap(probe.layer)
     m(x, trace=tap)
     attn = m.layers[probe.layer].attn
     hidden = {}
@@ -140,7 +140,7 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
     losses = []
     for _ in range(8):
         opt.zero_grad()
-        tap = _LatentTap(probe.layer)
+        tap = LatentTap(probe.layer)
         m(x, trace=tap)
         loss = entry_loss(probe, tap.got, x, sources)
         loss.backward()
@@ -159,9 +159,8 @@ def test_a_run_with_the_entry_probe_saves_and_resumes_its_model_state(tmp_path):
 
     m = random_tiny()
     tc = TrainConfig(entry_weight=1.0, steps=2, warmup_steps=1)
-    opt = make_optimizer(m, tc)
     probe = EntryProbe(m, [500])
-    opt.add_param_group({"params": list(probe.parameters()), "weight_decay": 0.0})
+    opt = make_optimizer(m, tc, probe)
     x = torch.randint(1000, 4000, (1, 32))
     x[0, 3] = 500
     sources = torch.full((1, 32), -1)
@@ -170,8 +169,7 @@ def test_a_run_with_the_entry_probe_saves_and_resumes_its_model_state(tmp_path):
     assert rec["entry"] > 0
     save_state(tmp_path, m, opt, 1, tc, [rec])
     m2 = random_tiny()
-    opt2 = make_optimizer(m2, tc)
-    opt2.add_param_group({"params": list(EntryProbe(m2, [500]).parameters()), "weight_decay": 0.0})
+    opt2 = make_optimizer(m2, tc, EntryProbe(m2, [500]))
     step, log = load_state(tmp_path, m2, opt2)
     assert step == 1 and torch.equal(m2.layers[0].attn.wkv.weight, m.layers[0].attn.wkv.weight)
     own = {id(p) for p in m.parameters()}

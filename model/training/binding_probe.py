@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..corpus.stories import COLOURS, CONTAINERS, TRAIN_CAST, Cast, filler_sentence, token_index_at_char, word_token_ids
-from .step import EntryProbe, _LatentTap
+from .step import EntryProbe, LatentTap
 
 
 @dataclass
@@ -87,7 +87,7 @@ def entry_reads(model, texts: int = 200, seed: int = 12345, tok=None) -> dict[st
     rows: dict[str, list[tuple[torch.Tensor, int, int]]] = {"colour entry": [], "answer row": []}
     for t, item in enumerate(probe_texts(texts, seed, objects)):
         enc = tok.encode(item.text, add_special_tokens=False)
-        tap = _LatentTap(layer)
+        tap = LatentTap(layer)
         with torch.no_grad():
             out = model(torch.tensor([enc.ids]).to(model.device), trace=tap, tap_layers=(layer,))
         for at, obj in item.facts:

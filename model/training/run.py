@@ -96,14 +96,14 @@ def start_run(tc: TrainConfig, device: torch.device, ckpt_dir: Path, resume: boo
         print(f"initialised from {tc.init_from}", file=sys.stderr)
     if tc.train_only:
         print(f"training {freeze_except(m, tc.train_only)} tensors matching {tc.train_only!r}", file=sys.stderr)
-    run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc), device, ckpt_dir,
-              stages=parse_curriculum(tc.curriculum), stage=tc.start_stage)
+    stages = parse_curriculum(tc.curriculum)
+    probe = None
+    if tc.entry_weight > 0 or any(st.settings.get("entry_weight", 0) > 0 for st in stages):
+        # the read-out has its own optimizer group; it starts afresh on a resume (not part of the model's weights)
+        probe = EntryProbe(m, list(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())).to(device)
+    run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc, probe), device, ckpt_dir,
+              stages=stages, stage=tc.start_stage, probe=probe)
     run.previous = previous if tc.init_from else None
-    if tc.entry_weight > 0 or any(st.settings.get("entry_weight", 0) > 0 for st in run.stages):
-        # its own parameter group, added before a resume loads the optimizer's state; the read-out itself
-        # starts afresh on a resume (it is not part of the model's weights)
-        run.probe = EntryProbe(m, list(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())).to(device)
-        run.opt.add_param_group({"params": list(run.probe.parameters()), "weight_decay": 0.0})
     if resume and (ckpt_dir / "ckpt.safetensors").exists():
         run.start, run.log = load_state(ckpt_dir, m, run.opt)
         meta = read_meta(ckpt_dir)

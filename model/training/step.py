@@ -79,18 +79,20 @@ def build_model(tc: TrainConfig, tokenizer, cfg: V41Config | None = None) -> V41
     return m
 
 
-def make_optimizer(m: V41Model, tc: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with weight decay on the matrices only (not the mHC parameters or the embeddings)."""
+def make_optimizer(m: V41Model, tc: TrainConfig, probe: torch.nn.Module | None = None) -> torch.optim.Optimizer:
+    """AdamW with weight decay on the matrices only (not the mHC parameters or the embeddings); a training-only
+    `probe` (the entry probe's read-out) gets a group of its own, without decay."""
     decay, no_decay = [], []
     for name, p in m.named_parameters():
         if not p.requires_grad:
             continue
         matrix = p.ndim >= 2 and "hc_" not in name and not name.endswith("embed.weight")
         (decay if matrix else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if probe is not None:
+        groups.append({"params": list(probe.parameters()), "weight_decay": 0.0})
     # foreach: one multi-tensor kernel per AdamW operation instead of a Python loop over ~300 tensors
-    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95), eps=1e-8,
-                             foreach=tc.fast)
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95), eps=1e-8, foreach=tc.fast)
 
 
 @fusable
@@ -161,7 +163,7 @@ class EntryProbe(torch.nn.Module):
         return b[keep], p[keep], found[keep]
 
 
-class _LatentTap:
+class LatentTap:
     """A recorder that keeps one KV source's latents with their gradient (the entry probe's input); every other
     record is dropped."""
 
@@ -210,10 +212,11 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     weights = None
     if answers is not None and tc.answer_weight != 1.0:
         weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
+    sources = sources.to(x.device) if sources is not None else None
     lookup = None
     if tc.lookup_weight > 0 and sources is not None:
-        lookup = lookup_target(sources.to(x.device), window_of(m))
-    tap = _LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
+        lookup = lookup_target(sources, window_of(m))
+    tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
                 pool_kl=tc.pool_kl and dense, lookup=lookup, trace=tap)
@@ -222,7 +225,7 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
         lk = out.lookup_loss if out.lookup_loss is not None else lm.new_zeros(())
         en = None
         if tap is not None and tap.got is not None:
-            en = entry_loss(probe, tap.got, x, sources.to(x.device))
+            en = entry_loss(probe, tap.got, x, sources)
         en = en if en is not None else lm.new_zeros(())
         (lm + tc.indexer_weight * il + tc.lookup_weight * lk + tc.entry_weight * en).backward()
     return plain, il, lk, en, out
