@@ -68,6 +68,25 @@ def test_bounded_prefill_runs_decoder_on_replay_rows_only(micro):
     assert len(pf.cache.sources[dec]) == 40
 
 
+def test_cache_carries_the_last_window_rows_into_the_replay(micro):
+    """Bounded prefill hands the decoder its replay rows through the cache: chunk by chunk only the last W rows
+    are kept, and the replay takes them, flooring the decoder's windows at the first of them."""
+    from model.inference.cache import Cache
+    cfg = micro.cfg
+    w, d = cfg.sliding_window, cfg.hidden_size
+    c = Cache(cfg, mode="bounded")
+    with pytest.raises(CacheError):
+        c.begin_replay()
+    rows = torch.arange(3 * w, dtype=torch.float32).view(1, -1, 1, 1).expand(1, 3 * w, cfg.hc_mult, d)
+    for a, b in ((0, 5), (5, w + 2), (w + 2, 3 * w)):   # uneven chunks, the last longer than W
+        c.keep_carry(rows[:, a:b], rows[:, a:b, 0, :1])
+        c.advance(b - a)
+    streams, pre, start = c.begin_replay()
+    assert start == 2 * w and c.decoder_floor == 2 * w and c.carry is None
+    assert streams[0, :, 0, 0].tolist() == list(range(2 * w, 3 * w))
+    assert pre.shape == (1, w, 1)
+
+
 @pytest.mark.parametrize("mode", ["exact", "bounded"])
 def test_rollback_equals_never_seen(fx, mode):
     # the fixture model: its quantisation and top-k decisions have margins, so a token computed in a

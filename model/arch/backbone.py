@@ -151,9 +151,7 @@ class Backbone(torch.nn.Module):
                       image_mask=image_mask, tap_layers=frozenset(tap_layers), indexer_loss=indexer_loss,
                       collect_routing=collect_routing, pool_kl=pool_kl, lookup=lookup)
         rope = RopeTables.at(self.rotary, positions)
-        hash_ids = None
-        if cache is not None:
-            cache.pending_ids = ids
+        hash_ids, comp = None, None
         if self.cfg.engram_layer_ids:
             if self.hasher is None:
                 raise InputError("this model has Engram layers: bind a tokenizer first (model.bind_tokenizer), "
@@ -162,8 +160,8 @@ class Backbone(torch.nn.Module):
             comp = self.hasher.compress(ids, live)
             history = None if cache is None else cache.engram_history(self.cfg.engram_max_ngram_size - 1)
             hash_ids = self.hasher(comp, history)
-            if cache is not None:
-                cache.pending_compressed = comp
+        if cache is not None:
+            cache.stage(ids, comp)
         if trace is not None:
             trace.begin(self.cfg, ids, positions, hash_ids)
         return streams, one_hot_pre(streams), ctx, rope, hash_ids

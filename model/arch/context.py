@@ -133,14 +133,14 @@ class LayerCache(Protocol):
     """The cache operations one forward performs."""
 
     length: int                              # rows already cached (the new rows' first position)
-    pending_ids: torch.Tensor | None         # [B, S] ids of the rows in flight
-    pending_compressed: torch.Tensor | None  # [B, S] their Engram-compressed ids
 
     def window(self, layer: int) -> WindowRows: ...
 
     def source(self, layer: int) -> SourceRows: ...
 
     def engram_history(self, n: int) -> torch.Tensor | None: ...
+
+    def stage(self, ids: torch.Tensor, compressed: torch.Tensor | None) -> None: ...  # the rows in flight
 
     def advance(self, n: int) -> None: ...
 

@@ -235,6 +235,10 @@ class Cache:
         return self.sources[layer]
 
     # ---- positions -----------------------------------------------------------------------------
+    def stage(self, ids: torch.Tensor, compressed: torch.Tensor | None = None) -> None:
+        """A forward is reading these rows ([B, S] ids and their Engram-compressed ids): `advance` commits them."""
+        self.pending_ids, self.pending_compressed = ids, compressed
+
     def advance(self, n: int) -> None:
         """Called after a forward over n new rows: commit their ids to the history."""
         if self.pending_ids is not None:
@@ -243,6 +247,25 @@ class Cache:
             self.compressed = torch.cat([self.compressed, self.pending_compressed.to(self.device)], dim=1)
         self.pending_ids = self.pending_compressed = None
         self.length += n
+
+    # ---- bounded prefill -----------------------------------------------------------------------
+    def keep_carry(self, streams: torch.Tensor, pre: torch.Tensor) -> None:
+        """After the encoder read some prompt rows: keep the decoder-input streams and `pre` of the last W rows read
+        so far, which the replay will run through the decoder (a prefix-cache save keeps them too)."""
+        w = self.cfg.sliding_window
+        if self.carry is not None:
+            streams, pre = torch.cat([self.carry[0], streams], 1), torch.cat([self.carry[1], pre], 1)
+        self.carry = streams[:, -w:].clone(), pre[:, -w:].clone()
+
+    def begin_replay(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Hand the carried rows to the decoder's replay -> (streams, pre, their first position). From now on the
+        decoder layers' windows start at that position, and decode needs no carry."""
+        if self.carry is None:
+            raise CacheError("no carried rows to replay: the encoder has not read any prompt rows in bounded mode")
+        streams, pre = self.carry
+        self.carry = None
+        self.decoder_floor = self.length - streams.shape[1]
+        return streams, pre, self.decoder_floor
 
     def engram_history(self, n: int) -> torch.Tensor | None:
         if self.compressed.shape[1] == 0:

@@ -85,7 +85,6 @@ def prefill(model: Backbone, input_ids, mode: str = "bounded", *, chunk_size: in
     tail = total - w if replay_logits else None  # exact: the last W rows in one chunk, to compare with bounded
     spans = _chunks(total, chunk_size, start=reused, extra_cuts=(save_at,), tail=tail)
     steps = len(spans) + (1 if bounded else 0)
-    carry = cache.carry if bounded else None
     out_logits, rl = None, None
     taps: dict[int, torch.Tensor] = {}
     with torch.no_grad():
@@ -102,19 +101,18 @@ def prefill(model: Backbone, input_ids, mode: str = "bounded", *, chunk_size: in
                 seg = model.segment(ids[:, a:b], cache, 0, dec, publish=dec, ablation=ablation, trace=trace,
                                     tap_layers=[t for t in tap_layers if t < dec])
                 _keep_taps(taps, seg.taps, w)
-                carry = _append_carry(carry, seg.streams, seg.pre_mix, w)
+                cache.keep_carry(seg.streams, seg.pre_mix)
                 cache.advance(b - a)
-                cache.carry = carry
             if prefix_cache is not None and b == save_at:
                 prefix_cache.save(ids[:, :b], cache)
             if progress is not None:
                 progress((ci + 1) / steps, f"read tokens {a}-{b} of {total}")
         if bounded:
             replay_taps = {t: None for t in tap_layers if t >= dec}
-            out_logits, rl = _replay(model, cache, carry, ablation, replay_logits, trace, replay_taps)
+            out_logits, rl, rows = _replay(model, cache, ablation, replay_logits, trace, replay_taps)
             _keep_taps(taps, replay_taps, w)
             if progress is not None:
-                progress(1.0, f"replayed the last {carry[0].shape[1]} rows through the decoder")
+                progress(1.0, f"replayed the last {rows} rows through the decoder")
     return Prefill(cache=cache, logits=out_logits, replay_logits=rl, reused=reused,
                    seconds=time.perf_counter() - t0, taps=taps)
 
@@ -125,21 +123,14 @@ def _keep_taps(taps: dict, new: dict, w: int) -> None:
             taps[layer] = (t if layer not in taps else torch.cat([taps[layer], t], 1))[:, -w:]
 
 
-def _append_carry(carry, streams, pre, w):
-    if carry is None:
-        return streams[:, -w:].clone(), pre[:, -w:].clone()
-    return torch.cat([carry[0], streams], 1)[:, -w:].clone(), torch.cat([carry[1], pre], 1)[:, -w:].clone()
-
-
-def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trace: Recorder | None = None,
+def _replay(model: Backbone, cache: Cache, ablation, keep_all: bool, trace: Recorder | None = None,
             taps: dict | None = None):
-    """Run the decoder over the replay segment (the last W rows), windows floored at its start.
-    `taps` (layer -> None) is filled with those layers' taps over the segment."""
+    """Run the decoder over the replay segment (the last W rows the cache carries), windows floored at its start.
+    `taps` (layer -> None) is filled with those layers' taps over the segment -> (last logits, all logits or
+    None, rows replayed)."""
     cfg = model.cfg
     dec, n_layers = cfg.decoder_start, cfg.num_hidden_layers
-    streams, pre = carry
-    start = cache.length - streams.shape[1]
-    cache.decoder_floor = start
+    streams, pre, start = cache.begin_replay()
     hash_ids = None
     if model.hasher is not None:
         n = cfg.engram_max_ngram_size - 1
@@ -148,10 +139,9 @@ def _replay(model: Backbone, cache: Cache, carry, ablation, keep_all: bool, trac
     out = model.resume(streams, pre, cache, dec, n_layers, start=start, hash_ids=hash_ids, trace=trace,
                        ablation=ablation, skip_compress=frozenset({dec}), tap_layers=taps or (),
                        last_only=not keep_all)
-    cache.carry = None  # decode does not need it; the prefix cache keeps its own copy
     if taps is not None:
         taps.update(out.taps)
-    return out.logits[:, -1], (out.logits if keep_all else None)
+    return out.logits[:, -1], (out.logits if keep_all else None), streams.shape[1]
 
 
 def decode_step(model: Backbone, cache: Cache, token_ids, ablation: Ablation | None = None,
