@@ -174,3 +174,25 @@ def test_a_run_with_the_entry_probe_saves_and_resumes_its_model_state(tmp_path):
     assert step == 1 and torch.equal(m2.layers[0].attn.wkv.weight, m.layers[0].attn.wkv.weight)
     own = {id(p) for p in m.parameters()}
     assert len(opt2.state) == sum(1 for p in opt.state if id(p) in own) > 0     # the model's moments, not the probe's
+
+
+def test_the_entry_probe_gradient_is_clipped_on_its_own():
+    """The read-out's gradient is clipped to the same bound as the model's but separately, so a large probe
+    gradient neither escapes the clip nor shrinks the model's step."""
+    from model import random_tiny
+    from model.training.schedule import TrainConfig
+    from model.training.step import EntryProbe, make_optimizer, train_step
+
+    m = random_tiny()
+    tc = TrainConfig(entry_weight=1.0, steps=2, warmup_steps=1, clip=1e-3)
+    probe = EntryProbe(m, [500])
+    x = torch.randint(1000, 4000, (1, 32))
+    x[0, 3] = 500
+    sources = torch.full((1, 32), -1)
+    sources[0, 20] = 5
+    rec = train_step(m, make_optimizer(m, tc, probe), x, x, tc, 0, None, sources, probe)
+    probe_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in probe.parameters()]))
+    model_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in m.parameters() if p.grad is not None]))
+    assert rec["grad_norm"] > 1e-3                       # there was something to clip
+    assert float(probe_norm) <= 1e-3 * 1.001 and float(model_norm) <= 1e-3 * 1.001
+    assert float(model_norm) > 0.9e-3                    # the model's step is the full clip, not shared with the probe

@@ -213,10 +213,15 @@ def copy_rows(ids: torch.Tensor | CopyIds, n: int, seq_len: int, generator: torc
     return _packed(n, seq_len, piece)
 
 
+def story_object_ids(tok) -> list[int]:
+    """The drills' one-token objects (the wide cast's): the key-value rows' keys and the entry probe's objects."""
+    return sorted(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())
+
+
 @functools.lru_cache(maxsize=4)
 def _story_kv_ids(tok) -> tuple[CopyIds, CopyIds]:
     """The drills' one-token objects (keys) and one-token colours (values), encoded once per tokenizer."""
-    return (CopyIds(ids=torch.tensor(sorted(word_token_ids(tok, DRILL_CASTS["wide"].objects).values()))),
+    return (CopyIds(ids=torch.tensor(story_object_ids(tok))),
             CopyIds(ids=torch.tensor(sorted(colour_token_ids(tok).values()))))
 
 

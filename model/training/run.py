@@ -24,10 +24,9 @@ from tokenizers import Tokenizer
 
 from ..checkpoint.native import save_checkpoint
 from ..corpus.dataset import TokenStream
-from ..corpus.stories import DRILL_CASTS, word_token_ids
 from ..corpus.tokenizer import load_tokenizer
 from ..model import V41Model
-from .batches import make_batch
+from .batches import make_batch, story_object_ids
 from .dspark import train_drafter
 from .evaluation import EVAL_KEYS, copy_probe, kv_probe, quick_eval
 from .schedule import Stage, TrainConfig, parse_curriculum, window_at
@@ -100,7 +99,7 @@ def start_run(tc: TrainConfig, device: torch.device, ckpt_dir: Path, resume: boo
     probe = None
     if tc.entry_weight > 0 or any(st.settings.get("entry_weight", 0) > 0 for st in stages):
         # the read-out has its own optimizer group; it starts afresh on a resume (not part of the model's weights)
-        probe = EntryProbe(m, list(word_token_ids(tok, DRILL_CASTS["wide"].objects).values())).to(device)
+        probe = EntryProbe(m, story_object_ids(tok)).to(device)
     run = Run(tc, tok, TokenStream.load(tc.stream), m, make_optimizer(m, tc, probe), device, ckpt_dir,
               stages=stages, stage=tc.start_stage, probe=probe)
     run.previous = previous if tc.init_from else None

@@ -26,9 +26,7 @@ import re
 
 import torch
 
-from ..arch.context import Ablation, LookupTarget
-from ..arch.mhc import Mix
-from ..arch.moe import Routing
+from ..arch.context import Ablation, LookupTarget, Recorder
 from ..config import V41Config
 from ..corpus.tokenizer import compressed_token_map
 from ..fusion import fusable, fused
@@ -163,9 +161,9 @@ class EntryProbe(torch.nn.Module):
         return b[keep], p[keep], found[keep]
 
 
-class LatentTap:
-    """A recorder that keeps one KV source's latents with their gradient (the entry probe's input); every other
-    record is dropped."""
+class LatentTap(Recorder):
+    """A recorder that keeps one KV source's latents with their gradient (the entry probe's input); it inherits
+    the protocol's do-nothing hooks for every other record."""
 
     def __init__(self, layer: int):
         self.layer, self.got = layer, None
@@ -173,19 +171,6 @@ class LatentTap:
     def latent(self, layer: int, latent: torch.Tensor, g0: int) -> None:
         if layer == self.layer:
             self.got = latent
-
-    def begin(self, cfg: V41Config, ids: torch.Tensor, positions: torch.Tensor, hash_ids: torch.Tensor | None
-              ) -> None: ...
-    def engram(self, layer: int, gate: torch.Tensor, hashes: torch.Tensor, out: torch.Tensor) -> None: ...
-    def pool(self, layer: int, candidates: torch.Tensor, block_scores: torch.Tensor) -> None: ...
-    def selection(self, layer: int, scores: torch.Tensor, topk: torch.Tensor) -> None: ...
-    def source_len(self, layer: int, n: int) -> None: ...
-    def attention(self, layer: int, positions: torch.Tensor, probs: torch.Tensor, prev: torch.Tensor | None,
-                  comp, window: int) -> None: ...
-    def block(self, layer: int, a: Mix, f: Mix, y: torch.Tensor, out: torch.Tensor, routing: Routing,
-              new: torch.Tensor) -> None: ...
-    def after_layer(self, layer: int, streams: torch.Tensor, pre_mix: torch.Tensor, head) -> None: ...
-    def end(self, hidden: torch.Tensor, logits: torch.Tensor) -> None: ...
 
 
 def entry_loss(probe: EntryProbe, latent: torch.Tensor, x: torch.Tensor, sources: torch.Tensor
@@ -241,6 +226,8 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
     lm, il, lk, en, out = forward_backward(m, x, y, tc, dense, answers, sources, probe)
     gn = torch.nn.utils.clip_grad_norm_([p for p in m.parameters() if p.requires_grad], tc.clip,
                                         foreach=tc.fast)
+    if probe is not None:   # clipped on its own: its gradient neither shrinks the model's step nor escapes the clip
+        torch.nn.utils.clip_grad_norm_(list(probe.parameters()), tc.clip, foreach=tc.fast)
     opt.step()
     for lid, idx in out.routings:
         # the balancing rule moves a bias outside gradient descent: frozen with the rest under train_only
