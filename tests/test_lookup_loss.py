@@ -134,7 +134,7 @@ def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_
     assert float(m.layers[0].attn.wkv.weight.grad.abs().sum()) > 0          # the encoder's first layer
     assert m.layers[probe.layer + 1].attn.wq_b.weight.grad is None           # nothing above the source
     m.zero_grad()
-    plain, _, _, en, _ = forward_backward(m, x, x, TrainConfig(entry_weight=1.0), True, None, sources, probe)
+    en = forward_backward(m, x, x, TrainConfig(entry_weight=1.0), True, None, sources, probe).entry
     assert abs(float(en.detach()) - float(want.detach())) < 1e-4 and probe.head.weight.grad is not None
     opt = torch.optim.Adam(list(probe.parameters()) + list(m.parameters()), lr=3e-3)
     losses = []
@@ -196,3 +196,84 @@ def test_the_entry_probe_gradient_is_clipped_on_its_own():
     assert rec["grad_norm"] > 1e-3                       # there was something to clip
     assert float(probe_norm) <= 1e-3 * 1.001 and float(model_norm) <= 1e-3 * 1.001
     assert float(model_norm) > 0.9e-3                    # the model's step is the full clip, not shared with the probe
+
+
+def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_training_on_it_does():
+    """The selection loss leaves the forward unchanged; it is the cross entropy of each selecting ratio-1 layer's
+    index scores at the answer row (every visible entry) against the source's entry, recomputed here from the
+    indexers themselves; its gradient reaches the indexers and nothing else; a few steps on it alone bring the
+    sources into the top-k of sparse attention."""
+    from model import Ablation, random_tiny
+    from model.arch.indexer import mask_visible
+    from model.arch.rope import RopeTables
+    from model.training.schedule import TrainConfig
+    from model.training.step import forward_backward, lookup_target, set_window
+
+    torch.manual_seed(0)
+    m = random_tiny()
+    set_window(m, 2)
+    x = torch.randint(5, 4000, (2, 200))
+    sources = torch.full((2, 200), -1)
+    sources[0, 150], sources[1, 190], sources[1, 120] = 7, 33, 60
+    selecting = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1 and layer.attn.spec.selects]
+    assert len(selecting) >= 2
+    target = lookup_target(sources, 2)
+    target.select = True
+    plain = m(x)
+    out = m(x, lookup=target)
+    assert torch.equal(plain.logits, out.logits) and len(target.scores) == len(selecting)
+    # recompute from the indexers: keys from the source layer's latents, queries from each layer's input
+    hidden = {}
+    hooks = [m.layers[i].attn.register_forward_pre_hook(lambda mod, a, i=i: hidden.update({i: a[0]}))
+             for i in set(selecting)]
+    m(x)
+    for h in hooks:
+        h.remove()
+    src = m.layers[selecting[0]].attn
+    positions = torch.arange(200)
+    rope = RopeTables.at(m.rotary, positions)
+    cos, sin = rope.compress
+    keys = src.indexer.keys(src.compressor.forward_full(hidden[selecting[0]]), cos, sin)
+    expected = []
+    for i in selecting:
+        attn = m.layers[i].attn
+        q_res = attn.q_norm(attn.wq_a(hidden[i]))
+        sc = mask_visible(attn.indexer.scores(hidden[i], q_res, cos, sin, keys), positions, 1)
+        rows = sc[target.batch, target.row]
+        expected.append(torch.nn.functional.cross_entropy(rows, target.position))
+    assert abs(float(target.select_loss().detach()) - float(torch.stack(expected).mean().detach())) < 1e-3
+    got = forward_backward(m, x, x, TrainConfig(select_weight=1.0), True, None, sources)
+    dense = lookup_target(sources, 2)
+    dense.select = True
+    m(x, lookup=dense, ablation=Ablation(dense_compressed=True))    # the step's forward: dense compressed reads
+    assert abs(float(got.select.detach()) - float(dense.select_loss().detach())) < 1e-4
+    m.zero_grad()
+    t = lookup_target(sources, 2)
+    t.select = True
+    m(x, lookup=t)
+    t.select_loss().backward()
+    moved = {n for n, p in m.named_parameters() if p.grad is not None and float(p.grad.abs().sum()) > 0}
+    assert moved and all(".indexer." in n for n in moved), sorted(moved)[:5]
+    assert any(".indexer.wk." in n for n in moved) and any(".indexer.wq_b." in n for n in moved)
+
+    def ranks():
+        t = lookup_target(sources, 2)
+        t.select = True
+        m(x, lookup=t)
+        return [int((s > s.gather(1, t.position.view(-1, 1))).sum(1).max()) for s in t.scores]
+
+    before = ranks()
+    indexer_params = [p for n, p in m.named_parameters() if ".indexer." in n]
+    opt = torch.optim.Adam(indexer_params, lr=1e-2)
+    for _ in range(30):
+        opt.zero_grad()
+        t = lookup_target(sources, 2)
+        t.select = True
+        m(x, lookup=t)
+        t.select_loss().backward()
+        opt.step()
+    after = ranks()
+    assert max(after) < m.cfg.index_topk <= max(before)     # every source now inside every layer's top-k
+    with torch.no_grad():
+        sparse = m(x, ablation=Ablation())
+    assert sparse.logits.shape == plain.logits.shape

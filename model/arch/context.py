@@ -95,6 +95,8 @@ class LookupTarget:
     rivals: torch.Tensor     # [N, R] the positions of the other facts it must be told from (-1: padding)
     ratio: int = 1           # the layers supervised: those reading entries of this ratio
     masses: list[torch.Tensor] = field(default_factory=list)
+    select: bool = False     # also keep the index scores the selecting layers of `ratio` give the answer rows
+    scores: list[torch.Tensor] = field(default_factory=list)   # per selecting layer [N, T] (-inf: not visible)
 
     def loss(self) -> torch.Tensor | None:
         """Mean over the answer rows of -log P(some supervised head reads the source), heads and layers taken as
@@ -109,6 +111,16 @@ class LookupTarget:
         total = m.sum(dim=(1, 2))                                         # [N, 1 + R]
         share = (total[:, 0] + 1e-6) / (total.sum(-1) + 1e-6)
         return (read - torch.log(share)).mean()
+
+    def select_loss(self) -> torch.Tensor | None:
+        """The selection loss: mean over the answer rows and the selecting layers of the cross entropy of the index
+        scores over every visible entry against the source's entry, so that the top-k picks the fact asked for and
+        leaves its rivals out. Its gradient reaches the indexers only (they score detached inputs). None when no
+        layer selected."""
+        if not self.scores or not self.batch.numel():
+            return None
+        entry = self.position // max(1, self.ratio)
+        return torch.stack([torch.nn.functional.cross_entropy(s.float(), entry) for s in self.scores]).mean()
 
 
 # What the layers need from the objects passed into a forward: the cache, the trace recorder, a layer source.

@@ -183,6 +183,7 @@ def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
     bar = "#" * int(30 * (step + 1) / steps)
     lookup = f" lookup {rec['lookup']:.3f}" if "lookup" in rec else ""
     lookup += f" entry {rec['entry']:.3f}" if "entry" in rec else ""
+    lookup += f" select {rec['select']:.3f}" if "select" in rec else ""
     print(f"\r[{bar:<30}] {step + 1}/{steps} loss {rec['loss']:.3f} kl {rec['indexer_kl']:.3f}{lookup} "
           f"{rate:,.0f} tok/s eta {eta / 60:.1f} min", end="", file=sys.stderr, flush=True)
 

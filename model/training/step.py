@@ -11,6 +11,10 @@ balancing rule (docs/design/equations.md §13 training the indexer,
   before each fact's colour, from that colour's decoder entry (the ratio-1 KV source's latent): the lookup loss
   asks the answer row to find the entry of the asked object, and this asks the entry to name it
   (docs/training.md §3);
+- the selection loss (`select_weight` > 0): at the same answer rows, the index scores of the layers that select
+  ratio-1 entries are asked to put the source's entry first among every visible entry, so that in sparse
+  attention the top-k holds the fact asked for and not its rivals; it trains the indexers only (their inputs
+  are detached) (docs/training.md §3);
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
   index scores, with the indexer's inputs detached; dense (every visible entry attended, KL over all
   of them) for the first `dense_warmup_frac` of the steps, then sparse (top-k attended, KL over the
@@ -23,6 +27,7 @@ balancing rule (docs/design/equations.md §13 training the indexer,
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 
@@ -31,7 +36,7 @@ from ..config import V41Config
 from ..corpus.tokenizer import compressed_token_map
 from ..fusion import fusable, fused
 from ..layer_map import layer_map
-from ..model import V41Model
+from ..model import ModelOutput, V41Model
 from .schedule import TrainConfig, lr_at
 
 
@@ -187,33 +192,48 @@ def entry_loss(probe: EntryProbe, latent: torch.Tensor, x: torch.Tensor, sources
     return ce(probe.head(lat), obj) + ce(probe.own(lat), x[b, p])
 
 
+@dataclass
+class StepLosses:
+    """What one forward-backward measured (detached by the caller where logged)."""
+
+    plain: torch.Tensor     # the unweighted LM loss
+    indexer_kl: torch.Tensor
+    lookup: torch.Tensor    # 0 when off
+    entry: torch.Tensor     # 0 when off
+    select: torch.Tensor    # 0 when off
+    out: ModelOutput        # logits and the routing choices
+
+
 def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig, dense: bool,
                      answers: torch.Tensor | None = None, sources: torch.Tensor | None = None,
-                     probe: EntryProbe | None = None):
+                     probe: EntryProbe | None = None) -> StepLosses:
     """The loss (LM, its look-back answers weighted by `answer_weight`, + weighted indexer KL, + weighted lookup
-    loss, + weighted entry probe) and its gradients, accumulated into the parameters (and the probe's). Returns
-    (plain LM loss, indexer KL, lookup loss, entry probe loss, model output with the routing choices)."""
+    loss, + weighted entry probe, + weighted selection loss) and its gradients, accumulated into the parameters
+    (and the probe's)."""
     m.train()
     weights = None
     if answers is not None and tc.answer_weight != 1.0:
         weights = 1.0 + (tc.answer_weight - 1.0) * answers.to(x.device, torch.float32)
     sources = sources.to(x.device) if sources is not None else None
     lookup = None
-    if tc.lookup_weight > 0 and sources is not None:
+    if (tc.lookup_weight > 0 or tc.select_weight > 0) and sources is not None:
         lookup = lookup_target(sources, window_of(m))
+        if lookup is not None:
+            lookup.select = tc.select_weight > 0
     tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
                 pool_kl=tc.pool_kl and dense, lookup=lookup, trace=tap)
         lm, plain = lm_loss(out.logits, y, weights)
-        il = out.indexer_loss if out.indexer_loss is not None else lm.new_zeros(())
-        lk = out.lookup_loss if out.lookup_loss is not None else lm.new_zeros(())
-        en = None
-        if tap is not None and tap.got is not None:
-            en = entry_loss(probe, tap.got, x, sources)
-        en = en if en is not None else lm.new_zeros(())
-        (lm + tc.indexer_weight * il + tc.lookup_weight * lk + tc.entry_weight * en).backward()
-    return plain, il, lk, en, out
+        zero = lm.new_zeros(())
+        il = out.indexer_loss if out.indexer_loss is not None else zero
+        lk = out.lookup_loss if out.lookup_loss is not None and tc.lookup_weight > 0 else zero
+        en = entry_loss(probe, tap.got, x, sources) if tap is not None and tap.got is not None else None
+        en = en if en is not None else zero
+        sl = lookup.select_loss() if lookup is not None and lookup.select else None
+        sl = sl if sl is not None else zero
+        (lm + tc.indexer_weight * il + tc.lookup_weight * lk + tc.entry_weight * en + tc.select_weight * sl).backward()
+    return StepLosses(plain, il, lk, en, sl, out)
 
 
 def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, tc: TrainConfig,
@@ -223,7 +243,8 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
     for g in opt.param_groups:
         g["lr"] = lr_at(tc, step)
     opt.zero_grad(set_to_none=True)
-    lm, il, lk, en, out = forward_backward(m, x, y, tc, dense, answers, sources, probe)
+    losses = forward_backward(m, x, y, tc, dense, answers, sources, probe)
+    out = losses.out
     gn = torch.nn.utils.clip_grad_norm_([p for p in m.parameters() if p.requires_grad], tc.clip,
                                         foreach=tc.fast)
     if probe is not None:   # clipped on its own: its gradient neither shrinks the model's step nor escapes the clip
@@ -233,10 +254,12 @@ def train_step(m: V41Model, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
         # the balancing rule moves a bias outside gradient descent: frozen with the rest under train_only
         if not tc.train_only or re.search(tc.train_only, f"layers.{lid}.ffn.gate.bias"):
             m.layers[lid].ffn.update_bias(idx, tc.bias_gamma)
-    rec = {"loss": float(lm.detach()), "indexer_kl": float(il.detach()), "grad_norm": float(gn),
-           "lr": lr_at(tc, step), "dense": dense}
+    rec = {"loss": float(losses.plain.detach()), "indexer_kl": float(losses.indexer_kl.detach()),
+           "grad_norm": float(gn), "lr": lr_at(tc, step), "dense": dense}
     if tc.lookup_weight > 0:
-        rec["lookup"] = float(lk.detach())
+        rec["lookup"] = float(losses.lookup.detach())
     if tc.entry_weight > 0:
-        rec["entry"] = float(en.detach())
+        rec["entry"] = float(losses.entry.detach())
+    if tc.select_weight > 0:
+        rec["select"] = float(losses.select.detach())
     return rec
