@@ -250,7 +250,7 @@ def test_fast_step_is_the_same_function_as_the_eager_step(monkeypatch):
             chosen.update(topk=[], pool=[])
             with quant.fake_quant_disabled():
                 got = forward_backward(m, x, y, tc, dense)
-                lm, il, out = got.plain, got.indexer_kl, got.out
+                lm, il, out = got.plain.detach(), got.indexer_kl.detach(), got.out
             runs[fast, dense] = (float(lm), float(il), {n: p.grad.clone() for n, p in m.named_parameters()
                                                         if p.grad is not None},
                                  [r for _, r in out.routings], list(chosen["topk"]), list(chosen["pool"]))
