@@ -217,8 +217,7 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     sources[0, 150], sources[1, 190], sources[1, 120] = 7, 33, 60
     selecting = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1 and layer.attn.spec.selects]
     assert len(selecting) >= 2
-    target = lookup_target(sources, 2)
-    target.select = True
+    target = lookup_target(sources, 2, select=True)
     plain = m(x)
     out = m(x, lookup=target)
     assert torch.equal(plain.logits, out.logits) and len(target.scores) == len(selecting)
@@ -243,13 +242,11 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
         expected.append(torch.nn.functional.cross_entropy(rows, target.position))
     assert abs(float(target.select_loss().detach()) - float(torch.stack(expected).mean().detach())) < 1e-3
     got = forward_backward(m, x, x, TrainConfig(select_weight=1.0), True, None, sources)
-    dense = lookup_target(sources, 2)
-    dense.select = True
+    dense = lookup_target(sources, 2, select=True)
     m(x, lookup=dense, ablation=Ablation(dense_compressed=True))    # the step's forward: dense compressed reads
     assert abs(float(got.select.detach()) - float(dense.select_loss().detach())) < 1e-4
     m.zero_grad()
-    t = lookup_target(sources, 2)
-    t.select = True
+    t = lookup_target(sources, 2, select=True)
     m(x, lookup=t)
     t.select_loss().backward()
     moved = {n for n, p in m.named_parameters() if p.grad is not None and float(p.grad.abs().sum()) > 0}
@@ -257,8 +254,7 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     assert any(".indexer.wk." in n for n in moved) and any(".indexer.wq_b." in n for n in moved)
 
     def ranks():
-        t = lookup_target(sources, 2)
-        t.select = True
+        t = lookup_target(sources, 2, select=True)
         m(x, lookup=t)
         return [int((s > s.gather(1, t.position.view(-1, 1))).sum(1).max()) for s in t.scores]
 
@@ -267,8 +263,7 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     opt = torch.optim.Adam(indexer_params, lr=1e-2)
     for _ in range(30):
         opt.zero_grad()
-        t = lookup_target(sources, 2)
-        t.select = True
+        t = lookup_target(sources, 2, select=True)
         m(x, lookup=t)
         t.select_loss().backward()
         opt.step()

@@ -244,14 +244,14 @@ class Attention(torch.nn.Module):
         xi, qi = x.detach(), q_res.detach()
         cos, sin = rope.compress
         lookup = ctx.lookup
-        if lookup is not None and lookup.select and self.ratio == lookup.ratio and lookup.batch.numel():
-            # the selection loss: the answer rows' scores with their gradient (to the indexer only)
+        keep = lookup is not None and lookup.select and self.ratio == lookup.ratio and bool(lookup.batch.numel())
+        # selection is not differentiable; the KL below trains the indexer, and the selection loss (`keep`) takes
+        # the answer rows' scores with their gradient (to the indexer only)
+        with torch.set_grad_enabled(keep):
             raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
+        if keep:
             lookup.scores.append(mask_visible(raw, ctx.positions, self.ratio)[lookup.batch, lookup.row])
             raw = raw.detach()
-        else:
-            with torch.no_grad():  # selection is not differentiable; the KL below trains the indexer
-                raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
         scores = mask_visible(raw, ctx.positions, self.ratio)
         if self.spec.candidate_source:
             pool, block_scores = candidate_pool(scores, ctx.positions, self.ratio, self.cfg.candidate_topk_blocks,

@@ -112,10 +112,11 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
     return (ce * w).sum() / w.sum().clamp_min(1e-20), plain
 
 
-def lookup_target(sources: torch.Tensor, window: int) -> LookupTarget | None:
+def lookup_target(sources: torch.Tensor, window: int, select: bool = False) -> LookupTarget | None:
     """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
     inside it needs no entry); its rivals are the other sources of its row before it (the facts it must be told
-    from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too."""
+    from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too.
+    `select`: also keep the selecting layers' index scores of those rows (the selection loss)."""
     rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
     b, r = torch.nonzero((sources >= 0) & (rows - sources >= window), as_tuple=True)
     if not b.numel():
@@ -128,7 +129,7 @@ def lookup_target(sources: torch.Tensor, window: int) -> LookupTarget | None:
     riv = torch.full((len(rivals), width), -1, dtype=torch.long)
     for i, found in enumerate(rivals):
         riv[i, :len(found)] = torch.tensor(found, dtype=torch.long)
-    return LookupTarget(b, r, pos, riv.to(sources.device))
+    return LookupTarget(b, r, pos, riv.to(sources.device), select=select)
 
 
 class EntryProbe(torch.nn.Module):
@@ -217,9 +218,7 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     sources = sources.to(x.device) if sources is not None else None
     lookup = None
     if (tc.lookup_weight > 0 or tc.select_weight > 0) and sources is not None:
-        lookup = lookup_target(sources, window_of(m))
-        if lookup is not None:
-            lookup.select = tc.select_weight > 0
+        lookup = lookup_target(sources, window_of(m), select=tc.select_weight > 0)
     tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
@@ -230,7 +229,7 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
         lk = out.lookup_loss if out.lookup_loss is not None and tc.lookup_weight > 0 else zero
         en = entry_loss(probe, tap.got, x, sources) if tap is not None and tap.got is not None else None
         en = en if en is not None else zero
-        sl = lookup.select_loss() if lookup is not None and lookup.select else None
+        sl = lookup.select_loss() if lookup is not None else None
         sl = sl if sl is not None else zero
         (lm + tc.indexer_weight * il + tc.lookup_weight * lk + tc.entry_weight * en + tc.select_weight * sl).backward()
     return StepLosses(plain, il, lk, en, sl, out)
