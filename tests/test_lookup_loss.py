@@ -272,3 +272,54 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     with torch.no_grad():
         sparse = m(x, ablation=Ablation())
     assert sparse.logits.shape == plain.logits.shape
+
+
+def test_rival_positions_are_the_other_facts_colours_and_never_the_asked_one():
+    """In held-out stories with other facts, each found position holds one of the distractors' colours, every
+    distractor's colour is found, and the asked fact's own colour token is left out."""
+    from model.corpus.stories import load_heldout_stories, token_index_at_char
+    from model.corpus.tokenizer import load_tokenizer
+    from model.training import rival_positions
+
+    tok = load_tokenizer()
+    rows = [r for r in load_heldout_stories() if r["distractors"]][:20]
+    assert rows
+    for r in rows:
+        enc = tok.encode(r["text"], add_special_tokens=False)
+        f = token_index_at_char(enc.offsets, r["fact_answer_start"])
+        found = rival_positions(r["text"], enc, r["distractors"], f)
+        said = {tok.decode([enc.ids[p]]).strip() for p in found}
+        assert f not in found
+        assert said == {c for _, c, _ in r["distractors"]}
+
+
+def test_rival_reads_count_the_top_k_and_the_index_order_of_the_asked_fact_against_its_rivals(monkeypatch):
+    """With index scores that grow with the entry's position, the top-k holds only the latest entries (never a far
+    fact), and at the candidate source the asked fact outranks its rivals exactly when it was said after all of them
+    (read from the text's character offsets, not from token positions); scores that fall with position reverse the
+    order. The layers that search the pool see neither far fact inside it: a tie, never first."""
+    import model.arch.indexer as indexer
+    from model import random_tiny
+    from model.corpus.stories import load_heldout_stories
+    from model.training import rival_reads
+
+    m = random_tiny()
+    rows = [r for r in load_heldout_stories() if r["bucket"] == "far" and r["distractors"]][:6]
+
+    def after_all(r):
+        starts = [r["text"].find(f"the {c} {k}") for _, c, k in r["distractors"]]
+        return r["fact_answer_start"] > max(s for s in starts if s >= 0)
+
+    for sign, want in ((1.0, sum(after_all(r) for r in rows) / 6), (-1.0, sum(not after_all(r) for r in rows) / 6)):
+        def scores(self, x, q_res, cos, sin, keys, sign=sign):
+            return sign * torch.arange(keys.shape[1], dtype=torch.float32).expand(x.shape[0], x.shape[1], -1)
+        monkeypatch.setattr(indexer.Indexer, "scores", scores)
+        reads = rival_reads(m, max_stories=6)
+        assert reads and all(r.stories == 6 for r in reads.values())
+        source = m.cfg.candidate_source_layer_id
+        assert reads[source].fact_first == pytest.approx(want)
+        for r in reads.values():
+            assert 0.0 < r.chance <= 0.5
+            if sign > 0:
+                assert r.fact_in_topk == 0.0
+                assert r.layer == source or r.fact_first == 0.0

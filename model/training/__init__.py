@@ -44,6 +44,9 @@ from .evaluation import (
     pair_formats,
     pair_reads,
     quick_eval,
+    rival_positions,
+    rival_reads,
+    RivalRead,
     story_recall,
 )
 from .lookback import answer_weighted_ce, induction_mask, lookup_rows, recall_rows
@@ -88,7 +91,8 @@ __all__ = [
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
     "kv_lookup", "kv_probe", "frequent_ids",
-    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "Binding",
+    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "rival_reads", "rival_positions", "RivalRead",
+    "Binding",
     "entry_reads", "probe_accuracy", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",

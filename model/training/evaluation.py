@@ -23,6 +23,7 @@ import torch
 
 from ..arch.context import Ablation
 from ..corpus.dataset import (
+    EOS_ID,
     HELDOUT_TEMPLATES_PATH,
     TokenStream,
     heldout_natural_batches,
@@ -492,6 +493,77 @@ def pair_reads(model, rows: int = 30, facts: int = 5, tok=None, seed: int = 0) -
         t[1] += _colour_picks_right(tr.logits[0].cpu(), enc, [(at, c) for at, c, _ in asked], colour_ids)
         t[2] += len(asked)
     return {name: (read / n, said / n) for name, (read, said, n) in tally.items()}
+
+
+@dataclass
+class RivalRead:
+    """One selecting layer at the answer rows of held-out stories that hold other facts: does its top-k hold the
+    asked fact, does it hold the rivals too, and do its index scores and its attention tell them apart?"""
+
+    layer: int
+    fact_in_topk: float    # share of answer rows whose top-k holds the asked fact's entry
+    rivals_in_topk: float  # mean share of the rivals' entries in that top-k
+    fact_first: float      # share whose index score is higher on the asked fact than on every rival (a layer that
+    #                        searches the candidate pool scores only inside it: two facts outside it tie, not first)
+    read_first: float      # share whose attention (summed over heads) is larger on the asked fact than on any rival
+    chance: float          # what a random pick among the story's facts scores on the last two
+    stories: int
+
+
+def rival_positions(text: str, enc, distractors: list, skip: int) -> list[int]:
+    """Token index of each rival fact's colour in a story: "the <colour> <container>" of every distractor, the
+    asked fact's own colour (`skip`) left out."""
+    out = []
+    for _, colour, container in distractors:
+        phrase = f"the {colour} {container}"
+        at = text.find(phrase)
+        while at >= 0:
+            t = token_index_at_char(enc.offsets, at + len("the "))
+            if t != skip:
+                out.append(t)
+            at = text.find(phrase, at + 1)
+    return out
+
+
+@torch.no_grad()
+def rival_reads(model, path: Path | None = None, bucket: str = "far", max_stories: int = 40,
+                tok=None) -> dict[int, RivalRead]:
+    """`RivalRead` per layer that selects ratio-1 entries, over the held-out `bucket` stories with other facts
+    (one exact traced forward each, cut at the answer row). A fact the top-k always holds together with its
+    rivals is left to the attention's match to bind; `fact_in_pool` asks the pool the same first question."""
+    tok = tok or model.tokenizer
+    rows = [r for r in load_heldout_stories(path) if r["bucket"] == bucket and r.get("distractors")]
+    tally: dict[int, list[float]] = {}
+    n, chance = 0, 0.0
+    for r in rows:
+        if n >= max_stories:
+            break
+        enc = tok.encode(r["text"], add_special_tokens=False)
+        # positions after the <|eos|> that starts every story, as in the recall batches
+        a = 1 + token_index_at_char(enc.offsets, r["answer_start"])     # the answer; the row before predicts it
+        f = token_index_at_char(enc.offsets, r["fact_answer_start"])
+        rivals = [1 + p for p in rival_positions(r["text"], enc, r["distractors"], f) if 1 + p < a - 1]
+        f += 1
+        if not rivals:
+            continue
+        n, chance = n + 1, chance + 1 / (1 + len(rivals))
+        tr = model.trace(torch.tensor([[EOS_ID] + enc.ids[:a - 1]]).to(model.device), lens=False)
+        row_at = a - 1
+        for rec in tr.layers:
+            if rec.topk is None or rec.spec.compress_ratio != 1:
+                continue
+            i = rec.row(row_at)
+            top = set(rec.topk[0, i].tolist())
+            sc = rec.index_scores[0, i]
+            t = tally.setdefault(rec.spec.index, [0.0, 0.0, 0.0, 0.0])
+            t[0] += f in top
+            t[1] += sum(p in top for p in rivals) / len(rivals)
+            t[2] += bool(sc[f] > sc[rivals].max())
+            if rec.shares is not None:
+                mass = attention_on(rec.shares, i, row_at, [f] + rivals)
+                t[3] += bool(mass[0] > mass[1:].max())
+    return {lid: RivalRead(lid, *(v / max(1, n) for v in t), chance=chance / max(1, n), stories=n)
+            for lid, t in sorted(tally.items())}
 
 
 @torch.no_grad()
