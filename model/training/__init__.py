@@ -30,6 +30,7 @@ from .evaluation import (
     EVAL_KEYS,
     Binding,
     Quality,
+    RivalRead,
     copy_accuracy,
     copy_probe,
     evaluate,
@@ -46,7 +47,6 @@ from .evaluation import (
     quick_eval,
     rival_positions,
     rival_reads,
-    RivalRead,
     story_recall,
 )
 from .lookback import answer_weighted_ce, induction_mask, lookup_rows, recall_rows
@@ -91,8 +91,8 @@ __all__ = [
     # held-out evaluation (the Ablation lab and bench.quality share it)
     "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
     "kv_lookup", "kv_probe", "frequent_ids",
-    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "rival_reads", "rival_positions", "RivalRead",
-    "Binding",
+    "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "Binding",
+    "rival_reads", "rival_positions", "RivalRead",
     "entry_reads", "probe_accuracy", "quick_eval", "EVAL_KEYS",
     # look-back practice
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
