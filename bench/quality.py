@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         link_binding,
         pair_formats,
         pair_reads,
+        rival_reads,
     )
 
     every = heldout_natural_tokens(model.tokenizer)
@@ -127,6 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"far held-out stories with other facts in them ({bind.stories}): {bind.right:.1%} answered right, "
           f"{bind.other_fact:.1%} with another fact's colour (one of the story's facts at random: "
           f"{bind.random_fact:.1%}); with no other fact: {bind.alone_right:.1%} right")
+    rivals = rival_reads(model)
+    if rivals:
+        first = next(iter(rivals.values()))
+        print(f"the same far stories ({first.stories}), at the answer row of each layer that selects ratio-1 entries: "
+              + "; ".join(f"layer {r.layer}: top-k holds the fact {r.fact_in_topk:.0%} and its rivals "
+                          f"{r.rivals_in_topk:.0%}, index score ranks it first {r.fact_first:.0%}, attention "
+                          f"{r.read_first:.0%}" for r in rivals.values())
+              + f" (one of the story's facts at random: {first.chance:.0%})")
     links = link_binding(model)
     print("drills with k words between each object and its colour, the asked object's colour picked among the "
           "colours: " + ", ".join(f"k={k} {r:.1%} (random {g:.1%})" for k, (r, g) in links.items()))
@@ -158,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                    "copy_far_window_only": copy_far_wo, "copy_first": seen_once, "fact_in_pool": in_pool,
                    "distractors_right": bind.right, "distractors_other_fact": bind.other_fact,
                    "distractors_random_fact": bind.random_fact, "alone_right": bind.alone_right,
+                   **{f"rivals_layer{r.layer}_{k}": getattr(r, k) for r in rivals.values()
+                      for k in ("fact_in_topk", "rivals_in_topk", "fact_first", "read_first")},
                    **{f"binding_link{k}": r for k, (r, _) in links.items()},
                    **{f"binding_link{k}_random": g for k, (_, g) in links.items()},
                    **{f"kv_lookup{gap}": r for gap, r in lookups.items()},
