@@ -14,7 +14,9 @@ On held-out prose, a span of `span` tokens is said twice, `gap` tokens apart; fr
 running model (model/inference/trace.py `Shares`) this reports, per layer and head:
 - `prev`: the mean window share on the position just before the query (uniform over a 32-row window
   is 0.03; a previous-token head in a trained model puts most of its weight there);
-- `induction`: at the second copy, the mean window share on the token after the first copy's match;
+- `induction`: at the second copy, the mean share on the token after the first copy's match: its window
+  slot, or, where the match lies beyond the window (a narrow-window checkpoint), the selected one-token
+  entry that holds it (ratio-1 layers; 0 in the others);
 - `sink`: the mean share on the sink.
 Window-only layers read their keys with the `main` RoPE (sharp positions), the others with the
 `compress` RoPE (theta 160,000 instead of 10,000).
@@ -41,15 +43,25 @@ class HeadScores:
 
 
 def head_scores(window: torch.Tensor, sink: torch.Tensor, second_start: int, distance: int,
-                span: int) -> tuple[list[float], list[float], list[float]]:
+                span: int, entries: torch.Tensor | None = None, entry_ids: torch.Tensor | None = None
+                ) -> tuple[list[float], list[float], list[float]]:
     """window [B, S, H, W] shares (slot j = position t-(W-1)+j), sink [B, S, H]. The second copy
     starts at `second_start`, `distance` positions after the first; returns per head (prev,
-    induction, sink). Induction is 0 where the match lies outside the window."""
+    induction, sink). Where the match lies outside the window, induction is the share on the selected
+    one-token entry that holds the token after it (`entries` [B, S, H, k] with `entry_ids` [B, S, k]
+    of a ratio-1 layer), and 0 for a layer that has none."""
     w = window.shape[-1]
     prev = window[:, 1:, :, w - 2].mean((0, 1))
-    rows = window[:, second_start:second_start + span - 1]
+    rows = slice(second_start, second_start + span - 1)
     # at t the earlier match of token t is t - distance; the token after it is t - distance + 1
-    ind = rows[..., w - distance].mean((0, 1)) if distance <= w else torch.zeros(window.shape[2])
+    if distance <= w:
+        ind = window[:, rows, :, w - distance].mean((0, 1))
+    elif entries is not None and entry_ids is not None:
+        after = torch.arange(second_start, second_start + span - 1) - distance + 1
+        hit = entry_ids[:, rows] == after.view(1, -1, 1)                       # [B, R, k]
+        ind = (entries[:, rows] * hit.unsqueeze(2)).sum(-1).mean((0, 1))
+    else:
+        ind = torch.zeros(window.shape[2])
     return prev.tolist(), ind.tolist(), sink.mean((0, 1)).tolist()
 
 
@@ -72,7 +84,10 @@ def scores(m, tokens: torch.Tensor, span: int = 12, gap: int = 4, n: int = 4) ->
         sh = rec.shares
         if sh is None:
             continue
-        prev, ind, sink = head_scores(sh.window.float(), sh.sink.float(), lead + span + gap, span + gap, span)
+        one_token = sh.ratio == 1   # an entry is one token: the token after the match is an entry of its own
+        prev, ind, sink = head_scores(sh.window.float(), sh.sink.float(), lead + span + gap, span + gap, span,
+                                      sh.entries.float() if one_token else None,
+                                      sh.entry_ids if one_token else None)
         for h in range(len(prev)):
             out.append(HeadScores(li, h, sh.ratio == 0, prev[h], ind[h], sink[h]))
     return out

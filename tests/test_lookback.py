@@ -96,3 +96,21 @@ def test_head_scores_find_a_previous_token_head_and_an_induction_head():
     assert prev == pytest.approx([1.0, 0.0, 0.0]) and ind == pytest.approx([0.0, 1.0, 0.0]) and sink == [0.0] * 3
     _, ind_far, _ = head_scores(win, torch.zeros(b, s, h), start, w + 5, span)
     assert ind_far == [0.0] * 3                             # the match is out of the window: no window share
+
+
+def test_head_scores_read_induction_from_the_selected_entry_beyond_the_window():
+    """bench.heads on a narrow window: with the match beyond the window, a head that puts its entry weight on the
+    one-token entry after the match scores induction 1, one that reads the match itself 0, one that splits 0.5."""
+    from bench.heads import head_scores
+
+    b, s, h, w, k = 1, 40, 3, 2, 4
+    span, distance, start = 6, 20, 25
+    ent = torch.zeros(b, s, h, k)
+    ids = torch.full((b, s, k), -1)
+    for t in range(start, start + span - 1):
+        ids[0, t, :2] = torch.tensor([t - distance + 1, t - distance])   # the token after the match, the match
+        ent[0, t, 0, 0] = 1.0
+        ent[0, t, 1, 1] = 1.0
+        ent[0, t, 2, :2] = 0.5
+    _, ind, _ = head_scores(torch.zeros(b, s, h, w), torch.zeros(b, s, h), start, distance, span, ent, ids)
+    assert ind == pytest.approx([1.0, 0.0, 0.5])
