@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
           f"copy_first={seen_once:.3f} fact_in_pool={in_pool:.3f} other_fact={bind.other_fact:.3f}")
     if a.record:
         figures = {"recall_far": full.recall.get("far") if full else None,
+                   "recall_inside": full.recall.get("inside") if full else None,
+                   "recall_just_past": full.recall.get("just_past") if full else None,
                    "recall_far_window_only": wo.recall.get("far") if wo else None,
                    "recall_far_heldout_templates": held, "copy_near": copy_near, "copy_far": copy_far,
                    "copy_far_window_only": copy_far_wo, "copy_first": seen_once, "fact_in_pool": in_pool,

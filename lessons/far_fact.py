@@ -101,27 +101,34 @@ NO_RECORD = ("These weights came without a training record (training.json) that 
 
 def weights_note(weights: str, record: dict | None) -> str:
     """What the loaded weights do on far recall, said before any measurement on this page: for trained weights (the
-    shipped ones or a chosen checkpoint), the held-out far recall recorded in their training.json (`record`, its
-    "final" entry) and what `bench.quality --record` measured on them; for random weights, that nothing is learned;
-    for weights without a record, that it is not known."""
+    shipped ones or a chosen checkpoint), the held-out far recall recorded in their training.json (`record`: its
+    "final" entry, or, for a run that did not evaluate at its end, what `bench.quality --record` measured) and what
+    that benchmark measured on them; for random weights, that nothing is learned; for weights without a record, that
+    it is not known."""
     chance = f"{100 * CHANCE:.1f}%"
     if weights == "random":
         return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
                 f"colours: {chance}). The panel shows the machinery, not a behaviour.")
     final = (record or {}).get("final") or {}
-    far = final.get("recall_far")
-    if far is None:
+    measured = (record or {}).get("measured") or {}
+    steps = (record or {}).get("tokens")
+    if final.get("recall_far") is not None:     # the run's own last evaluation
+        said = final
+        when = "at the end of their training" + (f" (their last phase: {steps:,} training tokens on a CPU)"
+                                                 if isinstance(steps, int) else "") + " they recalled"
+    elif measured.get("recall_far") is not None:  # a run that did not evaluate at its end, measured since
+        said, when = measured, "measured on the shipped file, they recall"
+    else:
         return NO_RECORD
+    far = said["recall_far"]
     # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
-    other = [f"{100 * final[f'recall_{b}']:.0f}% of those {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
-             for b in ("inside", "just_past") if f"recall_{b}" in final]
+    other = [f"{100 * said[f'recall_{b}']:.0f}% of those {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
+             for b in ("inside", "just_past") if f"recall_{b}" in said]
     verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
                "be missed; the panel shows where it is missed." if no_better_than_guess(far) else
                "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
-    steps = (record or {}).get("tokens")
-    when = f" (their last phase: {steps:,} training tokens on a CPU)" if isinstance(steps, int) else ""
-    return (f"What these weights do: at the end of their training{when} they recalled {100 * far:.0f}% of held-out "
-            "far facts" + (f" ({', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
+    return (f"What these weights do: {when} {100 * far:.0f}% of held-out far facts"
+            + (f" ({', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
             f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
 
 

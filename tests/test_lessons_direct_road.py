@@ -99,6 +99,11 @@ def test_weights_note_reports_the_recorded_far_recall_up_front():
     assert "60%" in good and "clearly above a guess" in good and "not emerged" not in good
     assert ff.weights_note("checkpoint", None) == ff.NO_RECORD            # said, not left out
     assert ff.weights_note("checkpoint", {"final": {"recall_far": 0.75}}).count("75%") == 1
+    # a run that did not evaluate at its end: the benchmark's measured figure is what the note states
+    measured = ff.weights_note("checkpoint", {"final": {"loss": 3.5}, "measured": {"recall_far": 0.87,
+                                                                                 "recall_inside": 0.9}})
+    assert measured.startswith("What these weights do: measured on the shipped file, they recall 87% of held-out")
+    assert "90% of those" in measured and "clearly above a guess" in measured
     assert "Random weights" in ff.weights_note("random", None)
 
 
