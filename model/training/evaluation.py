@@ -540,10 +540,10 @@ def rival_reads(model, path: Path | None = None, bucket: str = "far", max_storie
             break
         enc = tok.encode(r["text"], add_special_tokens=False)
         # positions after the <|eos|> that starts every story, as in the recall batches
+        said = token_index_at_char(enc.offsets, r["fact_answer_start"])   # in the text without the prefix
         a = 1 + token_index_at_char(enc.offsets, r["answer_start"])     # the answer; the row before predicts it
-        f = token_index_at_char(enc.offsets, r["fact_answer_start"])
-        rivals = [1 + p for p in rival_positions(r["text"], enc, r["distractors"], f) if 1 + p < a - 1]
-        f += 1
+        f = 1 + said
+        rivals = [1 + p for p in rival_positions(r["text"], enc, r["distractors"], said) if 1 + p < a - 1]
         if not rivals:
             continue
         n, chance = n + 1, chance + 1 / (1 + len(rivals))
