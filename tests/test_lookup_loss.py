@@ -64,6 +64,59 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
     assert lookup_target(torch.full((1, 8), -1), 2) is None
 
 
+def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_the_source_and_trains_it(monkeypatch):
+    """`inside`: rows whose source lies inside the window are asked too, through the window slot that holds the
+    source in every layer (window-only layers included; in a ratio-1 layer plus the source's own entry), recomputed
+    here from the attention itself; without it
+    those rows are not asked at all; a few steps on it alone raise that share (an induction head's target)."""
+    import model.arch.attention as attention
+    from model import Ablation, random_tiny
+    from model.training.step import lookup_target
+
+    m = random_tiny()
+    w = m.cfg.sliding_window
+    x = torch.randint(5, 4000, (2, 64))
+    sources = torch.full((2, 64), -1)
+    sources[0, 40], sources[1, 30], sources[1, 36] = 40 - (w - 1), 26, 20      # distances w-1, 4 and 16
+    assert lookup_target(sources, w) is None
+    target = lookup_target(sources, w, inside=True)
+    assert target.row.tolist() == [40, 30, 36] and target.position.tolist() == [41 - w, 26, 20]
+    assert target.rivals.tolist() == [[-1], [20], [26]]   # the row's other sources before it
+    probs = {}
+    real = attention.attend
+
+    def keep(*a):
+        out = real(*a)
+        probs[len(probs)] = out[1].detach()
+        return out
+
+    monkeypatch.setattr(attention, "attend", keep)
+    out = m(x, ablation=Ablation(dense_compressed=True), lookup=target)
+    assert len(probs) == len(m.layers)
+    expected = []
+    for b, r, e, rivals in [(0, 40, 41 - w, []), (1, 30, 26, [20]), (1, 36, 20, [26])]:
+        miss = torch.tensor(1.0)
+        on = torch.zeros(1 + len(rivals))
+        for i, p in probs.items():
+            on_each = p[b, r, :, [w - 1 - (r - q) for q in [e] + rivals]]    # slot j: position r - (w - 1) + j
+            if m.layers[i].attn.ratio == 1:                                  # and the one-token entries, dense
+                on_each = on_each + p[b, r, :, [w + q for q in [e] + rivals]]
+            miss = miss * (1 - on_each[:, 0]).prod()
+            on += on_each.sum(0)
+        expected.append(-torch.log(1 - miss) - torch.log(on[0] / on.sum()))
+    assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
+    monkeypatch.setattr(attention, "attend", real)
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    first = None
+    for _ in range(8):
+        opt.zero_grad()
+        loss = m(x, lookup=lookup_target(sources, w, inside=True)).lookup_loss
+        first = first if first is not None else float(loss.detach())
+        loss.backward()
+        opt.step()
+    assert float(loss.detach()) < 0.2 * first
+
+
 def test_lookup_reads_counts_an_answer_read_when_its_source_gets_more_attention_than_its_rivals(monkeypatch):
     """lookup_reads: an attention that puts every ratio-1 row's entry mass `shift` positions back reads every source
     when the sources sit that far back, none when they sit one further; a random pick among three facts: 1/3."""

@@ -134,20 +134,29 @@ def attend(q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None, values:
     return out, probs
 
 
-def lookup_mass(probs: torch.Tensor, comp: CompressedRead, target: LookupTarget, w: int) -> torch.Tensor:
+def lookup_mass(probs: torch.Tensor, comp: CompressedRead | None, target: LookupTarget, w: int) -> torch.Tensor:
     """The attention each answer row's heads pay the entries that pack its source and its rivals -> [N, H, 1 + R]
     (with gradient; 0 for a padded rival): dense, those entries' columns; gathered, the picks that are those
-    entries (0 for one not selected)."""
+    entries (0 for one not selected); none without `comp`. With `target.inside`, plus the window slots that hold
+    those positions (slot j is position row - (w - 1) + j; 0 for one the window does not reach)."""
     b, r = target.batch, target.row
     where = torch.cat([target.position.view(-1, 1), target.rivals], dim=1)     # [N, 1 + R]
     real = where >= 0
-    entry = where.clamp_min(0) // max(1, target.ratio)
-    pc = probs[b, r, :, w:-1]                                                   # [N, H, T or k]
-    if comp.dense:
-        got = pc.gather(-1, entry.unsqueeze(1).expand(-1, pc.shape[1], -1))   # [N, H, 1 + R]
-    else:
-        hit = (comp.idx[b, r].unsqueeze(1) == entry.unsqueeze(2)).to(pc.dtype)  # [N, 1 + R, k]
-        got = torch.einsum("nhk,nek->nhe", pc, hit)
+    heads = probs.shape[2]
+    got = probs.new_zeros(where.shape[0], heads, where.shape[1])
+    if comp is not None:
+        entry = where.clamp_min(0) // max(1, target.ratio)
+        pc = probs[b, r, :, w:-1]                                               # [N, H, T or k]
+        if comp.dense:
+            got = pc.gather(-1, entry.unsqueeze(1).expand(-1, heads, -1))      # [N, H, 1 + R]
+        else:
+            hit = (comp.idx[b, r].unsqueeze(1) == entry.unsqueeze(2)).to(pc.dtype)  # [N, 1 + R, k]
+            got = torch.einsum("nhk,nek->nhe", pc, hit)
+    if target.inside:
+        slot = w - 1 - (r.view(-1, 1) - where)                                  # [N, 1 + R]
+        reach = (slot >= 0) & (slot < w)
+        pw = probs[b, r, :, :w].gather(-1, slot.clamp(0, w - 1).unsqueeze(1).expand(-1, heads, -1))
+        got = got + pw * reach.unsqueeze(1)
     return got * real.unsqueeze(1)
 
 
@@ -196,8 +205,10 @@ class Attention(torch.nn.Module):
         out, probs = self._attend(q, kv, prev, comp)
         if ctx.indexer_loss and comp is not None and (comp.kl is not None or ctx.pool_target is not None):
             self._indexer_loss(probs, comp, ctx)
-        if ctx.lookup is not None and comp is not None and self.ratio == ctx.lookup.ratio:
-            ctx.lookup.masses.append(lookup_mass(probs, comp, ctx.lookup, self.window))
+        if ctx.lookup is not None:
+            reads = comp is not None and self.ratio == ctx.lookup.ratio
+            if reads or ctx.lookup.inside:
+                ctx.lookup.masses.append(lookup_mass(probs, comp if reads else None, ctx.lookup, self.window))
         if ctx.trace is not None:
             ctx.trace.attention(self.layer_id, ctx.positions, probs, prev, comp, self.window)
         out = apply_rope(out, cos, sin, inverse=True)

@@ -96,6 +96,7 @@ class LookupTarget:
     ratio: int = 1           # the layers supervised: those reading entries of this ratio
     masses: list[torch.Tensor] = field(default_factory=list)
     select: bool = False     # also keep the index scores the selecting layers of `ratio` give the answer rows
+    inside: bool = False     # also rows whose source is in the window: every layer's window share on it counts
     scores: list[torch.Tensor] = field(default_factory=list)   # per selecting layer [N, T] (-inf: not visible)
 
     def loss(self) -> torch.Tensor | None:

@@ -83,6 +83,8 @@ class TrainConfig:
     entry_weight: float = 0.0           # >0: the entry probe (a linear read-out, trained with the model, of the
                                         # object said just before each fact's colour, from that colour's decoder
                                         # entry) with this weight (model/training/step.py)
+    lookup_inside: bool = False         # the lookup loss also asks the rows whose source lies inside the window,
+                                        # there through every layer's window share on it (an induction head)
     select_weight: float = 0.0          # >0: the selection loss (each answer row's index scores in the layers that
                                         # select ratio-1 entries put its source's entry first) with this weight
 
@@ -124,7 +126,8 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
-                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "entry_weight", "select_weight")
+                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "entry_weight",
+                "select_weight")
 
 
 @dataclass

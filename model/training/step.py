@@ -112,13 +112,16 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
     return (ce * w).sum() / w.sum().clamp_min(1e-20), plain
 
 
-def lookup_target(sources: torch.Tensor, window: int, select: bool = False) -> LookupTarget | None:
+def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
+                  inside: bool = False) -> LookupTarget | None:
     """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
     inside it needs no entry); its rivals are the other sources of its row before it (the facts it must be told
     from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too.
-    `select`: also keep the selecting layers' index scores of those rows (the selection loss)."""
+    `select`: also keep the selecting layers' index scores of those rows (the selection loss). `inside`: the rows
+    whose source lies inside the window are asked too, there through every layer's window share on the source
+    (an induction head of a wide-window model)."""
     rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
-    b, r = torch.nonzero((sources >= 0) & (rows - sources >= window), as_tuple=True)
+    b, r = torch.nonzero((sources >= 0) & (rows - sources >= (1 if inside else window)), as_tuple=True)
     if not b.numel():
         return None
     pos = sources[b, r]
@@ -129,7 +132,7 @@ def lookup_target(sources: torch.Tensor, window: int, select: bool = False) -> L
     riv = torch.full((len(rivals), width), -1, dtype=torch.long)
     for i, found in enumerate(rivals):
         riv[i, :len(found)] = torch.tensor(found, dtype=torch.long)
-    return LookupTarget(b, r, pos, riv.to(sources.device), select=select)
+    return LookupTarget(b, r, pos, riv.to(sources.device), select=select, inside=inside)
 
 
 class EntryProbe(torch.nn.Module):
@@ -218,7 +221,7 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     sources = sources.to(x.device) if sources is not None else None
     lookup = None
     if (tc.lookup_weight > 0 or tc.select_weight > 0) and sources is not None:
-        lookup = lookup_target(sources, window_of(m), select=tc.select_weight > 0)
+        lookup = lookup_target(sources, window_of(m), select=tc.select_weight > 0, inside=tc.lookup_inside)
     tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
