@@ -180,7 +180,7 @@ def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float
     recall = (f"The recall checkpoint (weights/recall) is a retrieval specialist: the same tokenizer and layer map "
               f"(no vision tower), but every window narrowed to {recall_window} tokens and trained mostly on recall "
               "drills (stories with several facts, then a question about each), key-value rows and copies, with a "
-              "quarter plain text, so a far fact can come back only through the compressed entries the indexer selects "
+              "fifth plain text, so a far fact can come back only through the compressed entries the indexer selects "
               f"({pct(recall_far)}). Its everyday English is poor; it is here to show that road working.")
     return f"{recall} {text}" if on_recall else f"{text} {recall}"
 
