@@ -3,17 +3,36 @@ entry of the token it repeats, and `lookup_reads`, which reads that target back.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 
-def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_and_training_on_it_does(
-        monkeypatch):
+@contextlib.contextmanager
+def kept_attention():
+    """Every attention's probabilities in the forwards run inside the block, in call order (detached)."""
+    import model.arch.attention as attention
+
+    probs, real = {}, attention.attend
+
+    def keep(*a):
+        out = real(*a)
+        probs[len(probs)] = out[1].detach()
+        return out
+
+    attention.attend = keep
+    try:
+        yield probs
+    finally:
+        attention.attend = real
+
+
+def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_and_training_on_it_does():
     """The lookup loss leaves the forward unchanged; it is -log P(some ratio-1 head reads the source's entry) -
     log(the source's share of the attention on it and its rivals, the row's other sources), recomputed here from the
     attention itself; dense and gathered reads agree when every entry is selected; rows whose source lies inside the
     window are not asked (their sources still rival); a few steps on it alone raise the attention on the sources."""
-    import model.arch.attention as attention
     from model import Ablation, random_tiny
     from model.training.step import lookup_target, set_window
 
@@ -25,18 +44,10 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
     target = lookup_target(sources, 2)
     assert target.row.tolist() == [40, 50, 60] and target.position.tolist() == [7, 12, 33]
     assert target.rivals.tolist() == [[-1, -1], [19, 33], [12, 19]]
-    probs = {}
-    real = attention.attend
-
-    def keep(*a):
-        out = real(*a)
-        probs[len(probs)] = out[1].detach()
-        return out
-
     dense = Ablation(dense_compressed=True)
     plain = m(x, ablation=dense)
-    monkeypatch.setattr(attention, "attend", keep)
-    out = m(x, ablation=dense, lookup=target)
+    with kept_attention() as probs:
+        out = m(x, ablation=dense, lookup=target)
     assert torch.equal(plain.logits, out.logits)
     w = m.cfg.sliding_window
     ratio1 = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
@@ -49,7 +60,6 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
             on += probs[i][b, r, :, [w + p for p in [e] + rivals]].sum(0)
         expected.append(-torch.log(1 - miss) - torch.log(on[0] / on.sum()))
     assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
-    monkeypatch.setattr(attention, "attend", real)
     gathered = m(x, ablation=Ablation(index_topk=64), lookup=lookup_target(sources, 2))
     assert abs(float(gathered.lookup_loss.detach()) - float(out.lookup_loss.detach())) < 1e-3
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
@@ -64,12 +74,11 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
     assert lookup_target(torch.full((1, 8), -1), 2) is None
 
 
-def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_the_source_and_trains_it(monkeypatch):
+def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_the_source_and_trains_it():
     """`inside`: rows whose source lies inside the window are asked too, through the window slot that holds the
     source in every layer (window-only layers included; in a ratio-1 layer plus the source's own entry), recomputed
-    here from the attention itself; without it
-    those rows are not asked at all; a few steps on it alone raise that share (an induction head's target)."""
-    import model.arch.attention as attention
+    here from the attention itself; without it those rows are not asked at all; a few steps on it alone raise that
+    share (an induction head's target)."""
     from model import Ablation, random_tiny
     from model.training.step import lookup_target
 
@@ -82,16 +91,8 @@ def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_th
     target = lookup_target(sources, w, inside=True)
     assert target.row.tolist() == [40, 30, 36] and target.position.tolist() == [41 - w, 26, 20]
     assert target.rivals.tolist() == [[-1], [20], [26]]   # the row's other sources before it
-    probs = {}
-    real = attention.attend
-
-    def keep(*a):
-        out = real(*a)
-        probs[len(probs)] = out[1].detach()
-        return out
-
-    monkeypatch.setattr(attention, "attend", keep)
-    out = m(x, ablation=Ablation(dense_compressed=True), lookup=target)
+    with kept_attention() as probs:
+        out = m(x, ablation=Ablation(dense_compressed=True), lookup=target)
     assert len(probs) == len(m.layers)
     expected = []
     for b, r, e, rivals in [(0, 40, 41 - w, []), (1, 30, 26, [20]), (1, 36, 20, [26])]:
@@ -105,7 +106,6 @@ def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_th
             on += on_each.sum(0)
         expected.append(-torch.log(1 - miss) - torch.log(on[0] / on.sum()))
     assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
-    monkeypatch.setattr(attention, "attend", real)
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     first = None
     for _ in range(8):

@@ -80,11 +80,11 @@ class TrainConfig:
     lookup_weight: float = 0.0          # >0: the lookup loss (each answer row's ratio-1 attention on the entry
                                         # of the token it repeats: a drill's fact colour, a pair's value, a first
                                         # copy) with this weight (model/training/step.py)
+    lookup_inside: bool = False         # the lookup loss also asks the rows whose source lies inside the window,
+                                        # there through every layer's window share on it (an induction head)
     entry_weight: float = 0.0           # >0: the entry probe (a linear read-out, trained with the model, of the
                                         # object said just before each fact's colour, from that colour's decoder
                                         # entry) with this weight (model/training/step.py)
-    lookup_inside: bool = False         # the lookup loss also asks the rows whose source lies inside the window,
-                                        # there through every layer's window share on it (an induction head)
     select_weight: float = 0.0          # >0: the selection loss (each answer row's index scores in the layers that
                                         # select ratio-1 entries put its source's entry first) with this weight
 
