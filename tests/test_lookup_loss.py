@@ -376,3 +376,49 @@ def test_rival_reads_count_the_top_k_and_the_index_order_of_the_asked_fact_again
             if sign > 0:
                 assert r.fact_in_topk == 0.0
                 assert r.layer == source or r.fact_first == 0.0
+
+
+def test_readout_forcing_hands_the_lookup_rows_their_source_entry_whatever_the_heads_look_at():
+    """`forcing` (training only): at the lookup rows, every layer reading ratio-1 entries returns its output mixed
+    that much with the source entry's value. At 1 the forced rows' logits no longer depend on where the decoder's
+    queries point (every decoder layer of `tiny` reads ratio-1 entries), while at 0 they do; rows before the first
+    forced row are untouched; the attention (and so the lookup loss) is what it was; a share outside [0, 1] is
+    refused."""
+    from model import Ablation, random_tiny
+    from model.training.step import lookup_target, set_window
+
+    m = random_tiny()
+    set_window(m, 2)
+    x = torch.randint(5, 4000, (2, 64))
+    sources = torch.full((2, 64), -1)
+    sources[0, 40], sources[1, 50], sources[1, 60] = 7, 12, 33
+    dense = Ablation(dense_compressed=True)
+    reading = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
+    assert reading and reading == list(range(reading[0], len(m.layers)))
+
+    def run(forcing: float):
+        with kept_attention() as probs:
+            out = m(x, ablation=dense, lookup=lookup_target(sources, 2, forcing=forcing))
+        return out, probs
+
+    plain, _ = run(0.0)
+    forced, probs = run(1.0)
+    half, probs_half = run(0.5)
+    rows = [(0, 40), (1, 50), (1, 60)]
+    for b, r in rows:
+        assert not torch.allclose(plain.logits[b, r], forced.logits[b, r])
+        assert not torch.allclose(half.logits[b, r], forced.logits[b, r])
+    assert torch.equal(plain.logits[0, :40], forced.logits[0, :40])
+    assert torch.equal(plain.logits[1, :50], forced.logits[1, :50])
+    # the first reading layer sees the same inputs either way, so its attention is unchanged
+    assert torch.equal(probs[reading[0]], probs_half[reading[0]])
+    with torch.no_grad():
+        for i in reading:
+            m.layers[i].attn.wq_b.weight.mul_(-3.0)
+    moved, _ = run(0.0)
+    forced_moved, _ = run(1.0)
+    for b, r in rows:
+        assert not torch.allclose(moved.logits[b, r], plain.logits[b, r], atol=1e-4)
+        assert torch.allclose(forced_moved.logits[b, r], forced.logits[b, r], atol=1e-5)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        lookup_target(sources, 2, forcing=1.5)

@@ -160,6 +160,18 @@ def lookup_mass(probs: torch.Tensor, comp: CompressedRead | None, target: Lookup
     return got * real.unsqueeze(1)
 
 
+def force_readout(out: torch.Tensor, comp: CompressedRead, target: LookupTarget) -> torch.Tensor:
+    """Training only (readout forcing): each lookup row's output [B, S, H, d], every head, mixed `target.forcing`
+    of the way to its source entry's value, what a head wholly on that entry would return. The answer's loss
+    then trains what the layer writes from an entry (o projections, the latent) even where the attention does
+    not find it yet; the attention itself is left to the lookup loss."""
+    a = target.forcing
+    entry = target.position // max(1, target.ratio)
+    source = comp.table.all_entries()[target.batch, entry].to(out.dtype)           # [N, d]
+    rows = (target.batch, target.row)
+    return out.index_put(rows, (1 - a) * out[rows] + a * source.unsqueeze(1))
+
+
 class Attention(torch.nn.Module):
     def __init__(self, cfg: V41Config, spec: LayerSpec):
         super().__init__()
@@ -209,6 +221,8 @@ class Attention(torch.nn.Module):
             reads = comp is not None and self.ratio == ctx.lookup.ratio
             if reads or ctx.lookup.inside:
                 ctx.lookup.masses.append(lookup_mass(probs, comp if reads else None, ctx.lookup, self.window))
+            if reads and ctx.lookup.forcing > 0:
+                out = force_readout(out, comp, ctx.lookup)
         if ctx.trace is not None:
             ctx.trace.attention(self.layer_id, ctx.positions, probs, prev, comp, self.window)
         out = apply_rope(out, cos, sin, inverse=True)

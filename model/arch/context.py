@@ -97,6 +97,8 @@ class LookupTarget:
     masses: list[torch.Tensor] = field(default_factory=list)
     select: bool = False     # also keep the index scores the selecting layers of `ratio` give the answer rows
     inside: bool = False     # also rows whose source is in the window: every layer's window share on it counts
+    forcing: float = 0.0     # readout forcing: the reading layers' output at these rows mixed this much with the
+                             # source entry's value (`force_readout` in model/arch/attention.py)
     scores: list[torch.Tensor] = field(default_factory=list)   # per selecting layer [N, T] (-inf: not visible)
 
     def loss(self) -> torch.Tensor | None:

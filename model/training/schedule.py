@@ -82,6 +82,10 @@ class TrainConfig:
                                         # copy) with this weight (model/training/step.py)
     lookup_inside: bool = False         # the lookup loss also asks the rows whose source lies inside the window,
                                         # there through every layer's window share on it (an induction head)
+    readout_forcing: float = 0.0        # >0: at the lookup loss's rows, the output of every layer reading ratio-1
+                                        # entries is mixed this much with its source entry's value, as if the
+                                        # heads had found it: the read-out learns to name what an entry holds
+                                        # while the attention is still learning where it is (training only)
     entry_weight: float = 0.0           # >0: the entry probe (a linear read-out, trained with the model, of the
                                         # object said just before each fact's colour, from that colour's decoder
                                         # entry) with this weight (model/training/step.py)
@@ -126,7 +130,8 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
-                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "entry_weight",
+                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "readout_forcing",
+                "entry_weight",
                 "select_weight")
 
 
