@@ -15,8 +15,8 @@ running model (model/inference/trace.py `Shares`) this reports, per layer and he
 - `prev`: the mean window share on the position just before the query (uniform over a 32-row window
   is 0.03; a previous-token head in a trained model puts most of its weight there);
 - `induction`: at the second copy, the mean share on the token after the first copy's match: its window
-  slot, or, where the match lies beyond the window (a narrow-window checkpoint), the selected one-token
-  entry that holds it (ratio-1 layers; 0 in the others);
+  slot, plus, in the ratio-1 layers, the selected one-token entry that holds it (the only way to it where
+  the match lies beyond the window, as in a narrow-window checkpoint);
 - `sink`: the mean share on the sink.
 Window-only layers read their keys with the `main` RoPE (sharp positions), the others with the
 `compress` RoPE (theta 160,000 instead of 10,000).
@@ -49,19 +49,20 @@ def head_scores(window: torch.Tensor, sink: torch.Tensor, second_start: int, dis
     starts at `second_start`, `distance` positions after the first; returns per head (prev,
     induction, sink). Where the match lies outside the window, induction is the share on the selected
     one-token entry that holds the token after it (`entries` [B, S, H, k] with `entry_ids` [B, S, k]
-    of a ratio-1 layer), and 0 for a layer that has none."""
+    of a ratio-1 layer), and 0 for a layer that has none. Inside the window a ratio-1 layer sees that token twice,
+    in its window slot and as its own entry (an entry is visible from the row it is made on), so its induction
+    share is the two added."""
     w = window.shape[-1]
     prev = window[:, 1:, :, w - 2].mean((0, 1))
     rows = slice(second_start, second_start + span - 1)
     # at t the earlier match of token t is t - distance; the token after it is t - distance + 1
+    ind = torch.zeros(window.shape[2])
     if distance <= w:
-        ind = window[:, rows, :, w - distance].mean((0, 1))
-    elif entries is not None and entry_ids is not None:
+        ind = ind + window[:, rows, :, w - distance].mean((0, 1))
+    if entries is not None and entry_ids is not None:
         after = torch.arange(second_start, second_start + span - 1) - distance + 1
         hit = entry_ids[:, rows] == after.view(1, -1, 1)                       # [B, R, k]
-        ind = (entries[:, rows] * hit.unsqueeze(2)).sum(-1).mean((0, 1))
-    else:
-        ind = torch.zeros(window.shape[2])
+        ind = ind + (entries[:, rows] * hit.unsqueeze(2)).sum(-1).mean((0, 1))
     return prev.tolist(), ind.tolist(), sink.mean((0, 1)).tolist()
 
 

@@ -114,3 +114,27 @@ def test_head_scores_read_induction_from_the_selected_entry_beyond_the_window():
         ent[0, t, 2, :2] = 0.5
     _, ind, _ = head_scores(torch.zeros(b, s, h, w), torch.zeros(b, s, h), start, distance, span, ent, ids)
     assert ind == pytest.approx([1.0, 0.0, 0.5])
+
+
+def test_head_scores_inside_the_window_add_a_ratio1_layers_window_slot_and_its_entry():
+    """Inside the window a ratio-1 layer reaches the token after the match twice, by its window slot and by its own
+    entry: a head splitting its weight between the two scores their sum, a head on the slot alone or the entry alone
+    scores that part."""
+    from bench.heads import head_scores
+
+    b, s, h, w, k = 1, 40, 3, 16, 4
+    span, distance, start = 6, 10, 25
+    win = torch.zeros(b, s, h, w)
+    ent = torch.zeros(b, s, h, k)
+    ids = torch.full((b, s, k), -1)
+    for t in range(start, start + span - 1):
+        ids[0, t, :2] = torch.tensor([t - distance + 1, t - distance])
+        win[0, t, 0, w - distance] = 0.3
+        ent[0, t, 0, 0] = 0.4                                # head 0: 0.3 on the slot + 0.4 on the entry
+        win[0, t, 1, w - distance] = 0.6                     # head 1: the slot only
+        ent[0, t, 2, 0] = 0.5                                # head 2: the entry only (and the match's entry)
+        ent[0, t, 2, 1] = 0.5
+    _, ind, _ = head_scores(win, torch.zeros(b, s, h), start, distance, span, ent, ids)
+    assert ind == pytest.approx([0.7, 0.6, 0.5])
+    _, ind_window, _ = head_scores(win, torch.zeros(b, s, h), start, distance, span)
+    assert ind_window == pytest.approx([0.3, 0.6, 0.0])
