@@ -138,3 +138,19 @@ def test_head_scores_inside_the_window_add_a_ratio1_layers_window_slot_and_its_e
     assert ind == pytest.approx([0.7, 0.6, 0.5])
     _, ind_window, _ = head_scores(win, torch.zeros(b, s, h), start, distance, span)
     assert ind_window == pytest.approx([0.3, 0.6, 0.0])
+
+
+def test_readout_bench_hands_each_second_copy_row_the_token_after_its_match():
+    """bench.readout: `said_twice` says a span, other text, the span again; `copy_target` points each row of the
+    second copy (but its last) at the position after its match in the first, with the forcing at 1 by default."""
+    from bench.readout import copy_target
+    from model.training.evaluation import said_twice
+
+    tokens = torch.arange(10_000) % 997
+    x = said_twice(tokens, gap=20, n=3, span=6)
+    assert x.shape == (3, 8 + 6 + 20 + 6)
+    assert torch.equal(x[:, 8:14], x[:, 34:40]) and not torch.equal(x[:, 8:14], x[:, 14:20])
+    t = copy_target(x, start=34, distance=26, span=6)
+    assert t.batch.tolist() == [0] * 5 + [1] * 5 + [2] * 5 and t.row.tolist()[:5] == [34, 35, 36, 37, 38]
+    # row r holds the second copy's token k; the entry read is the first copy's token k + 1, the one r predicts
+    assert torch.equal(x[t.batch, t.position], x[t.batch, t.row + 1]) and t.forcing == 1.0

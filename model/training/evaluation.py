@@ -211,14 +211,9 @@ def kv_lookup(m: V41Model, ids: torch.Tensor, gaps: tuple[int, ...] = (0, 200), 
 
 
 @torch.no_grad()
-def copy_accuracy(m: V41Model, tokens, gap: int, n: int = 24, span: int = 16, seed: int = 5,
-                  first: bool = False, ablation: Ablation | None = None) -> float:
-    """Does the model copy? n held-out text spans of `span` tokens, said again after `gap` other
-    tokens; the share of the repeat's tokens 2..span predicted exactly (argmax). A model that
-    cannot look back scores what the text alone predicts (about 0.2 here); copying lifts it
-    towards 1. gap + span > window means the first copy is reachable only through compressed entries.
-    `first=True` scores the first time the span is seen instead: the no-copy baseline; `ablation`
-    switches parts off (window only: can the far copy be made without the compressed entries?)."""
+def said_twice(tokens, gap: int, n: int = 24, span: int = 16, seed: int = 5) -> torch.Tensor:
+    """`copy_accuracy`'s rows [n, 8 + 2 * span + gap]: 8 tokens (reversed, so they do not lead into the span), a
+    held-out span, `gap` tokens of other text, the span again; the second copy starts at 8 + span + gap."""
     toks = torch.as_tensor(tokens, dtype=torch.long)
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -227,7 +222,18 @@ def copy_accuracy(m: V41Model, tokens, gap: int, n: int = 24, span: int = 16, se
         said = toks[s:s + span]
         filler = toks[s + span + 8: s + span + 8 + gap]  # other text, not the span's own continuation
         rows.append(torch.cat([toks[s + span: s + span + 8].flip(0), said, filler, said]))
-    x = torch.stack(rows).to(m.device)
+    return torch.stack(rows)
+
+
+def copy_accuracy(m: V41Model, tokens, gap: int, n: int = 24, span: int = 16, seed: int = 5,
+                  first: bool = False, ablation: Ablation | None = None) -> float:
+    """Does the model copy? n held-out text spans of `span` tokens, said again after `gap` other
+    tokens; the share of the repeat's tokens 2..span predicted exactly (argmax). A model that
+    cannot look back scores what the text alone predicts (about 0.2 here); copying lifts it
+    towards 1. gap + span > window means the first copy is reachable only through compressed entries.
+    `first=True` scores the first time the span is seen instead: the no-copy baseline; `ablation`
+    switches parts off (window only: can the far copy be made without the compressed entries?)."""
+    x = said_twice(tokens, gap, n, span, seed).to(m.device)
     lg = (m(x) if ablation is None else m(x, ablation=ablation)).logits
     start = 8 if first else 8 + span + gap
     return float((lg[:, start:start + span - 1].argmax(-1) == x[:, start + 1:start + span]).float().mean())
