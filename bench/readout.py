@@ -25,7 +25,7 @@ import torch
 def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: float = 1.0):
     """The second copy's rows (tokens 1..span-1 of it predict the next) and, for each, the position of the token
     after its earlier match, `distance` back, as a training lookup target with the readout forcing at `forcing`."""
-    from model.arch.context import LookupTarget
+    from model.arch import LookupTarget
 
     b = x.shape[0]
     rows = torch.arange(start, start + span - 1)
@@ -36,7 +36,7 @@ def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: 
 
 def scores(m, tokens, gap: int = 200, span: int = 16, n: int = 24) -> dict[str, float]:
     from model import Ablation
-    from model.training.evaluation import copy_accuracy, said_twice
+    from model.training import copy_accuracy, said_twice
 
     dense = Ablation(dense_compressed=True)
     out = {"sparse": copy_accuracy(m, tokens, gap, n, span),

@@ -144,7 +144,7 @@ def test_readout_bench_hands_each_second_copy_row_the_token_after_its_match():
     """bench.readout: `said_twice` says a span, other text, the span again; `copy_target` points each row of the
     second copy (but its last) at the position after its match in the first, with the forcing at 1 by default."""
     from bench.readout import copy_target
-    from model.training.evaluation import said_twice
+    from model.training import said_twice
 
     tokens = torch.arange(10_000) % 997
     x = said_twice(tokens, gap=20, n=3, span=6)

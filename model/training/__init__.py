@@ -47,6 +47,7 @@ from .evaluation import (
     quick_eval,
     rival_positions,
     rival_reads,
+    said_twice,
     story_recall,
 )
 from .lookback import answer_weighted_ce, induction_mask, lookup_rows, recall_rows
@@ -89,7 +90,7 @@ __all__ = [
     # checkpoints to resume from and the training record
     "save_state", "load_state", "model_state", "read_meta", "init_from", "save_weights_bf16", "write_json_entry",
     # held-out evaluation (the Ablation lab and bench.quality share it)
-    "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "copy_probe", "fact_in_pool",
+    "evaluate", "Quality", "natural_loss", "story_recall", "copy_accuracy", "said_twice", "copy_probe", "fact_in_pool",
     "kv_lookup", "kv_probe", "frequent_ids",
     "fact_binding", "link_binding", "pair_formats", "pair_reads", "lookup_reads", "Binding",
     "rival_reads", "rival_positions", "RivalRead",
