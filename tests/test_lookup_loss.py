@@ -422,3 +422,36 @@ def test_readout_forcing_hands_the_lookup_rows_their_source_entry_whatever_the_h
         assert torch.allclose(forced_moved.logits[b, r], forced.logits[b, r], atol=1e-5)
     with pytest.raises(ValueError, match="between 0 and 1"):
         lookup_target(sources, 2, forcing=1.5)
+
+
+def test_readout_forcing_on_a_share_of_the_rows_leaves_the_others_to_the_heads():
+    """`forcing_rows`: the forcing is drawn per lookup row from its generator. Lookup rows before the first forced
+    one keep the logits of a run forcing none (their answers still need the heads); the first forced row's
+    logits change; a share outside [0, 1] is refused."""
+    from model import Ablation, random_tiny
+    from model.training.step import lookup_target, set_window
+
+    m = random_tiny()
+    set_window(m, 2)
+    x = torch.randint(5, 4000, (1, 96))
+    sources = torch.full((1, 96), -1)
+    at = list(range(30, 94, 4))
+    for r in at:
+        sources[0, r] = r - 20
+    dense = Ablation(dense_compressed=True)
+    seed = next(s for s in range(100)
+                if not lookup_target(sources, 2, forcing=1.0, forcing_rows=0.5,
+                                     generator=torch.Generator().manual_seed(s)).forced[:2].any())
+    part = lookup_target(sources, 2, forcing=1.0, forcing_rows=0.5, generator=torch.Generator().manual_seed(seed))
+    again = lookup_target(sources, 2, forcing=1.0, forcing_rows=0.5, generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(part.forced, again.forced) and 0 < int(part.forced.sum()) < len(at)
+    with torch.no_grad():
+        mixed = m(x, ablation=dense, lookup=part).logits
+        none = m(x, ablation=dense, lookup=lookup_target(sources, 2)).logits
+    first = int(part.row[part.forced][0])
+    assert first >= at[2]
+    assert torch.allclose(mixed[0, :first], none[0, :first], atol=1e-5)
+    assert not torch.allclose(mixed[0, first], none[0, first], atol=1e-3)
+    assert lookup_target(sources, 2, forcing=1.0).forced is None      # every row: no draw
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        lookup_target(sources, 2, forcing=1.0, forcing_rows=-0.1)

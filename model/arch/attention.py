@@ -164,11 +164,15 @@ def force_readout(out: torch.Tensor, comp: CompressedRead, target: LookupTarget)
     """Training only (readout forcing): each lookup row's output [B, S, H, d], every head, mixed `target.forcing`
     of the way to its source entry's value, what a head wholly on that entry would return. The answer's loss
     then trains what the layer writes from an entry (o projections, the latent) even where the attention does
-    not find it yet; the attention itself is left to the lookup loss."""
+    not find it yet; the attention itself is left to the lookup loss. Only `target.forced` rows when it is set: the
+    others' answers still need the heads, so the model cannot lean on the help everywhere."""
     a = target.forcing
-    entry = target.position // max(1, target.ratio)
-    source = comp.table.all_entries()[target.batch, entry].to(out.dtype)           # [N, d]
-    rows = (target.batch, target.row)
+    keep = target.forced if target.forced is not None else torch.ones_like(target.batch, dtype=torch.bool)
+    if not bool(keep.any()):
+        return out
+    batch, position = target.batch[keep], target.position[keep]
+    source = comp.table.all_entries()[batch, position // max(1, target.ratio)].to(out.dtype)   # [n, d]
+    rows = (batch, target.row[keep])
     return out.index_put(rows, (1 - a) * out[rows] + a * source.unsqueeze(1))
 
 

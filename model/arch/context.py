@@ -99,6 +99,7 @@ class LookupTarget:
     inside: bool = False     # also rows whose source is in the window: every layer's window share on it counts
     forcing: float = 0.0     # readout forcing: the reading layers' output at these rows mixed this much with the
                              # source entry's value (`force_readout` in model/arch/attention.py)
+    forced: torch.Tensor | None = None  # [N] bool: the rows forced (None: all); the rest are left to the heads
     scores: list[torch.Tensor] = field(default_factory=list)   # per selecting layer [N, T] (-inf: not visible)
 
     def loss(self) -> torch.Tensor | None:

@@ -86,6 +86,8 @@ class TrainConfig:
                                         # entries is mixed this much with its source entry's value, as if the
                                         # heads had found it: the read-out learns to name what an entry holds
                                         # while the attention is still learning where it is (training only)
+    readout_forcing_rows: float = 1.0   # the share of the lookup rows the forcing is drawn for (each row afresh
+                                        # every step); the others' answers still need the heads to find the source
     entry_weight: float = 0.0           # >0: the entry probe (a linear read-out, trained with the model, of the
                                         # object said just before each fact's colour, from that colour's decoder
                                         # entry) with this weight (model/training/step.py)
@@ -131,8 +133,7 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
                 "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "readout_forcing",
-                "entry_weight",
-                "select_weight")
+                "readout_forcing_rows", "entry_weight", "select_weight")
 
 
 @dataclass

@@ -113,15 +113,19 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
 
 
 def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
-                  inside: bool = False, forcing: float = 0.0) -> LookupTarget | None:
+                  inside: bool = False, forcing: float = 0.0, forcing_rows: float = 1.0,
+                  generator: torch.Generator | None = None) -> LookupTarget | None:
     """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
     inside it needs no entry); its rivals are the other sources of its row before it (the facts it must be told
     from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too.
     `select`: also keep the selecting layers' index scores of those rows (the selection loss). `inside`: the rows
     whose source lies inside the window are asked too, there through every layer's window share on the source
-    (an induction head of a wide-window model). `forcing`: the readout forcing's share (`LookupTarget.forcing`)."""
+    (an induction head of a wide-window model). `forcing`: the readout forcing's share (`LookupTarget.forcing`),
+    applied to each row with probability `forcing_rows` (drawn from `generator`), the same rows in every layer."""
     if not 0.0 <= forcing <= 1.0:
         raise ValueError(f"readout_forcing {forcing}: a share between 0 and 1")
+    if not 0.0 <= forcing_rows <= 1.0:
+        raise ValueError(f"readout_forcing_rows {forcing_rows}: a share between 0 and 1")
     rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
     b, r = torch.nonzero((sources >= 0) & (rows - sources >= (1 if inside else window)), as_tuple=True)
     if not b.numel():
@@ -134,7 +138,11 @@ def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
     riv = torch.full((len(rivals), width), -1, dtype=torch.long)
     for i, found in enumerate(rivals):
         riv[i, :len(found)] = torch.tensor(found, dtype=torch.long)
-    return LookupTarget(b, r, pos, riv.to(sources.device), select=select, inside=inside, forcing=forcing)
+    forced = None
+    if forcing > 0 and forcing_rows < 1.0:
+        forced = (torch.rand(len(rivals), generator=generator) < forcing_rows).to(sources.device)
+    return LookupTarget(b, r, pos, riv.to(sources.device), select=select, inside=inside, forcing=forcing,
+                        forced=forced)
 
 
 class EntryProbe(torch.nn.Module):
@@ -224,7 +232,7 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     lookup = None
     if (tc.lookup_weight > 0 or tc.select_weight > 0 or tc.readout_forcing > 0) and sources is not None:
         lookup = lookup_target(sources, window_of(m), select=tc.select_weight > 0, inside=tc.lookup_inside,
-                               forcing=tc.readout_forcing)
+                               forcing=tc.readout_forcing, forcing_rows=tc.readout_forcing_rows)
     tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
