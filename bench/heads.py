@@ -20,7 +20,9 @@ running model (model/inference/trace.py `Shares`) this reports, per layer and he
 - `sink`: the mean share on the sink.
 Window-only layers read their keys with the `main` RoPE (sharp positions), the others with the
 `compress` RoPE (theta 160,000 instead of 10,000).
-Last line: `heads: max_prev_window_only=... max_prev=... max_induction=... uniform=...`.
+`--gap` sets the distance (default 4: the second copy starts 16 tokens after the first, inside a 32-token window);
+an induction head that serves a far copy keeps its share at `--gap 200`, where the match lies beyond the window.
+Last line: `heads: max_prev_window_only=... max_prev=... max_induction=... uniform=... gap=...`.
 """
 
 from __future__ import annotations
@@ -69,8 +71,11 @@ def head_scores(window: torch.Tensor, sink: torch.Tensor, second_start: int, dis
 def copy_rows_of_prose(tokens: torch.Tensor, n: int, span: int, gap: int, lead: int = 40) -> torch.Tensor:
     """n rows: `lead` tokens of prose, a span, `gap` other tokens, the same span again."""
     rows = []
+    stride = max(3000, 300 + gap + span)
+    if 1000 + stride * (n - 1) + 200 + gap > len(tokens):
+        raise ValueError(f"{len(tokens)} held-out tokens are too few for {n} rows at gap {gap}")
     for i in range(n):
-        s = 1000 + 3000 * i
+        s = 1000 + stride * i
         said = tokens[s:s + span]
         rows.append(torch.cat([tokens[s + 100:s + 100 + lead], said, tokens[s + 200:s + 200 + gap], said]))
     return torch.stack(rows)
@@ -104,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.heads", description=__doc__.split("\n\n")[0])
     ap.add_argument("weights", nargs="?", default="data/weights/tiny")
     ap.add_argument("--ckpt", default="", help="a training checkpoint dir (ckpt.safetensors) to read instead")
+    ap.add_argument("--gap", type=int, default=4, help="tokens between the two copies of the span")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     m = load(args.weights, device="cpu")
@@ -111,15 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         t = load_file(f"{args.ckpt}/ckpt.safetensors")
         m.load_state_dict(model_state(t), strict=False)  # the drafter and vision tower are not trained there
     m.eval()
-    tokens = torch.as_tensor(heldout_natural_tokens(m.tokenizer)[:20000], dtype=torch.long)
-    rows = scores(m, tokens)
+    tokens = torch.as_tensor(heldout_natural_tokens(m.tokenizer)[:40000], dtype=torch.long)
+    rows = scores(m, tokens, gap=args.gap)
     print("layer head kind         prev  induction  sink")
     for r in rows:
         kind = "window-only" if r.window_only else "compressed"
         print(f"{r.layer:>5} {r.head:>4} {kind:<11} {r.prev:.3f}  {r.induction:.3f}      {r.sink:.3f}")
     wo = [r.prev for r in rows if r.window_only] or [0.0]
     print(f"heads: max_prev_window_only={max(wo):.3f} max_prev={max(r.prev for r in rows):.3f} "
-          f"max_induction={max(r.induction for r in rows):.3f} uniform={1 / m.cfg.sliding_window:.3f}")
+          f"max_induction={max(r.induction for r in rows):.3f} uniform={1 / m.cfg.sliding_window:.3f} gap={args.gap}")
     return 0
 
 

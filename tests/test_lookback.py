@@ -154,3 +154,19 @@ def test_readout_bench_hands_each_second_copy_row_the_token_after_its_match():
     assert t.batch.tolist() == [0] * 5 + [1] * 5 + [2] * 5 and t.row.tolist()[:5] == [34, 35, 36, 37, 38]
     # row r holds the second copy's token k; the entry read is the first copy's token k + 1, the one r predicts
     assert torch.equal(x[t.batch, t.position], x[t.batch, t.row + 1]) and t.forcing == 1.0
+
+
+def test_heads_prose_rows_put_the_span_twice_gap_tokens_apart_and_refuse_too_few_tokens():
+    """bench.heads `--gap`: each row is lead, span, `gap` other tokens, the span again; the rows come from
+    different places of the held-out text; a gap the tokens cannot hold is refused with a message."""
+    from bench.heads import copy_rows_of_prose
+
+    tokens = torch.arange(20000)
+    for gap in (4, 200):
+        x = copy_rows_of_prose(tokens, 4, span=12, gap=gap, lead=40)
+        assert x.shape == (4, 40 + 12 + gap + 12)
+        assert torch.equal(x[:, 40:52], x[:, 52 + gap:])
+        assert len({int(r[40]) for r in x}) == 4
+        assert not torch.isin(x[:, 52:52 + gap], x[:, 40:52]).any()
+    with pytest.raises(ValueError, match="too few"):
+        copy_rows_of_prose(tokens, 8, span=12, gap=200, lead=40)
