@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the last line's figures into the weights' training.json ('measured'), where the "
                          "Far fact panel reads them")
     a = ap.parse_args(argv)
+    unknown = sorted(set(a.only or ()) - set(ABLATIONS))
+    if unknown:
+        print(f"no ablation named {', '.join(map(repr, unknown))}; the names are: "
+              + ", ".join(map(repr, ABLATIONS)), file=sys.stderr)
+        return 2
     if not (Path(a.weights) / "model.safetensors").exists():
         print(f"no trained weights at {a.weights}", file=sys.stderr)
         return 2

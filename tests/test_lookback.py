@@ -170,3 +170,13 @@ def test_heads_prose_rows_put_the_span_twice_gap_tokens_apart_and_refuse_too_few
         assert not torch.isin(x[:, 52:52 + gap], x[:, 40:52]).any()
     with pytest.raises(ValueError, match="too few"):
         copy_rows_of_prose(tokens, 8, span=12, gap=200, lead=40)
+
+
+def test_quality_refuses_an_ablation_name_it_does_not_know(capsys):
+    """bench.quality `--only`: a name that is not one of its ablations stops it at once with the names it knows,
+    instead of a run whose every figure reads nan."""
+    from bench.quality import ABLATIONS, main
+
+    assert main(["--only", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "'none'" in err and all(repr(name) in err for name in ABLATIONS)
