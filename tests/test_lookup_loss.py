@@ -455,3 +455,43 @@ def test_readout_forcing_on_a_share_of_the_rows_leaves_the_others_to_the_heads()
     assert lookup_target(sources, 2, forcing=1.0).forced is None      # every row: no draw
     with pytest.raises(ValueError, match="between 0 and 1"):
         lookup_target(sources, 2, forcing=1.0, forcing_rows=-0.1)
+
+
+def test_every_head_lookup_asks_each_ratio1_head_for_the_source_not_just_one():
+    """`every_head`: the read term becomes the mean over the ratio-1 heads of -log their share on the source,
+    recomputed here from the attention; the rival term is unchanged; and a few steps on it raise the weakest
+    ratio-1 head's share on the source, which the noisy-or term leaves to whichever head reads already."""
+    from model import Ablation, random_tiny
+    from model.training.step import lookup_target, set_window
+
+    m = random_tiny()
+    set_window(m, 2)
+    x = torch.randint(5, 4000, (2, 64))
+    sources = torch.full((2, 64), -1)
+    sources[0, 40], sources[1, 60], sources[1, 50] = 7, 33, 12
+    dense = Ablation(dense_compressed=True)
+    with kept_attention() as probs:
+        out = m(x, ablation=dense, lookup=lookup_target(sources, 2, every_head=True))
+    w = m.cfg.sliding_window
+    ratio1 = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
+    expected = []
+    for b, r, e, rivals in [(0, 40, 7, []), (1, 50, 12, [33]), (1, 60, 33, [12])]:
+        shares = torch.cat([probs[i][b, r, :, w + e] for i in ratio1])
+        on = sum(probs[i][b, r, :, [w + p for p in [e] + rivals]].sum(0) for i in ratio1)
+        expected.append(-torch.log(shares).mean() - torch.log(on[0] / on.sum()))
+    assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
+    some = m(x, ablation=dense, lookup=lookup_target(sources, 2)).lookup_loss
+    assert float(out.lookup_loss.detach()) > float(some.detach()) + 1.0   # one head's read is not enough
+
+    def weakest() -> float:
+        with torch.no_grad(), kept_attention() as pr:
+            m(x, ablation=dense)
+        return min(float(pr[i][b, r, :, w + e].min()) for i in ratio1 for b, r, e in [(0, 40, 7), (1, 50, 12)])
+
+    before = weakest()
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    for _ in range(8):
+        opt.zero_grad()
+        m(x, ablation=dense, lookup=lookup_target(sources, 2, every_head=True)).lookup_loss.backward()
+        opt.step()
+    assert weakest() > 2 * before

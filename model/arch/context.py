@@ -100,18 +100,24 @@ class LookupTarget:
     forcing: float = 0.0     # readout forcing: the reading layers' output at these rows mixed this much with the
                              # source entry's value (`force_readout` in model/arch/attention.py)
     forced: torch.Tensor | None = None  # [N] bool: the rows forced (None: all); the rest are left to the heads
+    every_head: bool = False # the read term asks every supervised head for the source (mean of -log share), not
+                             # some head: what the readout trained by the forcing (on every head) expects to get
     scores: list[torch.Tensor] = field(default_factory=list)   # per selecting layer [N, T] (-inf: not visible)
 
     def loss(self) -> torch.Tensor | None:
         """Mean over the answer rows of -log P(some supervised head reads the source), heads and layers taken as
-        independent readers, plus -log(the source's share of the attention on the source and its rivals, summed
-        over heads and layers). None when no layer read entries of `ratio`."""
+        independent readers (`every_head`: the mean over those heads of -log its share on the source), plus
+        -log(the source's share of the attention on the source and its rivals, summed over heads and layers).
+        None when no layer read entries of `ratio`."""
         if not self.masses or not self.batch.numel():
             return None
         m = torch.stack(self.masses, dim=1)                               # [N, L, H, 1 + R]
         p = m[..., 0].flatten(1).clamp(0.0, 1.0 - 1e-6)                  # [N, L*H] on the source
-        miss = torch.log1p(-p).sum(-1)                                    # log P(no head reads it)
-        read = -torch.log((-torch.expm1(miss)).clamp_min(1e-8))
+        if self.every_head:
+            read = -torch.log(p.clamp_min(1e-8)).mean(-1)
+        else:
+            miss = torch.log1p(-p).sum(-1)                                # log P(no head reads it)
+            read = -torch.log((-torch.expm1(miss)).clamp_min(1e-8))
         total = m.sum(dim=(1, 2))                                         # [N, 1 + R]
         share = (total[:, 0] + 1e-6) / (total.sum(-1) + 1e-6)
         return (read - torch.log(share)).mean()

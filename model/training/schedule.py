@@ -82,6 +82,8 @@ class TrainConfig:
                                         # copy) with this weight (model/training/step.py)
     lookup_inside: bool = False         # the lookup loss also asks the rows whose source lies inside the window,
                                         # there through every layer's window share on it (an induction head)
+    lookup_every_head: bool = False     # the lookup loss asks every ratio-1 head for the source, not some head:
+                                        # a copy is read from the heads' mixture, so one head of 24 is not enough
     readout_forcing: float = 0.0        # >0: at the lookup loss's rows, the output of every layer reading ratio-1
                                         # entries is mixed this much with its source entry's value, as if the
                                         # heads had found it: the read-out learns to name what an entry holds
@@ -132,7 +134,8 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "copy_temper", "copy_spread", "copy_near_frac", "drill_frac", "drill_cast", "drill_fillers",
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
-                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "readout_forcing",
+                "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "lookup_every_head",
+                "readout_forcing",
                 "readout_forcing_rows", "entry_weight", "select_weight")
 
 

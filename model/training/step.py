@@ -114,14 +114,15 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
 
 def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
                   inside: bool = False, forcing: float = 0.0, forcing_rows: float = 1.0,
-                  generator: torch.Generator | None = None) -> LookupTarget | None:
+                  generator: torch.Generator | None = None, every_head: bool = False) -> LookupTarget | None:
     """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
     inside it needs no entry); its rivals are the other sources of its row before it (the facts it must be told
     from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too.
     `select`: also keep the selecting layers' index scores of those rows (the selection loss). `inside`: the rows
     whose source lies inside the window are asked too, there through every layer's window share on the source
     (an induction head of a wide-window model). `forcing`: the readout forcing's share (`LookupTarget.forcing`),
-    applied to each row with probability `forcing_rows` (drawn from `generator`), the same rows in every layer."""
+    applied to each row with probability `forcing_rows` (drawn from `generator`), the same rows in every layer.
+    `every_head`: the read term asks every supervised head for the source (`LookupTarget.every_head`)."""
     if not 0.0 <= forcing <= 1.0:
         raise ValueError(f"readout_forcing {forcing}: a share between 0 and 1")
     if not 0.0 <= forcing_rows <= 1.0:
@@ -142,7 +143,7 @@ def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
     if forcing > 0 and forcing_rows < 1.0:
         forced = (torch.rand(len(rivals), generator=generator) < forcing_rows).to(sources.device)
     return LookupTarget(b, r, pos, riv.to(sources.device), select=select, inside=inside, forcing=forcing,
-                        forced=forced)
+                        forced=forced, every_head=every_head)
 
 
 class EntryProbe(torch.nn.Module):
@@ -232,7 +233,8 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
     lookup = None
     if (tc.lookup_weight > 0 or tc.select_weight > 0 or tc.readout_forcing > 0) and sources is not None:
         lookup = lookup_target(sources, window_of(m), select=tc.select_weight > 0, inside=tc.lookup_inside,
-                               forcing=tc.readout_forcing, forcing_rows=tc.readout_forcing_rows)
+                               forcing=tc.readout_forcing, forcing_rows=tc.readout_forcing_rows,
+                               every_head=tc.lookup_every_head)
     tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
