@@ -28,19 +28,30 @@ def kept_attention():
         attention.attend = real
 
 
-def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_and_training_on_it_does():
-    """The lookup loss leaves the forward unchanged; it is -log P(some ratio-1 head reads the source's entry) -
-    log(the source's share of the attention on it and its rivals, the row's other sources), recomputed here from the
-    attention itself; dense and gathered reads agree when every entry is selected; rows whose source lies inside the
-    window are not asked (their sources still rival); a few steps on it alone raise the attention on the sources."""
-    from model import Ablation, random_tiny
-    from model.training.step import lookup_target, set_window
+def three_far_answers():
+    """A random `tiny` narrowed to window 2 and two rows of 64 tokens whose answers at (0, 40), (1, 50), (1, 60)
+    read positions 7, 12 and 33, all beyond the window."""
+    from model import random_tiny
+    from model.training.step import set_window
 
     m = random_tiny()
     set_window(m, 2)
     x = torch.randint(5, 4000, (2, 64))
     sources = torch.full((2, 64), -1)
-    sources[0, 40], sources[1, 60], sources[1, 20], sources[1, 50] = 7, 33, 19, 12   # 20: one row back
+    sources[0, 40], sources[1, 50], sources[1, 60] = 7, 12, 33
+    return m, x, sources
+
+
+def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_and_training_on_it_does():
+    """The lookup loss leaves the forward unchanged; it is -log P(some ratio-1 head reads the source's entry) -
+    log(the source's share of the attention on it and its rivals, the row's other sources), recomputed here from the
+    attention itself; dense and gathered reads agree when every entry is selected; rows whose source lies inside the
+    window are not asked (their sources still rival); a few steps on it alone raise the attention on the sources."""
+    from model import Ablation
+    from model.training.step import lookup_target
+
+    m, x, sources = three_far_answers()
+    sources[1, 20] = 19                                                  # one row back
     target = lookup_target(sources, 2)
     assert target.row.tolist() == [40, 50, 60] and target.position.tolist() == [7, 12, 33]
     assert target.rivals.tolist() == [[-1, -1], [19, 33], [12, 19]]
@@ -384,14 +395,10 @@ def test_readout_forcing_hands_the_lookup_rows_their_source_entry_whatever_the_h
     queries point (every decoder layer of `tiny` reads ratio-1 entries), while at 0 they do; rows before the first
     forced row are untouched; the attention (and so the lookup loss) is what it was; a share outside [0, 1] is
     refused."""
-    from model import Ablation, random_tiny
-    from model.training.step import lookup_target, set_window
+    from model import Ablation
+    from model.training.step import lookup_target
 
-    m = random_tiny()
-    set_window(m, 2)
-    x = torch.randint(5, 4000, (2, 64))
-    sources = torch.full((2, 64), -1)
-    sources[0, 40], sources[1, 50], sources[1, 60] = 7, 12, 33
+    m, x, sources = three_far_answers()
     dense = Ablation(dense_compressed=True)
     reading = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
     assert reading and reading == list(range(reading[0], len(m.layers)))
@@ -461,14 +468,10 @@ def test_every_head_lookup_asks_each_ratio1_head_for_the_source_not_just_one():
     """`every_head`: the read term becomes the mean over the ratio-1 heads of -log their share on the source,
     recomputed here from the attention; the rival term is unchanged; and a few steps on it raise the weakest
     ratio-1 head's share on the source, which the noisy-or term leaves to whichever head reads already."""
-    from model import Ablation, random_tiny
-    from model.training.step import lookup_target, set_window
+    from model import Ablation
+    from model.training.step import lookup_target
 
-    m = random_tiny()
-    set_window(m, 2)
-    x = torch.randint(5, 4000, (2, 64))
-    sources = torch.full((2, 64), -1)
-    sources[0, 40], sources[1, 60], sources[1, 50] = 7, 33, 12
+    m, x, sources = three_far_answers()
     dense = Ablation(dense_compressed=True)
     with kept_attention() as probs:
         out = m(x, ablation=dense, lookup=lookup_target(sources, 2, every_head=True))

@@ -167,12 +167,13 @@ def force_readout(out: torch.Tensor, comp: CompressedRead, target: LookupTarget)
     not find it yet; the attention itself is left to the lookup loss. Only `target.forced` rows when it is set: the
     others' answers still need the heads, so the model cannot lean on the help everywhere."""
     a = target.forcing
-    keep = target.forced if target.forced is not None else torch.ones_like(target.batch, dtype=torch.bool)
-    if not bool(keep.any()):
-        return out
-    batch, position = target.batch[keep], target.position[keep]
+    batch, row, position = target.batch, target.row, target.position
+    if target.forced is not None:
+        if not bool(target.forced.any()):
+            return out
+        batch, row, position = batch[target.forced], row[target.forced], position[target.forced]
     source = comp.table.all_entries()[batch, position // max(1, target.ratio)].to(out.dtype)   # [n, d]
-    rows = (batch, target.row[keep])
+    rows = (batch, row)
     return out.index_put(rows, (1 - a) * out[rows] + a * source.unsqueeze(1))
 
 

@@ -135,8 +135,7 @@ STAGE_FIELDS = ("seq_len", "batch", "train_window", "copy_frac", "copy_span", "c
                 "drill_link", "drill_link_share", "repeat_frac", "repeat_pieces", "answer_weight",
                 "dense_warmup_frac", "lr", "gate", "gate_min_steps", "pool_kl", "kv_frac", "kv_pairs", "kv_gap",
                 "kv_vocab", "kv_pad", "kv_link", "lookup_weight", "lookup_inside", "lookup_every_head",
-                "readout_forcing",
-                "readout_forcing_rows", "entry_weight", "select_weight")
+                "readout_forcing", "readout_forcing_rows", "entry_weight", "select_weight")
 
 
 @dataclass

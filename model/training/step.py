@@ -123,10 +123,9 @@ def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
     (an induction head of a wide-window model). `forcing`: the readout forcing's share (`LookupTarget.forcing`),
     applied to each row with probability `forcing_rows` (drawn from `generator`), the same rows in every layer.
     `every_head`: the read term asks every supervised head for the source (`LookupTarget.every_head`)."""
-    if not 0.0 <= forcing <= 1.0:
-        raise ValueError(f"readout_forcing {forcing}: a share between 0 and 1")
-    if not 0.0 <= forcing_rows <= 1.0:
-        raise ValueError(f"readout_forcing_rows {forcing_rows}: a share between 0 and 1")
+    for name, share in (("readout_forcing", forcing), ("readout_forcing_rows", forcing_rows)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} {share}: a share between 0 and 1")
     rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
     b, r = torch.nonzero((sources >= 0) & (rows - sources >= (1 if inside else window)), as_tuple=True)
     if not b.numel():
