@@ -11,25 +11,47 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "data" / "weights" / "tiny"
 
 
-def tiny_model():
+def add_device_option(ap) -> None:
+    """`--device cpu|cuda|auto`: the README's figures are CPU figures, so CPU unless asked."""
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                    help="where the model runs (auto: CUDA when PyTorch sees one)")
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: PyTorch sees no CUDA device here")
+    return torch.device(name)
+
+
+def sync(device: torch.device | str | None = None) -> None:
+    """Wait for queued GPU work, so a wall-clock time covers it (a no-op on CPU)."""
+    if torch.device(device or "cpu").type == "cuda":
+        torch.cuda.synchronize()
+
+
+def tiny_model(device: torch.device | str = "cpu"):
     """The shipped trained tiny model, or random tiny weights (said so) when it is absent."""
     from model import load, random_tiny
 
     if (TINY / "model.safetensors").exists():
-        return load(TINY, device="cpu"), "trained tiny"
-    return random_tiny(0, device="cpu"), "random tiny (trained weights absent)"
+        return load(TINY, device=device), "trained tiny"
+    return random_tiny(0, device=device), "random tiny (trained weights absent)"
 
 
-def random_ids(n: int, vocab: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(8, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
+def random_ids(n: int, vocab: int, seed: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
+    return torch.randint(8, vocab, (1, n), generator=torch.Generator().manual_seed(seed)).to(device)
 
 
-def best_of(fn, repeats: int = 3) -> float:
+def best_of(fn, repeats: int = 3, device: torch.device | str | None = None) -> float:
     """Minimum wall time of `repeats` calls (the least disturbed run on a shared machine)."""
     best = float("inf")
     for _ in range(repeats):
+        sync(device)
         t0 = time.perf_counter()
         fn()
+        sync(device)
         best = min(best, time.perf_counter() - t0)
     return best
 

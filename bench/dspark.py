@@ -21,23 +21,25 @@ from pathlib import Path
 
 import torch
 
+from bench._common import add_device_option, pick_device
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(weights: Path):
+def _load(weights: Path, device: torch.device):
     from model import load
     from model.arch import Drafter, attach_drafter
 
     note = ""
     if (weights / "model.safetensors").exists():
-        m = load(weights, device="cpu")
+        m = load(weights, device=device)
         if not isinstance(m.mtp, Drafter):
             attach_drafter(m, 0)
             note = f"NOTE: {weights} has no mtp.* tensors: using an UNTRAINED drafter (expect ~1 token per pass)"
     else:
         from model import random_tiny
 
-        m = random_tiny(0, device="cpu")
+        m = random_tiny(0, device=device)
         attach_drafter(m, 0)
         note = f"NOTE: {weights} not found: RANDOM tiny target and drafter (numbers say nothing about DSpark)"
     return m.eval(), note
@@ -51,18 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-prompts", type=int, default=8)
     ap.add_argument("--draft-length", default="max", help="an integer, 'max' or 'auto'")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: decode is overhead-bound)")
+    add_device_option(ap)
     args = ap.parse_args(argv)
+    dev = pick_device(args.device)
     torch.set_num_threads(args.threads)
     from model import Sampler
     from model.inference import expected_tokens_per_pass, generate, speculative_generate
 
-    m, note = _load(Path(args.weights))
+    m, note = _load(Path(args.weights), dev)
     if note:
         print(note)
     dl = int(args.draft_length) if args.draft_length.isdigit() else args.draft_length
     prompts = [p["text"] for p in json.loads(Path(args.prompts).read_text())][:args.max_prompts]
     # warm-up (first calls allocate)
-    w = torch.tensor([m.encode(prompts[0])])
+    w = torch.tensor([m.encode(prompts[0])], device=dev)
     generate(m, w, 4, stop_at_eos=False)
     speculative_generate(m, m.mtp, w, 4, sampler=Sampler(), draft_length=dl, stop_at_eos=False)
 
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     reached = acc = conf = surv_n = surv_p = surv_o = None
     print(f"{'prompt':<28} {'tok':>4} {'plain s':>8} {'spec s':>8} {'tok/pass':>8} {'same':>5}")
     for text in prompts:
-        ids = torch.tensor([m.encode(text)])
+        ids = torch.tensor([m.encode(text)], device=dev)
         a = generate(m, ids, args.tokens, stop_at_eos=False)
         b = speculative_generate(m, m.mtp, ids, args.tokens, sampler=Sampler(), draft_length=dl, stop_at_eos=False)
         same = a.tokens == b.tokens
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(formula (1 - a^(g+1))/(1 - a) at a = {alpha:.3f}, g = {gamma:.2f}: "
           f"{expected_tokens_per_pass(alpha, gamma):.3f})")
     print(f"decode wall time: plain {plain_s:.2f} s, speculative {spec_s:.2f} s -> {speedup:.2f}x "
-          f"({torch.get_num_threads()} thread(s)); outputs identical: {identical}")
+          f"({dev.type}, {torch.get_num_threads()} thread(s)); outputs identical: {identical}")
     print(f"dspark: tokens_per_pass={tpp:.2f} speedup={speedup:.2f} identical={int(identical)}")
     return 0
 

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from bench._common import best_of, line, random_ids
+from bench._common import add_device_option, best_of, line, pick_device, random_ids
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,17 +24,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", type=int, nargs="*", default=[2048, 8192, 32768])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=512)
+    add_device_option(ap)
     a = ap.parse_args(argv)
+    dev = pick_device(a.device)
     cfg = V41Config.preset("small")
     torch.manual_seed(0)
-    m = V41Model(cfg).init_weights(0).eval()
-    prefill(m, random_ids(300, cfg.vocab_size), "exact")  # warm-up
+    m = V41Model(cfg).init_weights(0).eval().to(dev)
+    prefill(m, random_ids(300, cfg.vocab_size, device=dev), "exact")  # warm-up
     out = {}
+    print(f"device: {dev.type}")
     print(f"{'tokens':>7} {'exact s':>9} {'bounded s':>10} {'speedup':>8}")
     for n in a.lengths:
-        ids = random_ids(n, cfg.vocab_size, seed=n)
-        te = best_of(lambda: prefill(m, ids, "exact", chunk_size=a.chunk), a.repeats)
-        tb = best_of(lambda: prefill(m, ids, "bounded", chunk_size=a.chunk), a.repeats)
+        ids = random_ids(n, cfg.vocab_size, seed=n, device=dev)
+        te = best_of(lambda: prefill(m, ids, "exact", chunk_size=a.chunk), a.repeats, dev)
+        tb = best_of(lambda: prefill(m, ids, "bounded", chunk_size=a.chunk), a.repeats, dev)
         out[n] = te / tb
         print(f"{n:>7} {te:>9.2f} {tb:>10.2f} {te / tb:>7.2f}x", flush=True)
     print(line("prefill", **{f"speedup_{n // 1024}k": v for n, v in out.items()}))

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from bench._common import line, random_ids, tiny_model
+from bench._common import add_device_option, line, pick_device, random_ids, sync, tiny_model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the bench shares the machine)")
+    add_device_option(ap)
     a = ap.parse_args(argv)
+    dev = pick_device(a.device)
     torch.set_num_threads(a.threads)   # an OpenMP team short of cores makes every op wait for its missing thread
-    model, what = tiny_model()
-    ids = random_ids(a.tokens, model.cfg.vocab_size)
+    model, what = tiny_model(dev)
+    ids = random_ids(a.tokens, model.cfg.vocab_size, device=dev)
     view_layer = min(model.cfg.decoder_start, model.cfg.num_hidden_layers - 1)   # the inspector's first view
 
     def view() -> None:
@@ -43,11 +45,13 @@ def main(argv: list[str] | None = None) -> int:
             fn()
         for _ in range(a.repeats):
             for k, fn in runs.items():
+                sync(dev)
                 t0 = time.perf_counter()
                 fn()
+                sync(dev)
                 best[k] = min(best[k], time.perf_counter() - t0)
     plain = best["plain"]
-    print(f"model: {what}; {a.tokens} tokens: untraced {plain:.3f} s; traced with the lens of one view "
+    print(f"model: {what} on {dev.type}; {a.tokens} tokens: untraced {plain:.3f} s; traced with the lens of one view "
           f"(layer {view_layer}) {best['view']:.3f} s, lazy {best['lazy']:.3f} s, full lens {best['full']:.3f} s, "
           f"without the lens {best['no_lens']:.3f} s")
     print(line("trace", overhead=best["view"] / plain, overhead_full_lens=best["full"] / plain,
