@@ -7,7 +7,7 @@ The names most callers need; each sub-package (`model.arch`, `model.inference`, 
 
 from .accounting import count_params
 from .arch import Ablation
-from .checkpoint import load, random_tiny, shipped_weights
+from .checkpoint import default_device, load, random_tiny, shipped_weights
 from .config import V41Config
 from .errors import CacheError, CheckpointError, ConfigError, ImageError, InputError
 from .inference import Sampler, decode_step, prefill, speculative_generate
@@ -16,4 +16,4 @@ from .model import ModelOutput, V41Model
 
 __all__ = ["V41Config", "ConfigError", "V41Model", "ModelOutput", "InputError", "CheckpointError", "ImageError",
            "CacheError", "Ablation", "layer_map", "LayerSpec", "load", "count_params", "shipped_weights",
-           "random_tiny", "prefill", "decode_step", "Sampler", "speculative_generate"]
+           "random_tiny", "default_device", "prefill", "decode_step", "Sampler", "speculative_generate"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ import torch
 # One thread: the tests are small, and on a busy 2-core machine a second OpenMP thread that cannot
 # get a core makes every parallel op wait for it (a 40-token forward went from 0.1 s to 10 s).
 torch.set_num_threads(1)
+# Tests are written for the CPU: a model loaded without a device stays there on a GPU machine too
+# (model.default_device reads V41_DEVICE; `V41_DEVICE=cuda pytest` runs them on the GPU on purpose).
+os.environ.setdefault("V41_DEVICE", "cpu")
 
 ROOT = Path(__file__).resolve().parents[1]
 # A copy of the shared fixture v41-parity-a (docs/design/sources.md §5; golden data from an independent

@@ -457,8 +457,9 @@ def test_readout_forcing_on_a_share_of_the_rows_leaves_the_others_to_the_heads()
         none = m(x, ablation=dense, lookup=lookup_target(sources, 2)).logits
     first = int(part.row[part.forced][0])
     assert first >= at[2]
-    assert torch.allclose(mixed[0, :first], none[0, :first], atol=1e-5)
-    assert not torch.allclose(mixed[0, first], none[0, first], atol=1e-3)
+    # unchanged up to summation order (a forced row changes a matrix product's shape: 5e-5 seen on an AMD EPYC)
+    assert torch.allclose(mixed[0, :first], none[0, :first], atol=2e-4)
+    assert not torch.allclose(mixed[0, first], none[0, first], atol=1e-2)
     assert lookup_target(sources, 2, forcing=1.0).forced is None      # every row: no draw
     with pytest.raises(ValueError, match="between 0 and 1"):
         lookup_target(sources, 2, forcing=1.0, forcing_rows=-0.1)

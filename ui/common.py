@@ -28,7 +28,7 @@ from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
 from lessons.inspect import text_problem
-from model import load, random_tiny
+from model import default_device, load, random_tiny
 from ui.checkpoints import (
     MAX_MODELS,
     NOT_OFFERED,
@@ -47,7 +47,7 @@ from ui.warmup import ensure
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
 # cannot get all its cores makes every op wait for the missing thread.
-if not torch.cuda.is_available():
+if default_device().type == "cpu":
     torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def trained_available() -> bool:
 
 
 def device_name() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return default_device().type
 
 
 # ---- models ---------------------------------------------------------------------------------------------------

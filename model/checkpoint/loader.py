@@ -49,7 +49,7 @@ def shipped_weights() -> Path:
 
 def random_tiny(seed: int = 0, device: str | torch.device | None = None):
     """The tiny preset with random weights (`init_weights(seed)`) and the shipped tokenizer bound."""
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = device or default_device()
     tok = load_tokenizer(shipped_weights() / "tokenizer.json")
     _, n = compressed_token_map(tok)
     cfg = V41Config.preset("tiny").replace(engram_compressed_vocab_size=n).validate()

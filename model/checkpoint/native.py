@@ -150,5 +150,12 @@ def rewrite_tensors(path: str | Path, new: dict[str, torch.Tensor], *, drop: str
 
 
 def default_device() -> torch.device:
-    """Where a loaded model goes when the caller names no device."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """Where a loaded model goes when the caller names no device: CUDA when PyTorch sees one, else the CPU.
+    The environment variable V41_DEVICE (`cpu`, `cuda`, `auto`) overrides the choice: the test suite sets
+    `cpu`, so tests written for the CPU stay on it on a GPU machine."""
+    want = os.environ.get("V41_DEVICE", "auto").strip().lower() or "auto"
+    if want == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if want not in ("cpu", "cuda"):
+        raise ValueError(f"V41_DEVICE={want!r}: use cpu, cuda or auto")
+    return torch.device(want)

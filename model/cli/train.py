@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint import default_device
 from ..fusion import configure as configure_fusion
 from ..training.run import finish, start_run, train_steps
 from ..training.schedule import TrainConfig
@@ -36,8 +37,7 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(tc.threads)
     if tc.fast:
         configure_fusion()
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    device = default_device() if args.device == "auto" else torch.device(args.device)
     run = start_run(tc, device, Path(args.ckpt_dir), args.resume)
     seconds = train_steps(run)
     finish(run, Path(args.out), "python -m model train " + " ".join(argv), seconds)

@@ -70,7 +70,7 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
             if i >= max_batches:
                 break
             lg = _forward(m, x, ab).logits
-            tot += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1),
+            tot += float(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1).to(lg.device),
                                                            reduction="sum"))
             n += y.numel()
         out[f"heldout_loss{suffix}"] = tot / max(1, n)
@@ -94,7 +94,8 @@ def _story_answers(m: V41Model, tok, rows: list[dict], ablation: Ablation | None
     """(predicted id, answer id, bucket) for each held-out story row, in order: one exact forward per batch."""
     for b in story_eval_batches(tok, rows, batch_size=25):
         lg = _forward(m, b["input_ids"], ablation).logits
-        pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+        pred = lg[torch.arange(len(b["answer_pos"]), device=lg.device),
+                      b["answer_pos"].to(lg.device)].argmax(-1).cpu()
         yield from zip(pred.tolist(), b["answer_id"].tolist(), b["bucket"])
 
 
@@ -290,7 +291,8 @@ def story_recall(model, max_stories: int | None = None, ablation=None, mode: str
     for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
         if mode == "exact":
             lg = model(b["input_ids"].to(model.device), ablation=ablation).logits
-            pred = lg[torch.arange(len(b["answer_pos"])), b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+            pred = lg[torch.arange(len(b["answer_pos"]), device=lg.device),
+                      b["answer_pos"].to(lg.device)].argmax(-1).cpu()
         else:
             preds = []
             for ids, pos in zip(b["input_ids"], b["answer_pos"]):

@@ -74,7 +74,8 @@ def load_state(path: Path, m: V41Model, opt: torch.optim.Optimizer) -> tuple[int
         if not key.startswith("opt."):
             continue
         name, field = key[4:].rsplit(".", 1)
-        opt.state[params[name]][field] = v
+        # the moments live beside their parameter (a GPU run resumes on the GPU); the step count stays on the CPU
+        opt.state[params[name]][field] = v if v.ndim == 0 else v.to(params[name].device)
     return meta["step"], meta.get("log", [])
 
 

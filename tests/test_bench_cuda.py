@@ -1,0 +1,45 @@
+"""bench.cuda, the GPU check (bench/cuda.py): it must keep working between the sessions that have a GPU, so its
+parts run here on the CPU against the same references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_without_a_gpu_it_says_so_and_measures_nothing(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the bench measures instead")
+    from bench.cuda import main
+
+    assert main([]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "cuda: available=0"
+
+
+def test_device_choice_follows_v41_device(monkeypatch):
+    from model import default_device
+
+    monkeypatch.setenv("V41_DEVICE", "cpu")
+    assert default_device().type == "cpu"
+    monkeypatch.setenv("V41_DEVICE", "auto")
+    assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("V41_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="cpu, cuda or auto"):
+        default_device()
+
+
+@pytest.mark.slow
+def test_parity_part_reads_the_golden_fixture():
+    from bench.cuda import parity
+
+    assert parity(torch.device("cpu")) < 1e-4
+
+
+@pytest.mark.slow
+def test_cpu_against_device_part_finds_no_difference_on_one_device():
+    from bench._common import TINY
+    from bench.cuda import cpu_against_gpu
+
+    got = cpu_against_gpu(TINY, torch.device("cpu"), tokens=200)
+    assert got["max_diff"] == 0.0 and got["decode_same"] == 1 and got["cpu_s"] > 0
