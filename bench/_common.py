@@ -18,11 +18,13 @@ def add_device_option(ap) -> None:
 
 
 def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
+    """`--device`'s choice; `auto` is the model's own (`model.default_device`, which honours V41_DEVICE)."""
+    from model import default_device
+
+    dev = default_device() if name == "auto" else torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: PyTorch sees no CUDA device here")
-    return torch.device(name)
+    return dev
 
 
 def sync(device: torch.device | str | None = None) -> None:

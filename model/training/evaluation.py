@@ -95,7 +95,7 @@ def _story_answers(m: V41Model, tok, rows: list[dict], ablation: Ablation | None
     for b in story_eval_batches(tok, rows, batch_size=25):
         lg = _forward(m, b["input_ids"], ablation).logits
         pred = lg[torch.arange(len(b["answer_pos"]), device=lg.device),
-                      b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+                  b["answer_pos"].to(lg.device)].argmax(-1).cpu()
         yield from zip(pred.tolist(), b["answer_id"].tolist(), b["bucket"])
 
 
