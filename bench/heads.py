@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bench._common import add_device_option, pick_device
+
 
 @dataclass
 class HeadScores:
@@ -110,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("weights", nargs="?", default="data/weights/tiny")
     ap.add_argument("--ckpt", default="", help="a training checkpoint dir (ckpt.safetensors) to read instead")
     ap.add_argument("--gap", type=int, default=4, help="tokens between the two copies of the span")
+    add_device_option(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    m = load(args.weights, device="cpu")
+    m = load(args.weights, device=pick_device(args.device))
     if args.ckpt:
         t = load_file(f"{args.ckpt}/ckpt.safetensors")
         m.load_state_dict(model_state(t), strict=False)  # the drafter and vision tower are not trained there

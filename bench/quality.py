@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench._common import add_device_option, pick_device
 from model.corpus import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES
 from model.training import Quality, evaluate, natural_loss, story_recall
 
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", action="store_true",
                     help="write the last line's figures into the weights' training.json ('measured'), where the "
                          "Far fact panel reads them")
+    add_device_option(ap)
     a = ap.parse_args(argv)
     unknown = sorted(set(a.only or ()) - set(ABLATIONS))
     if unknown:
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(a.weights) / "model.safetensors").exists():
         print(f"no trained weights at {a.weights}", file=sys.stderr)
         return 2
-    model = load(a.weights, device="cpu")
+    model = load(a.weights, device=pick_device(a.device))
     base_loss, n, toks = natural_loss(model, a.max_natural_tokens)
     uni, source = unigram_logprobs(model.cfg.vocab_size, toks)
     y = torch.from_numpy(np.asarray(toks[1:], dtype=np.int64))[:n]

@@ -21,6 +21,8 @@ import argparse
 
 import torch
 
+from bench._common import add_device_option, pick_device
+
 
 def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: float = 1.0):
     """The second copy's rows (tokens 1..span-1 of it predict the next) and, for each, the position of the token
@@ -58,9 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.readout", description=__doc__.split("\n\n")[0])
     ap.add_argument("weights", nargs="?", default="data/weights/tiny")
     ap.add_argument("--gap", type=int, default=200)
+    add_device_option(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    m = load(args.weights, device="cpu")
+    m = load(args.weights, device=pick_device(args.device))
     m.eval()
     got = scores(m, heldout_natural_tokens(m.tokenizer), args.gap)
     print("readout: gap=%d " % args.gap + " ".join(f"{k}={v:.3f}" for k, v in got.items()))

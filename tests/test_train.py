@@ -517,3 +517,27 @@ def test_pair_reads_scores_the_attended_fact_colour_and_the_answer_apart():
     assert set(reads) == set(PAIR_FORMATS) and all(0 <= r <= 1 and 0 <= s <= 1 for r, s in reads.values())
     said = pair_formats(m, rows=2)
     assert all(reads[k][1] == pytest.approx(said[k][0]) for k in PAIR_FORMATS)
+
+
+def test_max_minutes_ends_the_run_after_the_step_that_runs_out_of_time_and_saves_it(tmp_path, monkeypatch):
+    """A time-boxed run (`max_minutes`) stops after the step that passes the limit, with that step
+    evaluated and checkpointed like a planned last step; a resume continues from it."""
+    from conftest import ROOT
+
+    import model.training.run as run_mod
+    from model.training import start_run, train_steps
+    from model.training.state import read_meta
+
+    clock = iter(range(0, 10_000, 25))               # every call to time.time() moves the clock 25 s on
+    monkeypatch.setattr(run_mod.time, "time", lambda: float(next(clock)))
+    monkeypatch.setattr(run_mod, "quick_eval", lambda *a, **k: {"heldout_loss": 1.0})
+    tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+    np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
+    tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, warmup_steps=1, stream=str(tmp_path / "stream.npy"),
+                     tokenizer=str(tok), eval_every=100, ckpt_every=100, drafter_steps=0, max_minutes=1.0)
+    run = start_run(tc, torch.device("cpu"), tmp_path / "ckpt", resume=False)
+    train_steps(run)
+    done = run.log[-1]["step"]
+    assert 1 < done < 40 and run.end == done                    # cut short by the clock, not the schedule
+    assert run.log[-1]["heldout_loss"] == 1.0                   # the last step was evaluated ...
+    assert read_meta(tmp_path / "ckpt")["step"] == done         # ... and checkpointed
