@@ -29,11 +29,11 @@ def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: 
     after its earlier match, `distance` back, as a training lookup target with the readout forcing at `forcing`."""
     from model.arch import LookupTarget
 
-    b = x.shape[0]
-    rows = torch.arange(start, start + span - 1)
-    batch = torch.arange(b).repeat_interleave(len(rows))
+    b, dev = x.shape[0], x.device                      # on the model's device: the layers index with them
+    rows = torch.arange(start, start + span - 1, device=dev)
+    batch = torch.arange(b, device=dev).repeat_interleave(len(rows))
     row = rows.repeat(b)
-    return LookupTarget(batch, row, row - distance + 1, torch.full((len(row), 1), -1), forcing=forcing)
+    return LookupTarget(batch, row, row - distance + 1, torch.full((len(row), 1), -1, device=dev), forcing=forcing)
 
 
 def scores(m, tokens, gap: int = 200, span: int = 16, n: int = 24) -> dict[str, float]:

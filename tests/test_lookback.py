@@ -154,6 +154,9 @@ def test_readout_bench_hands_each_second_copy_row_the_token_after_its_match():
     assert t.batch.tolist() == [0] * 5 + [1] * 5 + [2] * 5 and t.row.tolist()[:5] == [34, 35, 36, 37, 38]
     # row r holds the second copy's token k; the entry read is the first copy's token k + 1, the one r predicts
     assert torch.equal(x[t.batch, t.position], x[t.batch, t.row + 1]) and t.forcing == 1.0
+    # the target lives where the rows do (the layers gather with it; on a GPU, CPU indices crashed the bench)
+    on_meta = copy_target(torch.zeros(3, 40, dtype=torch.long, device="meta"), start=34, distance=26, span=6)
+    assert {v.device.type for v in (on_meta.batch, on_meta.row, on_meta.position, on_meta.rivals)} == {"meta"}
 
 
 def test_heads_prose_rows_put_the_span_twice_gap_tokens_apart_and_refuse_too_few_tokens():
