@@ -112,9 +112,11 @@ def weights_note(weights: str, record: dict | None) -> str:
     final = (record or {}).get("final") or {}
     measured = (record or {}).get("measured") or {}
     steps = (record or {}).get("tokens")
+    device = str(((record or {}).get("machine") or {}).get("device", "cpu"))
+    on = "a GPU" if device.startswith("cuda") else "a CPU"      # where the last phase ran, as its record says
     if final.get("recall_far") is not None:     # the run's own last evaluation
         said = final
-        when = "at the end of their training" + (f" (their last phase: {steps:,} training tokens on a CPU)"
+        when = "at the end of their training" + (f" (their last phase: {steps:,} training tokens on {on})"
                                                  if isinstance(steps, int) else "") + " they recalled"
     elif measured.get("recall_far") is not None:  # a run that did not evaluate at its end, measured since
         said, when = measured, "measured on the shipped file, they recall"

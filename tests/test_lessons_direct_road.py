@@ -105,6 +105,11 @@ def test_weights_note_reports_the_recorded_far_recall_up_front():
     assert measured.startswith("What these weights do: measured on the shipped file, they recall 87% of held-out")
     assert "90% of those" in measured and "clearly above a guess" in measured
     assert "Random weights" in ff.weights_note("random", None)
+    # where the last phase ran is read from its record, not assumed
+    gpu = ff.weights_note("trained", {"final": {"recall_far": 0.1}, "tokens": 2_457_600, "machine": {"device": "cuda"}})
+    assert "2,457,600 training tokens on a GPU" in gpu
+    cpu = ff.weights_note("trained", {"final": {"recall_far": 0.1}, "tokens": 1000, "machine": {"device": "cpu"}})
+    assert "1,000 training tokens on a CPU" in cpu
 
 
 def test_far_definition_places_the_far_bucket_against_the_stacked_reach():
