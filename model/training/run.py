@@ -183,6 +183,8 @@ def _progress(run: Run, rec: dict, step: int, elapsed: float) -> None:
     run.tokens_this_process += rec["tokens"]
     rate = run.tokens_this_process / elapsed
     eta = (steps - step - 1) * elapsed / done
+    if run.tc.max_minutes:                  # a time-boxed run ends at its limit, whatever the schedule says
+        eta = min(eta, max(0.0, 60 * run.tc.max_minutes - elapsed))
     bar = "#" * int(30 * (step + 1) / steps)
     lookup = f" lookup {rec['lookup']:.3f}" if "lookup" in rec else ""
     lookup += f" entry {rec['entry']:.3f}" if "entry" in rec else ""
