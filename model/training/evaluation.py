@@ -90,12 +90,16 @@ def quick_eval(m: V41Model, tok, seq_len: int = 512, max_batches: int = 4, windo
     return out
 
 
+def answer_argmax(logits: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
+    """The top token at each row's answer position ([B, T, V] logits, [B] positions), on the CPU."""
+    rows = torch.arange(len(answer_pos), device=logits.device)
+    return logits[rows, answer_pos.to(logits.device)].argmax(-1).cpu()
+
+
 def _story_answers(m: V41Model, tok, rows: list[dict], ablation: Ablation | None):
     """(predicted id, answer id, bucket) for each held-out story row, in order: one exact forward per batch."""
     for b in story_eval_batches(tok, rows, batch_size=25):
-        lg = _forward(m, b["input_ids"], ablation).logits
-        pred = lg[torch.arange(len(b["answer_pos"]), device=lg.device),
-                  b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+        pred = answer_argmax(_forward(m, b["input_ids"], ablation).logits, b["answer_pos"])
         yield from zip(pred.tolist(), b["answer_id"].tolist(), b["bucket"])
 
 
@@ -290,9 +294,7 @@ def story_recall(model, max_stories: int | None = None, ablation=None, mode: str
     done = 0
     for b in story_eval_batches(model.tokenizer, rows, batch_size=25):
         if mode == "exact":
-            lg = model(b["input_ids"].to(model.device), ablation=ablation).logits
-            pred = lg[torch.arange(len(b["answer_pos"]), device=lg.device),
-                      b["answer_pos"].to(lg.device)].argmax(-1).cpu()
+            pred = answer_argmax(model(b["input_ids"].to(model.device), ablation=ablation).logits, b["answer_pos"])
         else:
             preds = []
             for ids, pos in zip(b["input_ids"], b["answer_pos"]):
