@@ -521,7 +521,7 @@ def test_pair_reads_scores_the_attended_fact_colour_and_the_answer_apart():
 
 def test_max_minutes_ends_the_run_after_the_step_that_runs_out_of_time_and_saves_it(tmp_path, monkeypatch):
     """A time-boxed run (`max_minutes`) stops after the step that passes the limit, with that step
-    evaluated and checkpointed like a planned last step; a resume continues from it."""
+    evaluated and checkpointed like a planned last step."""
     from conftest import ROOT
 
     import model.training.run as run_mod

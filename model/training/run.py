@@ -130,9 +130,10 @@ def train_steps(run: Run) -> float:
         if run.stages:
             rec["stage"] = run.stage
             _gate(run, ts, step, rec)
-        if tc.max_minutes and time.time() - t0 >= 60 * tc.max_minutes and step + 1 < run.end:
-            run.end_step = step + 1         # out of time: this step is the last (evaluated, saved)
-        last = step + 1 == run.end or run.finished
+        out_of_time = tc.max_minutes and time.time() - t0 >= 60 * tc.max_minutes
+        if run.finished or out_of_time:     # the curriculum's last stage passed, or the time box ran out:
+            run.end_step = step + 1         # this step is the last (evaluated, saved)
+        last = step + 1 == run.end
         if tc.eval_every and ((step + 1) % tc.eval_every == 0 or last):
             rec.update(quick_eval(m, run.tok, tc.seq_len, window=window_at(ts, step) if run.stages else 0))
             print("\n  eval: " + ", ".join(f"{k} {v:.3f}" for k, v in rec.items() if k.startswith(EVAL_KEYS)),
@@ -140,9 +141,7 @@ def train_steps(run: Run) -> float:
         run.log.append(rec)
         if (step + 1) % tc.ckpt_every == 0 or last:
             save_state(run.ckpt_dir, m, run.opt, step + 1, tc, run.log, run.where())
-        if run.finished:
-            run.end_step = step + 1
-        if step + 1 >= run.end:
+        if last:
             break
     print(file=sys.stderr)
     return time.time() - t0
