@@ -31,6 +31,7 @@ SECTIONS = {
     "Run a prompt": [
         ("pages/inspector.py", "Prompt inspector", ":material/search:", False),
         ("pages/indexer_pools.py", "Indexer pools", ":material/filter_alt:", False),
+        ("pages/lookback_heads.py", "Look-back heads", ":material/history:", False),
         ("pages/dspark.py", "DSpark draft & verify", ":material/bolt:", False),
         ("pages/ablation.py", "Ablation lab", ":material/science:", False),
     ],

@@ -11,7 +11,8 @@ forms while the layer below is still at the uniform share (`python -m bench.micr
 induction column is the one that decides whether the model can copy.
 
 On held-out prose, a span of `span` tokens is said twice, `gap` tokens apart; from a trace of the
-running model (model/inference/trace.py `Shares`) this reports, per layer and head:
+running model (model/inference/trace.py `Shares`; the reading is lessons/lookback_heads.py's, which the
+Look-back heads page draws for one passage) this reports, per layer and head:
 - `prev`: the mean window share on the position just before the query (uniform over a 32-row window
   is 0.03; a previous-token head in a trained model puts most of its weight there);
 - `induction`: at the second copy, the mean share on the token after the first copy's match: its window
@@ -29,76 +30,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 
 import torch
 
 from bench._common import add_device_option, pick_device
+from lessons.lookback_heads import LEAD, CopyLayout, HeadRow, copy_rows_of_prose, look_back
 
 
-@dataclass
-class HeadScores:
-    layer: int
-    head: int
-    window_only: bool
-    prev: float
-    induction: float
-    sink: float
-
-
-def head_scores(window: torch.Tensor, sink: torch.Tensor, second_start: int, distance: int,
-                span: int, entries: torch.Tensor | None = None, entry_ids: torch.Tensor | None = None
-                ) -> tuple[list[float], list[float], list[float]]:
-    """window [B, S, H, W] shares (slot j = position t-(W-1)+j), sink [B, S, H]. The second copy
-    starts at `second_start`, `distance` positions after the first; returns per head (prev,
-    induction, sink). Where the match lies outside the window, induction is the share on the selected
-    one-token entry that holds the token after it (`entries` [B, S, H, k] with `entry_ids` [B, S, k]
-    of a ratio-1 layer), and 0 for a layer that has none. Inside the window a ratio-1 layer sees that token twice,
-    in its window slot and as its own entry (an entry is visible from the row it is made on), so its induction
-    share is the two added."""
-    w = window.shape[-1]
-    prev = window[:, 1:, :, w - 2].mean((0, 1))
-    rows = slice(second_start, second_start + span - 1)
-    # at t the earlier match of token t is t - distance; the token after it is t - distance + 1
-    ind = torch.zeros(window.shape[2])
-    if distance <= w:
-        ind = ind + window[:, rows, :, w - distance].mean((0, 1))
-    if entries is not None and entry_ids is not None:
-        after = torch.arange(second_start, second_start + span - 1) - distance + 1
-        hit = entry_ids[:, rows] == after.view(1, -1, 1)                       # [B, R, k]
-        ind = ind + (entries[:, rows] * hit.unsqueeze(2)).sum(-1).mean((0, 1))
-    return prev.tolist(), ind.tolist(), sink.mean((0, 1)).tolist()
-
-
-def copy_rows_of_prose(tokens: torch.Tensor, n: int, span: int, gap: int, lead: int = 40) -> torch.Tensor:
-    """n rows: `lead` tokens of prose, a span, `gap` other tokens, the same span again."""
-    rows = []
-    stride = max(3000, 300 + gap + span)
-    if 1000 + stride * (n - 1) + 200 + gap > len(tokens):
-        raise ValueError(f"{len(tokens)} held-out tokens are too few for {n} rows at gap {gap}")
-    for i in range(n):
-        s = 1000 + stride * i
-        said = tokens[s:s + span]
-        rows.append(torch.cat([tokens[s + 100:s + 100 + lead], said, tokens[s + 200:s + 200 + gap], said]))
-    return torch.stack(rows)
-
-
-def scores(m, tokens: torch.Tensor, span: int = 12, gap: int = 4, n: int = 4) -> list[HeadScores]:
-    lead = 40
-    x = copy_rows_of_prose(tokens, n, span, gap, lead).to(m.device)
-    tr = m.trace(x)
-    out: list[HeadScores] = []
-    for li, rec in enumerate(tr.layers):
-        sh = rec.shares
-        if sh is None:
-            continue
-        one_token = sh.ratio == 1   # an entry is one token: the token after the match is an entry of its own
-        prev, ind, sink = head_scores(sh.window.float(), sh.sink.float(), lead + span + gap, span + gap, span,
-                                      sh.entries.float() if one_token else None,
-                                      sh.entry_ids if one_token else None)
-        for h in range(len(prev)):
-            out.append(HeadScores(li, h, sh.ratio == 0, prev[h], ind[h], sink[h]))
-    return out
+def scores(m, tokens: torch.Tensor, span: int = 12, gap: int = 4, n: int = 4) -> list[HeadRow]:
+    x = copy_rows_of_prose(tokens, n, span, gap, LEAD).to(m.device)
+    return look_back(m.trace(x), CopyLayout(LEAD, span, gap)).heads
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -237,3 +237,24 @@ def far_fact(weights: str, own: bool, text: str = "", fact: str = "", answer: st
                   "          f\"{100 * row['share on fact entries (mean over heads)']:.2f}%; in top-k \"",
                   "          f\"{row['in top-k']}; in candidate pool {row['in candidate pool']}; \"",
                   "          f\"index rank {row['index rank']}\")"])
+
+
+def lookback_heads(weights: str, passage: int, span: int, gap: int, layer: int, head: int,
+                   own_text: str | None = None) -> str:
+    """The Look-back heads page: passage `passage` (0-based) of the held-out prose, or the reader's text as the span."""
+    row = [f"lead, span, filler = passage_parts(tokens, {passage}, span={span}, gap={gap})"]
+    if own_text is not None:
+        row += [f"span = model.encode({own_text!r})[:{span}]   # your text's first tokens are the span"]
+    return _join(model_lines(weights),
+                 ["from model.corpus import heldout_natural_tokens",
+                  "from lessons.lookback_heads import copy_row, head_pattern, look_back, passage_parts"],
+                 ["tokens = heldout_natural_tokens(model.tokenizer)"] + row +
+                 ["ids, layout = copy_row(lead, span, filler)", "trace = model.trace([ids])",
+                  "lb = look_back(trace, layout)", "best = lb.best()",
+                  "print(f\"Strongest look-back share: {best.induction:.2f} (layer {best.layer}, head {best.head})\")",
+                  "n = len(lb.copy.expected)",
+                  "print(f\"Copied, second time: {round(lb.copy.second_rate * n)} of {n}\")",
+                  "print(f\"Right, first time: {round(lb.copy.first_rate * n)} of {n}\")",
+                  f"hp = head_pattern(trace, layout, layer={layer}, head={head})",
+                  "mean = sum(hp.after_match) / len(hp.after_match)",
+                  "print(f\"Mean share on the token after the match: {mean:.3f}\")"])

@@ -82,7 +82,7 @@ def test_fake_quant_disabled_is_scoped():
 def test_head_scores_find_a_previous_token_head_and_an_induction_head():
     """bench.heads: a head whose weight sits on the slot before the query scores prev 1; a head that, at
     the second copy, looks at the token after the first copy's match scores induction 1; others 0."""
-    from bench.heads import head_scores
+    from lessons.lookback_heads import head_scores
 
     b, s, h, w = 2, 40, 3, 16
     span, distance, start = 6, 10, 25
@@ -101,7 +101,7 @@ def test_head_scores_find_a_previous_token_head_and_an_induction_head():
 def test_head_scores_read_induction_from_the_selected_entry_beyond_the_window():
     """bench.heads on a narrow window: with the match beyond the window, a head that puts its entry weight on the
     one-token entry after the match scores induction 1, one that reads the match itself 0, one that splits 0.5."""
-    from bench.heads import head_scores
+    from lessons.lookback_heads import head_scores
 
     b, s, h, w, k = 1, 40, 3, 2, 4
     span, distance, start = 6, 20, 25
@@ -120,7 +120,7 @@ def test_head_scores_inside_the_window_add_a_ratio1_layers_window_slot_and_its_e
     """Inside the window a ratio-1 layer reaches the token after the match twice, by its window slot and by its own
     entry: a head splitting its weight between the two scores their sum, a head on the slot alone or the entry alone
     scores that part."""
-    from bench.heads import head_scores
+    from lessons.lookback_heads import head_scores
 
     b, s, h, w, k = 1, 40, 3, 16, 4
     span, distance, start = 6, 10, 25
@@ -162,7 +162,7 @@ def test_readout_bench_hands_each_second_copy_row_the_token_after_its_match():
 def test_heads_prose_rows_put_the_span_twice_gap_tokens_apart_and_refuse_too_few_tokens():
     """bench.heads `--gap`: each row is lead, span, `gap` other tokens, the span again; the rows come from
     different places of the held-out text; a gap the tokens cannot hold is refused with a message."""
-    from bench.heads import copy_rows_of_prose
+    from lessons.lookback_heads import copy_rows_of_prose
 
     tokens = torch.arange(20000)
     for gap in (4, 200):

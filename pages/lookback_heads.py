@@ -1,0 +1,191 @@
+"""Look-back heads: a span of held-out text (or the reader's own) said twice; every head's previous-token and
+induction shares, one head's pattern over the first copy, and whether the model copies (lessons/lookback_heads.py).
+User text is shown only through widgets, st.code, dataframes and escaped figure labels.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import streamlit as st
+
+from lessons import reproduce as snippets
+from lessons.lookback_heads import (
+    GAP_MAX,
+    INTRO,
+    LEAD,
+    LOOK_NOT_COPY,
+    REACH,
+    SPAN_DEFAULT,
+    SPAN_MAX,
+    SPAN_MIN,
+    copy_row,
+    explain,
+    head_pattern,
+    look_back,
+    passage_count,
+    passage_parts,
+)
+from model.corpus import heldout_natural_tokens
+from ui.common import built, clean_prompt, page_header, require_model
+from ui.figures import share_heatmap, show_token, stacked_bars
+from ui.figures_run import label
+from ui.live import forward
+from ui.reproduce import reproduce
+from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.text import plain
+
+OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
+
+sess = page_header("Look-back heads", INTRO)
+model = require_model(sess)
+window = model.cfg.sliding_window
+st.write(REACH.format(window=window))
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def heldout_ids(weights_label: str, _tokenizer) -> list[int]:
+    """The shipped held-out prose as token ids (one tokenizer per loaded weights)."""
+    return heldout_natural_tokens(_tokenizer).tolist()
+
+
+tokens = heldout_ids(sess.label, model.tokenizer)
+n_passages = passage_count(len(tokens))
+if n_passages < 1:
+    st.error("The shipped held-out text is missing or too short for this page.")
+    st.stop()
+
+# ---- the row: which span, how far apart ----------------------------------------------------------------------------
+SOURCES = ["A held-out passage", "Your own text"]
+seed("lb_source", qp_choice("source", ["passage", "own"], None, "a source (passage or own)"), "passage")
+seed("lb_passage", qp_int_or_none("passage", 1, n_passages, "showing passage 1"), 1)
+seed("lb_span", qp_int_or_none("span", SPAN_MIN, SPAN_MAX, f"showing {SPAN_DEFAULT} tokens"), SPAN_DEFAULT)
+seed("lb_gap", qp_int_or_none("gap", 0, GAP_MAX, "showing a gap of 4"), 4)
+seed("lb_text", qp_get("prompt") if arrived() else None, "")
+c = st.columns([2, 1, 2, 3])
+source = c[0].radio("Span", ["passage", "own"], key="lb_source", persist_state=KEEP,
+                    format_func=lambda s: SOURCES[0] if s == "passage" else SOURCES[1])
+passage = c[1].number_input("Passage", 1, n_passages, key="lb_passage", persist_state=KEEP,
+                            help="Also supplies the text before the first copy and between the copies.")
+span = c[2].slider("Span length (tokens)", SPAN_MIN, SPAN_MAX, key="lb_span", persist_state=KEEP)
+gap = c[3].slider("Other tokens between the copies", 0, GAP_MAX, key="lb_gap", persist_state=KEEP,
+                  help=f"The window holds {window} rows: with span + gap <= {window} the token to copy is still "
+                       "inside it.")
+qp_set(source="own" if source == "own" else None, passage=passage if passage != 1 else None,
+       span=span if span != SPAN_DEFAULT else None, gap=gap)
+lead_ids, span_ids, filler = passage_parts(tokens, passage - 1, span, gap)
+if source == "own":
+    text = st.text_area("Your text (its first tokens are the span)", key="lb_text", height=80, persist_state=KEEP)
+    prompt_to_url(text)
+    own, problem = clean_prompt(text, OWN_CHARS)
+    if problem:
+        st.warning(problem)
+        st.stop()
+    span_ids = model.encode(own)[:span]
+    if len(span_ids) < SPAN_MIN:
+        st.warning(f"Your text gives {len(span_ids)} tokens; the span needs at least {SPAN_MIN}.")
+        st.stop()
+else:
+    qp_set(prompt=None)
+ids, layout = copy_row(lead_ids, span_ids, filler)
+st.caption(f"The row: {LEAD} tokens of prose, the span ({layout.span} tokens), {gap} other tokens, the span again: "
+           f"{layout.length} tokens. The span:")
+st.code(model.decode(span_ids), language=None, wrap_lines=True)
+
+try:
+    trace = forward(sess, "trace", ids, what="tracing the two copies through every layer")
+except Exception as e:  # a model-side rejection becomes a message
+    st.error(f"The model could not run this row: {plain(e)}")
+    st.stop()
+if trace is None:
+    st.stop()
+lb = look_back(trace, layout)
+
+# ---- every head at once --------------------------------------------------------------------------------------------
+st.subheader("Every head at the second copy")
+for sentence in explain(lb, sess.num):
+    st.write(sentence)
+best = lb.best()
+m = st.columns(4)
+m[0].metric("Strongest look-back share", f"{best.induction:.2f}",
+            help=f"layer {sess.num(best.layer)}, head {best.head}")
+m[1].metric("Same head, spread evenly", f"{best.even:.3f}",
+            help="one key's share if that head spread its attention evenly over the window rows and entries it reads")
+if lb.copy is not None:
+    n_rows = len(lb.copy.expected)
+    m[2].metric("Copied, second time", f"{round(lb.copy.second_rate * n_rows)} of {n_rows}")
+    m[3].metric("Right, first time", f"{round(lb.copy.first_rate * n_rows)} of {n_rows}")
+layer_names = [f"layer {sess.num(i)} ({trace.layers[i].spec.role})" for i in lb.layers]
+head_names = [f"head {h}" for h in range(lb.n_heads)]
+g = st.columns(2)
+g[0].plotly_chart(built(share_heatmap, lb.grid("induction"), head_names, layer_names, zmax=1.0,
+                        title="On the token after the match (induction)"), key="lb_ind",
+                  config={"displayModeBar": False})
+g[1].plotly_chart(built(share_heatmap, lb.grid("prev"), head_names, layer_names, zmax=1.0,
+                        title="On the token just before (previous token)"), key="lb_prev",
+                  config={"displayModeBar": False})
+st.caption("Induction counts a head's window slot on the token to copy and, in a layer whose entries hold one token "
+           "each, the selected entry that holds it. Entries that pack two tokens are left out of this map; the "
+           "pattern below shows them apart.")
+
+# ---- one head's pattern --------------------------------------------------------------------------------------------
+st.subheader("One head, query by query")
+n_layers = len(trace.layers)
+seed("lb_layer", qp_int_or_none("layer", 0, n_layers - 1, "showing the strongest head's layer", unit=LINK_LAYERS),
+     best.layer)
+seed("lb_head", qp_int_or_none("head", 0, lb.n_heads - 1, "showing the strongest head"), best.head)
+if st.session_state["lb_layer"] not in lb.layers:       # another model, or a layer without shares
+    st.session_state["lb_layer"] = best.layer
+if st.session_state["lb_head"] >= lb.n_heads:
+    st.session_state["lb_head"] = best.head
+
+
+def _to_best() -> None:
+    st.session_state["lb_layer"], st.session_state["lb_head"] = best.layer, best.head
+
+
+h = st.columns([2, 1, 2])
+layer = h[0].selectbox("Layer", lb.layers, key="lb_layer", persist_state=KEEP,
+                       format_func=lambda i: f"layer {sess.num(i)}: {trace.layers[i].spec.role}")
+head = h[1].selectbox("Head", list(range(lb.n_heads)), key="lb_head", persist_state=KEEP)
+h[2].button("Strongest look-back head", on_click=_to_best, key="lb_best")
+qp_set(layer=layer, head=head)
+hp = head_pattern(trace, layout, layer, head)
+first_tokens = [show_token(model.decode([i])) for i in span_ids]
+queries = [f"{k}: {label(t, 16)}" for k, t in enumerate(first_tokens[:-1])]
+st.plotly_chart(built(share_heatmap, hp.on_first, [label(t, 16) for t in first_tokens], queries, zmax=1.0,
+                      title=f"Layer {sess.num(layer)}, head {head}: each token of the second copy (rows) "
+                            "looking at the first copy (columns)"),
+                key="lb_pattern", config={"displayModeBar": False})
+st.caption("An induction head lights the diagonal just right of the main one: at the k-th token of the second copy it "
+           "looks at token k + 1 of the first, the one to say next.")
+parts = {"token after the match": hp.after_match,
+         "rest of the first copy": [sum(r) - a for r, a in zip(hp.on_first, hp.after_match)],
+         "entries packing the first copy": hp.packed_first,
+         "everything else": hp.elsewhere, "sink": hp.sink}
+st.plotly_chart(built(stacked_bars, queries, parts, title="Where each query's attention went", axis_title="share",
+                      height=340), key="lb_split", config={"displayModeBar": False})
+even = statistics.fmean(r.even for r in lb.heads if r.layer == layer)
+st.write(f"Mean share on the token after the match: {statistics.fmean(hp.after_match):.3f} "
+         f"(spread evenly over what this layer reads: {even:.3f}).")
+
+# ---- does it copy? -------------------------------------------------------------------------------------------------
+st.subheader("Does the model copy?")
+st.write(LOOK_NOT_COPY)
+if lb.copy is None:
+    st.info("This trace has no final logits for every position.")
+else:
+    cc = lb.copy
+
+    def word(i: int) -> str:
+        return show_token(model.decode([i]))
+
+    st.dataframe({"after": [first_tokens[k] for k in range(len(cc.expected))],
+                  "next in the span": [word(i) for i in cc.expected],
+                  "first time: top guess": [word(i) for i in cc.first_top],
+                  "first time: p(next)": [round(p, 3) for p in cc.first_p],
+                  "second time: top guess": [word(i) for i in cc.second_top],
+                  "second time: p(next)": [round(p, 3) for p in cc.second_p]},
+                 hide_index=True, key="lb_copy")
+reproduce(snippets.lookback_heads(sess.weights, passage - 1, span, gap, layer, head, own if source == "own" else None),
+          "lookback-heads")
