@@ -20,6 +20,7 @@ SURENESS = {
     "deepseek": "from DeepSeek's own published code and papers",
     "third-party": "from third-party configs and serving code, such as vLLM",
     "explainer": "from the public explainers we follow",
+    "literature": "from published interpretability research on other transformers",
     "inference": "our inference",
     "ours": "our own test or teaching device",
     "measured": "measured here, on the running model",
@@ -62,6 +63,9 @@ SOURCES = [
            "the layer numbering from 1, and the remarks on other models", "explainer"),
     Source(EXPLAINER_2[0].upper() + EXPLAINER_2[1:], "the 10,000-in / 100-out agent round, the uniform 8 MiB cache "
            "example and the caveats on separate components", "explainer"),
+    Source("Elhage et al. 2021, 'A Mathematical Framework for Transformer Circuits'; Olsson et al. 2022, 'In-context "
+           "Learning and Induction Heads'", "previous-token and induction heads, the probe of a span said twice",
+           "literature"),
     Source("This explorer's own runs", "every live number: traces, byte counts and timings of the model running "
            "here, on the weights chosen in the sidebar", "measured"),
 ]

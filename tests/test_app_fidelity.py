@@ -8,7 +8,8 @@ from conftest import run_page
 from streamlit.testing.v1 import AppTest
 
 ALL_PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-             "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation", "glossary"]
+             "prefill_decode", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
+             "glossary"]
 INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
 
 

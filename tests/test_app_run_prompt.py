@@ -195,3 +195,48 @@ def test_ablation_lab_runs_two_configurations():
     assert table.loc[1, "entries_read"] == 0 and table.loc[0, "Δ loss"] == 0
     at.run()                                             # results stay without pressing the button again
     assert list(at.dataframe[-1].value["configuration"]) == ["full model", "window only"]
+
+
+# ---- look-back heads ------------------------------------------------------------------------------------------------
+
+def _said(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+@pytest.mark.skipif(not (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists(),
+                    reason="the shipped tiny weights are not present")
+def test_lookback_heads_page_follows_the_gap_past_the_window():
+    """On the shipped text model a head looks back while the first copy is inside the window; moving the gap slider
+    past the window says so and finds none; the head picker starts on the strongest head and its button returns there."""
+    at = app("lookback_heads", weights="trained")
+    no_errors(at)
+    assert "inside the 32-row window" in _said(at) and "The strongest look-back head is layer" in _said(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["Strongest look-back share"]) >= 0.4
+    assert set(metrics) >= {"Copied, second time", "Right, first time"}
+    best = (at.selectbox(key="lb_layer").value, at.selectbox(key="lb_head").value)
+    assert f"layer {best[0]}, head {best[1]}" in _said(at)
+    assert len(at.get("plotly_chart")) == 4 and at.dataframe[-1].value.shape[0] == 11
+    at.selectbox(key="lb_head").set_value((best[1] + 1) % 4).run()
+    at.button(key="lb_best").click().run()
+    assert (at.selectbox(key="lb_layer").value, at.selectbox(key="lb_head").value) == best
+    at.slider(key="lb_gap").set_value(100).run()
+    no_errors(at)
+    assert "beyond the 32-row window" in _said(at) and "No head looks back" in _said(at)
+    assert at.query_params["gap"] == "100"
+
+
+def test_lookback_heads_page_takes_the_readers_text_and_refuses_too_little():
+    at = app("lookback_heads", source="own", prompt=HOSTILE)
+    no_errors(at)
+    assert at.text_area(key="lb_text").value == HOSTILE
+    assert at.code[0].value.startswith("<script>")                # the span: the text's first tokens, as plain code
+    assert not any("<script>" in t or "**star**" in t for t in markup_texts(at))
+    at.text_area(key="lb_text").set_value("Hi").run()
+    no_errors(at)
+    assert "the span needs at least 4" in warnings(at)
+    at.text_area(key="lb_text").set_value("   ").run()
+    assert "empty" in warnings(at)
+    at.radio(key="lb_source").set_value("passage").run()
+    no_errors(at)
+    assert not at.warning and "prompt" not in at.query_params

@@ -128,6 +128,8 @@ CHANGES = {
     "recurrence": [("selectbox", "rec_layer", -1)],
     "inspector": [("select_slider", "insp_layer", 3), ("radio", "insp_mode", "exact")],
     "ablation": [("slider", "abl_topk", 2), ("selectbox", "abl_stories", 15)],
+    "lookback_heads": [("slider", "lb_gap", 60), ("slider", "lb_span", 8), ("number_input", "lb_passage", 3),
+                       ("selectbox", "lb_head", 2)],
 }
 
 

@@ -193,6 +193,8 @@ URL_CASES = [
     ("indexer_pools", {"pool": "abc", "k": "0"}, "not a whole number"),
     ("indexer_pools", {"layer": "0", "token": "abc"}, "not a Reindex layer"),
     ("dspark", {"sample": "abc", "gen": "0"}, "not a whole number"),
+    ("lookback_heads", {"gap": "-5", "passage": "0"}, "outside"),
+    ("lookback_heads", {"span": "x", "source": "<b>own</b>", "layer": "99"}, "not a whole number"),
 ]
 
 

@@ -238,6 +238,19 @@ def test_ablation_snippet(tmp_path):
                                              f"cache bytes {row['cache_bytes']}")
 
 
+@pytest.mark.parametrize("params", [dict(gap=20, passage=2, layer=4, head=1),
+                                    dict(source="own", prompt="The red fox ran past the old mill and over the hill.",
+                                         span=8, gap=6)])
+def test_lookback_heads_snippet(tmp_path, params):
+    at = app("lookback_heads", **params)
+    out = run_snippet(snippet(at), tmp_path)
+    m = metrics(at)
+    assert out["Strongest look-back share"].split(" (")[0] == m["Strongest look-back share"]
+    assert out["Copied, second time"] == m["Copied, second time"] and out["Right, first time"] == m["Right, first time"]
+    shown = next(x.value for x in at.markdown if x.value.startswith("Mean share on the token after the match"))
+    assert shown.split(": ", 1)[1].startswith(out["Mean share on the token after the match"] + " (")
+
+
 def test_random_weights_snippet_reproduces_the_page(tmp_path):
     at = AppTest.from_file(str(ROOT / "pages" / "csa2_modes.py"), default_timeout=300)
     at.query_params["weights"] = "random"

@@ -34,7 +34,8 @@ def heading(ui, pattern: str) -> str:
 
 
 COVERED = {"start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-           "prefill_decode", "compare_designs", "inspector", "indexer_pools", "dspark", "ablation", "glossary"}
+           "prefill_decode", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
+           "glossary"}
 
 
 def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
@@ -239,6 +240,26 @@ def test_indexer_pools(ui):
     assert "pool=" in ui.page.url
     ui.assert_clean()
     ui.shot("indexer_pools")
+
+
+def test_lookback_heads(ui):
+    """The gap slider moved by keyboard past the window redraws the reading; the strongest-head button puts the
+    head picker back on that head."""
+    ui.open("lookback_heads", gap=16)
+    assert ui.charts() == 4
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"^Each token of the second copy has its match 28 tokens "
+                                                          r"back.*inside the")
+    ui.shot("lookback_heads")
+    thumb = ui.key("lb_gap").locator('input[type="range"]')
+    thumb.focus()
+    for _ in range(6):
+        thumb.press("ArrowRight")
+    ui.settle()
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"has its match 34 tokens back.*beyond the")
+    assert "gap=22" in ui.page.url
+    ui.click("lb_best")
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', r"each token of the second copy")
+    ui.assert_clean()
 
 
 def test_dspark(ui):
