@@ -84,6 +84,11 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
         Term("router, shared expert", f"In each MoE layer a router scores the {c.n_routed_experts} routed experts "
              f"for a token and runs the best {c.num_experts_per_tok}, weighted by their scores; {c.n_shared_experts} "
              "shared expert runs for every token. Experts that are not chosen still take storage.", "port"),
+        Term("previous-token head, induction head", "Two kinds of attention head that interpretability studies found "
+             "in small transformers, together a way to continue a phrase seen before: a previous-token head puts its "
+             "weight on the token just before its own; an induction head, at a repeated token, puts its weight on the "
+             "token that followed that token's earlier appearance. The Look-back heads page measures both on the "
+             "loaded weights.", "literature"),
         Term("logit lens", "Our inspection device: a layer's hidden state is sent through the model's final norm "
              "and output head as if it were the last layer, to see which tokens it already points to. The model "
              "itself never does this.", "ours"),

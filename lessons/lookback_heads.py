@@ -31,11 +31,11 @@ FIRST, STRIDE = 1000, 3000   # passage k of the held-out tokens starts at FIRST 
 
 INTRO = (
     "Read a phrase once, and a language model can often finish it the second time it comes up. Studies of small "
-    "transformers (Elhage et al. 2021; Olsson et al. 2022) found the usual machinery: a head that looks at the token just before its own (a previous-token "
-    "head), and a head in a later layer that, at a repeated token, looks at whatever came right after that "
-    "token's earlier appearance and passes it on (an induction head). This page tests the loaded weights for "
-    "both: a span of held-out text is said twice with other text in between, and every head's attention is "
-    "read at the second saying."
+    "transformers (Elhage et al. 2021; Olsson et al. 2022) found the usual machinery: a head that looks at the "
+    "token just before its own (a previous-token head), and a head in a later layer that, at a repeated token, "
+    "looks at whatever came right after that token's earlier appearance and passes it on (an induction head). "
+    "This page tests the loaded weights for both: a span of held-out text is said twice with other text in "
+    "between, and every head's attention is read at the second saying."
 )
 
 REACH = (

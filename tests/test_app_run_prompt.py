@@ -207,7 +207,7 @@ def _said(at: AppTest) -> str:
                     reason="the shipped tiny weights are not present")
 def test_lookback_heads_page_follows_the_gap_past_the_window():
     """On the shipped text model a head looks back while the first copy is inside the window; moving the gap slider
-    past the window says so and finds none; the head picker starts on the strongest head and its button returns there."""
+    past the window says so and finds none; the head picker starts on the strongest head, its button returns there."""
     at = app("lookback_heads", weights="trained")
     no_errors(at)
     assert "inside the 32-row window" in _said(at) and "The strongest look-back head is layer" in _said(at)
