@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from model.inference import batched_traces
+
 LEAD = 40                 # prose before the first copy, so that the first copy is not the row's start
 SPAN_MIN, SPAN_MAX, SPAN_DEFAULT = 4, 24, 12
 GAP_MAX = 400             # tokens between the two copies the page offers
@@ -43,6 +45,14 @@ REACH = (
     "its own included. Anything older reaches it only through the compressed entries its layer selected (and "
     "only in the layers that have a compressed branch), or by being carried forward layer to layer. Widen the "
     "gap past the window and see which heads still find the first copy."
+)
+
+SWEEP_GAPS = (0, 8, 16, 20, 24, 32, 48, 100, 200, 400)
+
+SWEEP = (
+    "The same span, the same passage, the gap swept from nothing to {gap_max} tokens: for each gap, the strongest "
+    "head's share on the token to copy, and how much of the span the model continued the second time. The dotted "
+    "line marks the window's edge: to its right the token to copy is no longer one of a query's raw rows."
 )
 
 LOOK_NOT_COPY = (
@@ -298,6 +308,40 @@ def head_pattern(trace, layout: CopyLayout, layer: int, head: int, b: int = 0) -
         sink.append(s)
         elsewhere.append(max(0.0, 1.0 - sum(row) - pk - s))
     return HeadPattern(layer, head, on_first, after, packed, elsewhere, sink)
+
+
+@dataclass
+class ReachPoint:
+    gap: int
+    back: int                 # how far back the token to copy lies (distance - 1)
+    share: float              # the strongest head's induction share
+    layer: int
+    head: int
+    even: float               # that head's even spread
+    copied: float             # share of the span continued the second time
+    first: float              # ... and the first time
+
+
+def reach_sweep(model, tokens, passage: int, span_ids: list[int], gaps=SWEEP_GAPS, lead: int = LEAD,
+                progress: Callable[[float, str], None] | None = None, rows_per_forward: int = 4) -> list[ReachPoint]:
+    """The span said twice at each gap (lead and filler from passage `passage` of `tokens`), traced in batches of
+    `rows_per_forward` rows (model/inference/batch.py, exact); one ReachPoint per gap."""
+    rows = []
+    for g in gaps:
+        lead_ids, _, filler = passage_parts(tokens, passage, len(span_ids), g, lead)
+        rows.append(copy_row(lead_ids, span_ids, filler))
+    out: list[ReachPoint] = []
+    for i in range(0, len(rows), rows_per_forward):
+        chunk = rows[i:i + rows_per_forward]
+        if progress:
+            progress(i / len(rows), f"tracing gaps {', '.join(str(lay.gap) for _, lay in chunk)}")
+        for tr, (_, lay) in zip(batched_traces(model, [r for r, _ in chunk], lens=False), chunk):
+            lb = look_back(tr, lay)
+            best = lb.best()
+            out.append(ReachPoint(lay.gap, lay.distance - 1, best.induction, best.layer, best.head, best.even,
+                                  lb.copy.second_rate if lb.copy else float("nan"),
+                                  lb.copy.first_rate if lb.copy else float("nan")))
+    return out
 
 
 LOOKS = 3.0   # a head "looks back" when its induction share is at least this many times its even spread

@@ -19,17 +19,20 @@ from lessons.lookback_heads import (
     SPAN_DEFAULT,
     SPAN_MAX,
     SPAN_MIN,
+    SWEEP,
+    SWEEP_GAPS,
     copy_row,
     explain,
     head_pattern,
     look_back,
     passage_count,
     passage_parts,
+    reach_sweep,
 )
 from model.corpus import heldout_natural_tokens
-from ui.common import built, clean_prompt, page_header, require_model
+from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
 from ui.figures import share_heatmap, show_token, stacked_bars
-from ui.figures_run import label
+from ui.figures_run import label, reach_figure
 from ui.live import forward
 from ui.reproduce import reproduce
 from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed
@@ -168,6 +171,31 @@ st.plotly_chart(built(stacked_bars, queries, parts, title="Where each query's at
 even = statistics.fmean(r.even for r in lb.heads if r.layer == layer)
 st.write(f"Mean share on the token after the match: {statistics.fmean(hp.after_match):.3f} "
          f"(spread evenly over what this layer reads: {even:.3f}).")
+
+# ---- how far back? ------------------------------------------------------------------------------------------------
+st.subheader("How far back can it look?")
+st.write(SWEEP.format(gap_max=SWEEP_GAPS[-1]))
+sweep_key = (sess.label, passage - 1, tuple(span_ids))
+if st.button(f"Sweep the gap ({len(SWEEP_GAPS)} traces)", key="lb_sweep"):
+    st.session_state["lb_swept"] = sweep_key
+if st.session_state.get("lb_swept") == sweep_key:
+    try:
+        points = cached_with_progress("lookback_sweep", sweep_key,
+                                      lambda progress: reach_sweep(model, tokens, passage - 1, span_ids,
+                                                                   progress=progress),
+                                      f"Tracing the span at {len(SWEEP_GAPS)} gaps ...", max_entries=16)
+    except Exception as e:  # a model-side rejection becomes a message
+        st.error(f"The model could not run the sweep: {plain(e)}")
+    else:
+        st.plotly_chart(built(reach_figure, points, window, title="The strongest head and the copy, by distance"),
+                        key="lb_reach", config={"displayModeBar": False})
+        inside = [p for p in points if p.back <= window - 1]
+        beyond = [p for p in points if p.back > window - 1]
+        if inside and beyond:
+            st.write(f"Inside the window the strongest head gives up to {max(p.share for p in inside):.2f} to the "
+                     f"token to copy; beyond it, up to {max(p.share for p in beyond):.2f}.")
+else:
+    st.caption("Press the button to trace this span at every gap (a few seconds on a CPU).")
 
 # ---- does it copy? -------------------------------------------------------------------------------------------------
 st.subheader("Does the model copy?")

@@ -224,6 +224,15 @@ def test_lookback_heads_page_follows_the_gap_past_the_window():
     no_errors(at)
     assert "beyond the 32-row window" in _said(at) and "No head looks back" in _said(at)
     assert at.query_params["gap"] == "100"
+    # the sweep: one click, one more chart; kept while the span stays, gone for another span
+    assert "Press the button" in "\n".join(c.value for c in at.caption)
+    at.button(key="lb_sweep").click().run()
+    no_errors(at)
+    assert len(at.get("plotly_chart")) == 5 and "beyond it, up to 0.0" in _said(at)
+    at.slider(key="lb_gap").set_value(8).run()
+    assert len(at.get("plotly_chart")) == 5                   # the gap is swept anyway: the sweep stays
+    at.slider(key="lb_span").set_value(10).run()
+    assert len(at.get("plotly_chart")) == 4
 
 
 def test_lookback_heads_page_takes_the_readers_text_and_refuses_too_little():

@@ -20,6 +20,7 @@ from lessons.lookback_heads import (
     look_back,
     passage_count,
     passage_parts,
+    reach_sweep,
 )
 from model.inference.trace import Shares
 
@@ -147,6 +148,11 @@ def test_shipped_text_model_looks_back_inside_its_window_and_not_beyond():
         far_row, far = copy_row(*passage_parts(tokens, passage, 12, 100))
         lb = look_back(m.trace([far_row]), far)
         assert not lb.inside_window and lb.best().induction < 3 * lb.best().even, lb.best()
+    # the sweep: the heads find the token to copy up to the window's edge (31 back), none past it
+    pts = reach_sweep(m, tokens, 0, passage_parts(tokens, 0, 12, 0)[1], gaps=(0, 16, 20, 24, 100, 400))
+    assert [p.back for p in pts] == [11, 27, 31, 35, 111, 411]
+    assert all(p.share >= 0.4 for p in pts[:3]), pts
+    assert all(p.share < 3 * p.even for p in pts[3:]), pts
 
 
 @pytest.mark.skipif(not RECALL, reason="the shipped recall checkpoint is not present")
@@ -163,6 +169,8 @@ def test_recall_checkpoint_looks_back_beyond_its_window_through_a_one_token_entr
     assert not lb.inside_window and best.ratio == 1 and best.induction >= 0.4, best
     assert sum(head_pattern(tr, lay, best.layer, best.head).after_match) / (lay.span - 1) >= 0.4
     assert lb.copy.second_rate > lb.copy.first_rate
+    far = reach_sweep(m, tokens, 0, passage_parts(tokens, 0, 12, 0)[1], gaps=(200, 400))
+    assert all(p.share >= 0.4 and p.copied > p.first for p in far), far
 
 
 def test_head_scores_find_a_previous_token_head_and_an_induction_head():

@@ -193,6 +193,25 @@ def recall_rows_figure(positions, series: dict, title: str, y_title: str = "") -
     return _layout(fig, title, 300, legend=dict(orientation="h", y=-0.3))
 
 
+def reach_figure(points, window: int, title: str) -> go.Figure:
+    """Look-back heads: the strongest head's share on the token to copy, and the span continued, by how far back
+    the token to copy lies (log axis); the window's edge dotted."""
+    back = [p.back for p in points]
+    fig = go.Figure()
+    fig.add_scatter(x=back, y=[p.share for p in points], mode="lines+markers", name="strongest head's share",
+                    customdata=[[p.gap, p.layer, p.head] for p in points], line=dict(color=ENTRY_C),
+                    hovertemplate="gap %{customdata[0]}: %{y:.2f} (layer %{customdata[1]}, head %{customdata[2]})"
+                                  "<extra></extra>")
+    fig.add_scatter(x=back, y=[p.copied for p in points], mode="lines+markers", name="span continued, second time",
+                    line=dict(color=PICK_C), hovertemplate="%{y:.2f}<extra></extra>")
+    fig.add_scatter(x=back, y=[p.first for p in points], mode="lines", name="... first time",
+                    line=dict(color=SINK_C, dash="dot"), hovertemplate="%{y:.2f}<extra></extra>")
+    fig.add_vline(x=window - 1, line=dict(color=DROP_C, dash="dot"), annotation_text="window edge")
+    fig.update_xaxes(title="tokens back to the token to copy", type="log")
+    fig.update_yaxes(range=[0, 1.05])
+    return _layout(fig, title, 340, legend=dict(orientation="h", y=-0.35))
+
+
 # --------------------------------------------------------------------------------------------------
 # DSpark
 # --------------------------------------------------------------------------------------------------
