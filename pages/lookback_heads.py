@@ -31,7 +31,7 @@ from lessons.lookback_heads import (
 )
 from model.corpus import heldout_natural_tokens
 from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
-from ui.figures import share_heatmap, show_token, stacked_bars
+from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, reach_figure
 from ui.live import forward
 from ui.reproduce import reproduce
@@ -167,7 +167,7 @@ parts = {"token after the match": hp.after_match,
          "entries packing the first copy": hp.packed_first,
          "everything else": hp.elsewhere, "sink": hp.sink}
 st.plotly_chart(built(stacked_bars, queries, parts, title="Where each query's attention went", axis_title="share",
-                      height=340), key="lb_split", config={"displayModeBar": False})
+                      text_fmt=two_places, height=380), key="lb_split", config={"displayModeBar": False})
 even = statistics.fmean(r.even for r in lb.heads if r.layer == layer)
 st.write(f"Mean share on the token after the match: {statistics.fmean(hp.after_match):.3f} "
          f"(spread evenly over what this layer reads: {even:.3f}).")

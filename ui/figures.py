@@ -174,6 +174,11 @@ def grouped_bars(categories, series: dict, title: str = "", yaxis_title: str = "
     return fig
 
 
+def two_places(v: float) -> str:
+    """A share as a bar label: 0.85."""
+    return f"{v:.2f}"
+
+
 def stacked_bars(labels, parts: dict, title: str = "", axis_title: str = "", text_fmt=None,
                  horizontal: bool = True, height: int | None = None) -> go.Figure:
     """Stacked bars: one bar per label, one segment per named part (values in the same unit)."""
@@ -184,8 +189,10 @@ def stacked_bars(labels, parts: dict, title: str = "", axis_title: str = "", tex
         kw = dict(x=vals, y=list(labels), orientation="h") if horizontal else dict(x=list(labels), y=vals)
         fig.add_trace(go.Bar(name=name, text=[fmt(v) if v else "" for v in vals], textposition="inside",
                              hovertemplate=f"{name}: %{{text}}<extra></extra>", **kw))
+    # the legend sits above the plot, under the title (anchored at its bottom, it never covers the first bar)
     fig.update_layout(barmode="stack", title=title, height=height or (110 + 42 * len(labels)),
-                      margin=dict(l=10, r=10, t=50, b=30), legend=dict(orientation="h", y=1.02, x=1, xanchor="right"))
+                      margin=dict(l=10, r=10, t=70, b=30),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
     if horizontal:
         fig.update_layout(xaxis_title=axis_title, yaxis=dict(autorange="reversed"))
     else:
