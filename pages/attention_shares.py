@@ -23,6 +23,7 @@ from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.reproduce import reproduce
+from ui.sources import page_link
 from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed
 from ui.text import quoted
 
@@ -92,6 +93,8 @@ tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
               "sum": [round(sum(t.values()), 3) for t in tot]}, hide_index=True, key="sh_totals")
+
+page_link("pages/lookback_heads.py", "Which heads look back at an earlier copy of the text? Look-back heads", "🔁")
 
 # ---- a fact far past the window: its entries' shares at the answer token (lessons/far_fact.py) ---------------
 far_fact_panel(sess, "sh", focus="shares")

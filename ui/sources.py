@@ -23,3 +23,12 @@ def sources_footer() -> None:
         with st.expander("Sources"):
             st.markdown(SOURCES_NOTE)
             st.markdown("\n".join(f"- {line}" for line in footer_lines()))
+
+
+def page_link(path: str, label: str, icon: str) -> None:
+    """A link to another page of the app; nothing where the page runs on its own (tests, `streamlit run pages/x.py`),
+    which has no page registry."""
+    try:
+        st.page_link(path, label=label, icon=icon)
+    except Exception:  # no registry: the page is not part of an app run
+        pass
