@@ -86,7 +86,8 @@ if source == "own":
         st.stop()
     span_ids = model.encode(own)[:span]
     if len(span_ids) < SPAN_MIN:
-        st.warning(f"Your text gives {len(span_ids)} tokens; the span needs at least {SPAN_MIN}.")
+        st.warning(f"Your text gives {len(span_ids)} token{'' if len(span_ids) == 1 else 's'}; the span needs at "
+                   f"least {SPAN_MIN}.")
         st.stop()
 else:
     qp_set(prompt=None)

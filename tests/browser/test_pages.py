@@ -249,6 +249,7 @@ def test_lookback_heads(ui):
     assert ui.charts() == 4
     ui.wait_text('[data-testid="stMarkdownContainer"]', r"^Each token of the second copy has its match 28 tokens "
                                                           r"back.*inside the")
+    ui.key("lb_pattern").scroll_into_view_if_needed()       # the picture: one head's diagonal over the first copy
     ui.shot("lookback_heads")
     thumb = ui.key("lb_gap").locator('input[type="range"]')
     thumb.focus()
