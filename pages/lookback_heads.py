@@ -59,15 +59,14 @@ if n_passages < 1:
     st.stop()
 
 # ---- the row: which span, how far apart ----------------------------------------------------------------------------
-SOURCES = ["A held-out passage", "Your own text"]
-seed("lb_source", qp_choice("source", ["passage", "own"], None, "a source (passage or own)"), "passage")
+SOURCES = {"passage": "A held-out passage", "own": "Your own text"}
+seed("lb_source", qp_choice("source", list(SOURCES), None, "a source (passage or own)"), "passage")
 seed("lb_passage", qp_int_or_none("passage", 1, n_passages, "showing passage 1"), 1)
 seed("lb_span", qp_int_or_none("span", SPAN_MIN, SPAN_MAX, f"showing {SPAN_DEFAULT} tokens"), SPAN_DEFAULT)
 seed("lb_gap", qp_int_or_none("gap", 0, GAP_MAX, "showing a gap of 4"), 4)
 seed("lb_text", qp_get("prompt") if arrived() else None, "")
 c = st.columns([2, 1, 2, 3])
-source = c[0].radio("Span", ["passage", "own"], key="lb_source", persist_state=KEEP,
-                    format_func=lambda s: SOURCES[0] if s == "passage" else SOURCES[1])
+source = c[0].radio("Span", list(SOURCES), key="lb_source", persist_state=KEEP, format_func=lambda s: SOURCES[s])
 passage = c[1].number_input("Passage", 1, n_passages, key="lb_passage", persist_state=KEEP,
                             help="Also supplies the text before the first copy and between the copies.")
 span = c[2].slider("Span length (tokens)", SPAN_MIN, SPAN_MAX, key="lb_span", persist_state=KEEP)
