@@ -58,7 +58,9 @@ SWEEP = (
 LOOK_NOT_COPY = (
     "Looking is not copying. The table checks the final prediction: at each token of the second copy, is the "
     "model's top guess the token that followed it the first time? The first copy, at the same positions, is "
-    "the baseline: there the model has nothing earlier to copy from."
+    "the baseline: there the model has nothing earlier to copy from. The chart follows the same token up the "
+    "layers with the logit lens (each layer's streams sent through the model's own final norm and output head): "
+    "where the two lines part is where the earlier copy starts to count."
 )
 
 
@@ -264,6 +266,45 @@ def copy_check(trace, layout: CopyLayout, b: int = 0) -> CopyCheck | None:
                      second_top=[int(probs[t].argmax()) for t in layout.query_rows],
                      first_p=[float(probs[t][e]) for t, e in zip(first, expected)],
                      second_p=[float(probs[t][e]) for t, e in zip(layout.query_rows, expected)])
+
+
+@dataclass
+class LensRise:
+    """Mean log p(the span's next token) under each layer's logit lens, at the first copy and at the second: where on
+    the way up the earlier copy starts to count in the prediction (the last layer's lens is the model's output)."""
+
+    layers: list[int]
+    first: list[float]
+    second: list[float]
+
+    @property
+    def rise(self) -> list[float]:
+        return [b - a for a, b in zip(self.first, self.second)]
+
+    def biggest_step(self) -> tuple[int, float]:
+        """The layer whose lens gains most over the layer below it in (second - first), and that gain."""
+        steps = [r - (self.rise[i - 1] if i else 0.0) for i, r in enumerate(self.rise)]
+        i = max(range(len(steps)), key=steps.__getitem__)
+        return self.layers[i], steps[i]
+
+
+def lens_rise(trace, layout: CopyLayout, b: int = 0) -> LensRise | None:
+    """From a trace with a lazy logit lens (model/inference/trace.py `LogitLens.log_probs`); None without one."""
+    ids = trace.ids[b]
+    first = list(range(layout.first_start, layout.first_start + layout.span - 1))
+    second = list(layout.query_rows)
+    target = [int(ids[t + 1]) for t in first]
+    layers, a, c = [], [], []
+    for li, rec in enumerate(trace.layers):
+        if rec.lens is None:
+            continue
+        lp_first, lp_second = rec.lens.log_probs(first, target, b), rec.lens.log_probs(second, target, b)
+        if lp_first is None or lp_second is None:
+            return None
+        layers.append(li)
+        a.append(sum(lp_first) / len(lp_first))
+        c.append(sum(lp_second) / len(lp_second))
+    return LensRise(layers, a, c) if layers else None
 
 
 @dataclass

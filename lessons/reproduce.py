@@ -247,9 +247,10 @@ def lookback_heads(weights: str, passage: int, span: int, gap: int, layer: int, 
         row += [f"span = model.encode({own_text!r})[:{span}]   # your text's first tokens are the span"]
     return _join(model_lines(weights),
                  ["from model.corpus import heldout_natural_tokens",
-                  "from lessons.lookback_heads import copy_row, head_pattern, look_back, passage_parts"],
+                  "from lessons.lookback_heads import copy_row, head_pattern, lens_rise, look_back, passage_parts"],
                  ["tokens = heldout_natural_tokens(model.tokenizer)"] + row +
-                 ["ids, layout = copy_row(lead, span, filler)", "trace = model.trace([ids])",
+                 ["ids, layout = copy_row(lead, span, filler)",
+                  "trace = model.trace([ids], lens='lazy')   # each layer's logit lens, computed when read",
                   "lb = look_back(trace, layout)", "best = lb.best()",
                   "print(f\"Strongest look-back share: {best.induction:.2f} (layer {best.layer}, head {best.head})\")",
                   "n = len(lb.copy.expected)",
@@ -257,4 +258,6 @@ def lookback_heads(weights: str, passage: int, span: int, gap: int, layer: int, 
                   "print(f\"Right, first time: {round(lb.copy.first_rate * n)} of {n}\")",
                   f"hp = head_pattern(trace, layout, layer={layer}, head={head})",
                   "mean = sum(hp.after_match) / len(hp.after_match)",
-                  "print(f\"Mean share on the token after the match: {mean:.3f}\")"])
+                  "print(f\"Mean share on the token after the match: {mean:.3f}\")",
+                  "rise = lens_rise(trace, layout)",
+                  "print(f\"Second time against first, at the output: {rise.rise[-1]:+.2f} nats\")"])

@@ -24,6 +24,7 @@ from lessons.lookback_heads import (
     copy_row,
     explain,
     head_pattern,
+    lens_rise,
     look_back,
     passage_count,
     passage_parts,
@@ -32,7 +33,7 @@ from lessons.lookback_heads import (
 from model.corpus import heldout_natural_tokens
 from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
-from ui.figures_run import label, reach_figure
+from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
 from ui.reproduce import reproduce
 from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed
@@ -96,7 +97,7 @@ st.caption(f"The row: {LEAD} tokens of prose, the span ({layout.span} tokens), {
 st.code(model.decode(span_ids), language=None, wrap_lines=True)
 
 try:
-    trace = forward(sess, "trace", ids, what="tracing the two copies through every layer")
+    trace = forward(sess, "trace", ids, what="tracing the two copies through every layer", lens="lazy")
 except Exception as e:  # a model-side rejection becomes a message
     st.error(f"The model could not run this row: {plain(e)}")
     st.stop()
@@ -215,5 +216,13 @@ else:
                   "second time: top guess": [word(i) for i in cc.second_top],
                   "second time: p(next)": [round(p, 3) for p in cc.second_p]},
                  hide_index=True, key="lb_copy")
+rise = lens_rise(trace, layout)
+if rise is not None:
+    st.plotly_chart(built(lens_rise_figure, rise, [f"layer {sess.num(i)}" for i in rise.layers],
+                          title="The span's next token, layer by layer (logit lens)"),
+                    key="lb_lens", config={"displayModeBar": False})
+    at, step = rise.biggest_step()
+    st.write(f"At the output the second time gives the right next token {rise.rise[-1]:+.2f} nats of log-probability "
+             f"against the first time; the biggest step is at layer {sess.num(at)} ({step:+.2f}).")
 reproduce(snippets.lookback_heads(sess.weights, passage - 1, span, gap, layer, head, own if source == "own" else None),
           "lookback-heads")

@@ -216,7 +216,8 @@ def test_lookback_heads_page_follows_the_gap_past_the_window():
     assert set(metrics) >= {"Copied, second time", "Right, first time"}
     best = (at.selectbox(key="lb_layer").value, at.selectbox(key="lb_head").value)
     assert f"layer {best[0]}, head {best[1]}" in _said(at)
-    assert len(at.get("plotly_chart")) == 4 and at.dataframe[-1].value.shape[0] == 11
+    assert len(at.get("plotly_chart")) == 5 and at.dataframe[-1].value.shape[0] == 11
+    assert "At the output the second time gives the right next token" in _said(at)
     at.selectbox(key="lb_head").set_value((best[1] + 1) % 4).run()
     at.button(key="lb_best").click().run()
     assert (at.selectbox(key="lb_layer").value, at.selectbox(key="lb_head").value) == best
@@ -228,11 +229,11 @@ def test_lookback_heads_page_follows_the_gap_past_the_window():
     assert "Press the button" in "\n".join(c.value for c in at.caption)
     at.button(key="lb_sweep").click().run()
     no_errors(at)
-    assert len(at.get("plotly_chart")) == 5 and "beyond it, up to 0.0" in _said(at)
+    assert len(at.get("plotly_chart")) == 6 and "beyond it, up to 0.0" in _said(at)
     at.slider(key="lb_gap").set_value(8).run()
-    assert len(at.get("plotly_chart")) == 5                   # the gap is swept anyway: the sweep stays
+    assert len(at.get("plotly_chart")) == 6                   # the gap is swept anyway: the sweep stays
     at.slider(key="lb_span").set_value(10).run()
-    assert len(at.get("plotly_chart")) == 4
+    assert len(at.get("plotly_chart")) == 5
 
 
 def test_lookback_heads_page_takes_the_readers_text_and_refuses_too_little():

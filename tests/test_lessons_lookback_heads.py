@@ -17,6 +17,7 @@ from lessons.lookback_heads import (
     copy_row,
     explain,
     head_pattern,
+    lens_rise,
     look_back,
     passage_count,
     passage_parts,
@@ -121,6 +122,40 @@ def test_copy_check_compares_the_top_guess_with_the_span_both_times():
     assert all(p > 0.9 for p in cc.second_p) and all(p < 0.01 for p in cc.first_p)
 
 
+def test_logit_lens_log_probs_read_the_kept_rows_and_refuse_once_they_are_gone():
+    """`LogitLens.log_probs`: log p(target) at chosen rows across the recorded forward calls; None after `top` has
+    dropped the collapsed rows."""
+    from model.inference.trace import LogitLens
+
+    lens = LogitLens(2, project=lambda h: h)                 # the "head" is the identity: logits = the rows
+    h1, h2 = torch.randn(1, 3, 5), torch.randn(1, 2, 5)
+    lens.add_hidden(h1)
+    lens.add_hidden(h2)
+    want = torch.log_softmax(torch.cat([h1, h2], 1)[0], -1)
+    got = lens.log_probs([0, 4], [2, 1])
+    assert got == pytest.approx([float(want[0, 2]), float(want[4, 1])], abs=1e-6)
+    lens.top()
+    assert lens.log_probs([0], [2]) is None
+
+
+def test_lens_rise_averages_each_copy_and_finds_the_biggest_step():
+    row, lay = copy_row([1, 2], [10, 11, 12], [5])
+    class Lens:                                              # layer i: the second copy gains i nats on the target
+        def __init__(self, gain):
+            self.gain = gain
+
+        def log_probs(self, rows, targets, batch=0):
+            return [-5.0 + (self.gain if r >= lay.second_start else 0.0) for r in rows]
+
+    gains = [0.0, 0.5, 3.0, 2.5]
+    tr = SimpleNamespace(ids=torch.tensor([row]), layers=[SimpleNamespace(lens=Lens(g)) for g in gains])
+    rise = lens_rise(tr, lay)
+    assert rise.layers == [0, 1, 2, 3] and rise.first == [-5.0] * 4 and rise.rise == gains
+    assert rise.biggest_step() == (2, 2.5)
+    tr.layers[1].lens.log_probs = lambda *a, **k: None     # a lens whose rows are gone: no rise at all
+    assert lens_rise(tr, lay) is None
+
+
 def test_explain_says_where_the_match_lies_and_when_no_head_looks_back():
     lay_far = CopyLayout(lead=2, span=4, gap=20)
     tr = _trace(lay_far, heads=1, window=8)
@@ -153,6 +188,9 @@ def test_shipped_text_model_looks_back_inside_its_window_and_not_beyond():
     assert [p.back for p in pts] == [11, 27, 31, 35, 111, 411]
     assert all(p.share >= 0.4 for p in pts[:3]), pts
     assert all(p.share < 3 * p.even for p in pts[3:]), pts
+    # looking is not copying: with the heads on the token to copy, the output gains under a nat on it
+    row, lay = copy_row(*passage_parts(tokens, 0, 12, 4))
+    assert 0.0 < lens_rise(m.trace([row], lens="lazy"), lay).rise[-1] < 1.0
 
 
 @pytest.mark.skipif(not RECALL, reason="the shipped recall checkpoint is not present")
@@ -169,6 +207,8 @@ def test_recall_checkpoint_looks_back_beyond_its_window_through_a_one_token_entr
     assert not lb.inside_window and best.ratio == 1 and best.induction >= 0.4, best
     assert sum(head_pattern(tr, lay, best.layer, best.head).after_match) / (lay.span - 1) >= 0.4
     assert lb.copy.second_rate > lb.copy.first_rate
+    rise = lens_rise(m.trace([row], lens="lazy"), lay)
+    assert rise.biggest_step()[0] == 11 and rise.rise[-1] > 1.0     # the copy enters at the last layer
     far = reach_sweep(m, tokens, 0, passage_parts(tokens, 0, 12, 0)[1], gaps=(200, 400))
     assert all(p.share >= 0.4 and p.copied > p.first for p in far), far
 

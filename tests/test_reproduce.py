@@ -249,6 +249,8 @@ def test_lookback_heads_snippet(tmp_path, params):
     assert out["Copied, second time"] == m["Copied, second time"] and out["Right, first time"] == m["Right, first time"]
     shown = next(x.value for x in at.markdown if x.value.startswith("Mean share on the token after the match"))
     assert shown.split(": ", 1)[1].startswith(out["Mean share on the token after the match"] + " (")
+    said = next(x.value for x in at.markdown if x.value.startswith("At the output"))
+    assert f"{out['Second time against first, at the output'].split()[0]} nats" in said
 
 
 def test_random_weights_snippet_reproduces_the_page(tmp_path):

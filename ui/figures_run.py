@@ -216,6 +216,15 @@ def reach_figure(points, window: int, title: str) -> go.Figure:
     return _layout(fig, title, 340, legend=dict(orientation="h", y=-0.35))
 
 
+def lens_rise_figure(rise, layer_labels: list[str], title: str) -> go.Figure:
+    """Look-back heads: mean log p(the span's next token) per layer's lens, first copy against second."""
+    fig = go.Figure()
+    fig.add_scatter(x=layer_labels, y=rise.first, mode="lines+markers", name="first time", line=dict(color=SINK_C))
+    fig.add_scatter(x=layer_labels, y=rise.second, mode="lines+markers", name="second time", line=dict(color=PICK_C))
+    fig.update_yaxes(title="mean log p(next token of the span)")
+    return _layout(fig, title, 320, legend=dict(orientation="h", y=-0.3))
+
+
 # --------------------------------------------------------------------------------------------------
 # DSpark
 # --------------------------------------------------------------------------------------------------

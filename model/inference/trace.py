@@ -105,6 +105,18 @@ class LogitLens:
                 self.parts = [[None, ids, probs]]
             return self.parts[0][1], self.parts[0][2]
 
+    def log_probs(self, rows: list[int], targets: list[int], batch: int = 0) -> list[float] | None:
+        """log p(target) at each row under this lens, or None once the collapsed rows are gone (`top` drops them;
+        a lens computed at record time never had them)."""
+        with self._lock:
+            if any(p[0] is None for p in self.parts):
+                return None
+            hidden = torch.cat([p[0] for p in self.parts], 1)[batch]
+        idx = torch.as_tensor(rows, dtype=torch.long, device=hidden.device)
+        with torch.no_grad():
+            lp = torch.log_softmax(self.project(hidden[idx]).float(), -1)
+        return lp[torch.arange(len(rows)), torch.as_tensor(targets, device=lp.device)].tolist()
+
     def at(self, row: int, batch: int = 0) -> list[tuple[int, float]]:
         with self._lock:
             hit = self._rows.get((batch, row))

@@ -246,7 +246,7 @@ def test_lookback_heads(ui):
     """The gap slider moved by keyboard past the window redraws the reading; the strongest-head button puts the
     head picker back on that head."""
     ui.open("lookback_heads", gap=16)
-    assert ui.charts() == 4
+    assert ui.charts() == 5
     ui.wait_text('[data-testid="stMarkdownContainer"]', r"^Each token of the second copy has its match 28 tokens "
                                                           r"back.*inside the")
     ui.key("lb_pattern").scroll_into_view_if_needed()       # the picture: one head's diagonal over the first copy
