@@ -207,9 +207,10 @@ def reach_figure(points, window: int, title: str) -> go.Figure:
                     line=dict(color=PICK_C), hovertemplate="%{y:.2f}<extra></extra>")
     fig.add_scatter(x=back, y=[p.first for p in points], mode="lines", name="... first time",
                     line=dict(color=SINK_C, dash="dot"), hovertemplate="%{y:.2f}<extra></extra>")
-    fig.add_vline(x=window - 1, line=dict(color=DROP_C, dash="dot"))
+    edge = max(window - 1, 1)                    # a window of one row has its edge at the query itself
+    fig.add_vline(x=edge, line=dict(color=DROP_C, dash="dot"))
     # on a log axis an annotation's x is the exponent (a shape's is the value)
-    fig.add_annotation(x=math.log10(window - 1), y=1.05, text="window edge", showarrow=False, xanchor="left",
+    fig.add_annotation(x=math.log10(edge), y=1.05, text="window edge", showarrow=False, xanchor="left",
                        font=dict(color=DROP_C))
     fig.update_xaxes(title="tokens back to the token to copy", type="log")
     fig.update_yaxes(range=[0, 1.05])
