@@ -207,7 +207,7 @@ def reach_figure(points, window: int, title: str) -> go.Figure:
                     line=dict(color=PICK_C), hovertemplate="%{y:.2f}<extra></extra>")
     fig.add_scatter(x=back, y=[p.first for p in points], mode="lines", name="... first time",
                     line=dict(color=SINK_C, dash="dot"), hovertemplate="%{y:.2f}<extra></extra>")
-    edge = max(window - 1, 1)                    # a window of one row has its edge at the query itself
+    edge = max(window - 1, 1)                    # a log axis has no 0 (the edge of a one-row window)
     fig.add_vline(x=edge, line=dict(color=DROP_C, dash="dot"))
     # on a log axis an annotation's x is the exponent (a shape's is the value)
     fig.add_annotation(x=math.log10(edge), y=1.05, text="window edge", showarrow=False, xanchor="left",
