@@ -90,6 +90,11 @@ class CopyLayout:
         return self.lead + 2 * self.span + self.gap
 
     @property
+    def first_rows(self) -> range:
+        """The first copy's rows that have a next token of the span to predict (all but its last)."""
+        return range(self.first_start, self.first_start + self.span - 1)
+
+    @property
     def query_rows(self) -> range:
         """The second copy's rows that have a next token of the span to predict (all but its last)."""
         return range(self.second_start, self.second_start + self.span - 1)
@@ -258,7 +263,7 @@ def copy_check(trace, layout: CopyLayout, b: int = 0) -> CopyCheck | None:
     if logits is None or logits.shape[1] < layout.length:
         return None
     ids = trace.ids[b]
-    first = range(layout.first_start, layout.first_start + layout.span - 1)
+    first = layout.first_rows
     expected = [int(ids[t + 1]) for t in first]
     probs = {t: torch.softmax(logits[b, t].float(), -1) for t in list(first) + list(layout.query_rows)}
     return CopyCheck(expected=expected,
@@ -283,7 +288,8 @@ class LensRise:
 
     def biggest_step(self) -> tuple[int, float]:
         """The layer whose lens gains most over the layer below it in (second - first), and that gain."""
-        steps = [r - (self.rise[i - 1] if i else 0.0) for i, r in enumerate(self.rise)]
+        rise = self.rise
+        steps = [r - (rise[i - 1] if i else 0.0) for i, r in enumerate(rise)]
         i = max(range(len(steps)), key=steps.__getitem__)
         return self.layers[i], steps[i]
 
@@ -291,19 +297,19 @@ class LensRise:
 def lens_rise(trace, layout: CopyLayout, b: int = 0) -> LensRise | None:
     """From a trace with a lazy logit lens (model/inference/trace.py `LogitLens.log_probs`); None without one."""
     ids = trace.ids[b]
-    first = list(range(layout.first_start, layout.first_start + layout.span - 1))
-    second = list(layout.query_rows)
+    first = list(layout.first_rows)
     target = [int(ids[t + 1]) for t in first]
+    n = len(first)
     layers, a, c = [], [], []
     for li, rec in enumerate(trace.layers):
         if rec.lens is None:
             continue
-        lp_first, lp_second = rec.lens.log_probs(first, target, b), rec.lens.log_probs(second, target, b)
-        if lp_first is None or lp_second is None:
+        lp = rec.lens.log_probs(first + list(layout.query_rows), target + target, b)   # both copies, one read
+        if lp is None:
             return None
         layers.append(li)
-        a.append(sum(lp_first) / len(lp_first))
-        c.append(sum(lp_second) / len(lp_second))
+        a.append(sum(lp[:n]) / n)
+        c.append(sum(lp[n:]) / n)
     return LensRise(layers, a, c) if layers else None
 
 

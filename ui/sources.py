@@ -16,19 +16,18 @@ GLOSSARY = "pages/glossary.py"
 def sources_footer() -> None:
     with st.sidebar:
         st.divider()
-        try:
-            st.page_link(GLOSSARY, label="Glossary", icon="📖")
-        except Exception:  # a page run on its own (tests, `streamlit run pages/x.py`) has no page registry
+        if not page_link(GLOSSARY, "Glossary", "📖"):
             st.markdown("[Glossary](glossary)")
         with st.expander("Sources"):
             st.markdown(SOURCES_NOTE)
             st.markdown("\n".join(f"- {line}" for line in footer_lines()))
 
 
-def page_link(path: str, label: str, icon: str) -> None:
-    """A link to another page of the app; nothing where the page runs on its own (tests, `streamlit run pages/x.py`),
-    which has no page registry."""
+def page_link(path: str, label: str, icon: str) -> bool:
+    """A link to another page of the app; False (and nothing drawn) where the page runs on its own (tests,
+    `streamlit run pages/x.py`), which has no page registry."""
     try:
         st.page_link(path, label=label, icon=icon)
     except Exception:  # no registry: the page is not part of an app run
-        pass
+        return False
+    return True
