@@ -36,7 +36,7 @@ INTRO = (
 CAVEAT = (
     "These switches act at inference time on weights trained with every part on, so they show how much the "
     "trained model leans on each part, not how a model trained without it would do. Times are wall-clock on "
-    "this machine's CPU and vary with its load; compare them within one run."
+    "the server's device (the sidebar names it) and vary with its load; compare them within one run."
 )
 
 # name -> (Ablation keyword arguments, prefill mode, explanation). The names match the quality benchmark's.

@@ -160,6 +160,12 @@ class Store:
     hbm: bool = True               # held on the accelerator between steps (the replay input is not)
     in_engine: bool = False        # held by model.inference.cache.Cache (V4.1 configs; not the drafter's cache)
     note: str = ""
+    # layer groups the note names, one per "{}" in it: numbered when a calculation is drawn, so that the note
+    # follows the reader's layer numbering (0- or 1-based) like every other layer label
+    note_refs: tuple[tuple[int, ...], ...] = ()
+
+    def note_for(self, d: "Design", first: int = 0) -> str:
+        return self.note.format(*(_span(g, d, first) for g in self.note_refs)) if self.note_refs else self.note
 
     @property
     def copies(self) -> int:
@@ -287,7 +293,7 @@ class CacheResult:
         return {k: sum(v.get(k, 0) for v in self.engine_by_layer.values()) for k in ENGINE_KINDS}
 
 
-def _compute(d: Design, context: int, batch: int, memory: str, stores: list[Store]) -> CacheResult:
+def _compute(d: Design, context: int, batch: int, memory: str, stores: list[Store], first: int = 0) -> CacheResult:
     rows: list[DerivationRow] = []
     by_kind = dict.fromkeys(KINDS, 0)
     by_layer: dict[int, dict[str, int]] = {}
@@ -295,13 +301,13 @@ def _compute(d: Design, context: int, batch: int, memory: str, stores: list[Stor
     growth = 0.0
     for s in stores:
         n = s.entries(context)
-        layers = _span(s.layers, d)
+        layers, note = _span(s.layers, d, first), s.note_for(d, first)
         for p in s.parts:
             b = n * p.numbers * s.copies * p.bits // 8 * batch
             rows.append(DerivationRow(item=f"{s.name}: {p.label}", kind=p.kind, store=s.kind, memory=memory,
                                       entries_rule=s.entries_rule(context), entries=n, numbers=p.numbers,
                                       copies=s.copies, bits=p.bits, batch=batch, bytes=b,
-                                      read_by=max(s.read_by, s.copies), layers=layers, note=s.note))
+                                      read_by=max(s.read_by, s.copies), layers=layers, note=note))
             by_kind[p.kind] += b
             for layer in s.layers:
                 per = n * p.numbers * p.bits // 8 * batch
@@ -318,8 +324,9 @@ def _compute(d: Design, context: int, batch: int, memory: str, stores: list[Stor
     return res
 
 
-def _span(layers: tuple[int, ...], d: Design) -> str:
-    names = [d.layer_names.get(i, str(i)) for i in layers]
+def _span(layers: tuple[int, ...], d: Design, first: int = 0) -> str:
+    """Layer labels, numbered from `first` (0 or 1); a design's named extra layers (the drafter) keep their name."""
+    names = [d.layer_names.get(i, str(i + first)) for i in layers]
     if len(names) > 6:
         return f"{names[0]}, {names[1]}, ..., {names[-1]} ({len(names)} layers)"
     return ", ".join(names)
@@ -354,18 +361,18 @@ def windows_persist(knobs: Knobs, keep_windows: bool) -> bool:
     return keep_windows or knobs.mode == "exact"
 
 
-def calculate(d: Design, knobs: Knobs, keep_windows: bool = False) -> Calculation:
+def calculate(d: Design, knobs: Knobs, keep_windows: bool = False, first_layer: int = 0) -> Calculation:
     """HBM bytes for `knobs.batch` sequences of `knobs.context` tokens, and, separately, the persistent bytes of
     one saved context, as our engine's prefix cache saves it: global entries always; the decoder's window rows
     when they are kept (exact prefill, or `keep_windows`), else the replay input bounded replay rebuilds them
-    from."""
+    from. `first_layer` (0 or 1) numbers the layers the derivation's rows and notes name."""
     validate_knobs(knobs)
     check_design(d)
-    hbm = _compute(d, knobs.context, knobs.batch, "HBM", [s for s in d.stores if s.hbm])
+    hbm = _compute(d, knobs.context, knobs.batch, "HBM", [s for s in d.stores if s.hbm], first_layer)
     win = windows_persist(knobs, keep_windows)
     keep = [s for s in d.stores if s.persist == "always" or (s.persist == "window" and win)
             or (s.persist == "replay" and not win)]
-    per = _compute(d, knobs.context, 1, "persistent", keep)
+    per = _compute(d, knobs.context, 1, "persistent", keep, first_layer)
     return Calculation(design=d, knobs=knobs, hbm=hbm, persistent=per, keep_windows=keep_windows)
 
 

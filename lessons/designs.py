@@ -122,7 +122,7 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
                             in_engine=True,
                             parts=_parts(lfmt, d, "latent values", "latents") if lfmt.scale_bits
                             else (Part(f"latent values ({bits}-bit)", d, bits, "latents"),),
-                            note=f"made by layer{'s' if len(src) > 1 else ''} {', '.join(map(str, src))}; "
+                            note_refs=(src,), note=f"made by layer{'s' if len(src) > 1 else ''} {{}}; "
                                  f"read by {readers} layers"))
         stores.append(Store(name=f"index keys, ratio {r}", kind="index_keys", layers=src, ratio=r, read_by=selectors,
                             in_engine=True,
@@ -347,10 +347,11 @@ def gemma4_like(k: Knobs) -> Design:
         Store(name="local window K/V", kind="window", layers=local, cap=k.window, read_by=len(local) + reads_local,
               parts=(Part("K (2 heads x 256)", 512, k.bits, "window"),
                      Part("V (2 heads x 256)", 512, k.bits, "window")),
-              note=f"layer {src_local} also serves the {reads_local} shared local layers"),
+              note=f"layer {{}} also serves the {reads_local} shared local layers", note_refs=((src_local,),)),
         Store(name="global K=V", kind="kv", layers=glob_own, read_by=len(glob_own) + reads_global,
               parts=(Part("K=V (1 head x 512)", 512, k.bits, "kv"),),
-              note=f"K reused as V on full layers; layer {src_global} also serves {reads_global} shared global layers"),
+              note=f"K reused as V on full layers; layer {{}} also serves {reads_global} shared global layers",
+              note_refs=((src_global,),)),
     ]
     roles = [("Global" if glob[i] else "Local") + (" (shared K/V)" if i >= first else "") for i in range(n)]
     return Design(

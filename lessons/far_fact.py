@@ -102,9 +102,9 @@ NO_RECORD = ("These weights came without a training record (training.json) that 
 def weights_note(weights: str, record: dict | None) -> str:
     """What the loaded weights do on far recall, said before any measurement on this page: for trained weights (the
     shipped ones or a chosen checkpoint), the held-out far recall recorded in their training.json (`record`: its
-    "final" entry, or, for a run that did not evaluate at its end, what `bench.quality --record` measured) and what
-    that benchmark measured on them; for random weights, that nothing is learned; for weights without a record, that
-    it is not known."""
+    "measured" entry, what `bench.quality --record` measured on the file as shipped, or else its "final" entry, the
+    run's last quick evaluation) and what else that benchmark measured on them; for random weights, that nothing is
+    learned; for weights without a record, that it is not known."""
     chance = f"{100 * CHANCE:.1f}%"
     if weights == "random":
         return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
@@ -114,12 +114,13 @@ def weights_note(weights: str, record: dict | None) -> str:
     steps = (record or {}).get("tokens")
     device = str(((record or {}).get("machine") or {}).get("device", "cpu"))
     on = "a GPU" if device.startswith("cuda") else "a CPU"      # where the last phase ran, as its record says
-    if final.get("recall_far") is not None:     # the run's own last evaluation
-        said = final
-        when = "at the end of their training" + (f" (their last phase: {steps:,} training tokens on {on})"
-                                                 if isinstance(steps, int) else "") + " they recalled"
-    elif measured.get("recall_far") is not None:  # a run that did not evaluate at its end, measured since
-        said, when = measured, "measured on the shipped file, they recall"
+    phase = f" (their last training phase: {steps:,} tokens on {on})" if isinstance(steps, int) else ""
+    # one figure per set of weights on every page: the benchmark's (more stories, on the file as shipped) where it
+    # was run, as `far_recall_of` reads it, else the run's own last quick evaluation
+    if measured.get("recall_far") is not None:
+        said, when = measured, f"measured on the shipped file{phase}, they recall"
+    elif final.get("recall_far") is not None:
+        said, when = final, f"at the end of their training{phase} they recalled"
     else:
         return NO_RECORD
     far = said["recall_far"]

@@ -41,8 +41,8 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "it is not a token and carries no value, so the weight it takes is weight the head does not spend on "
              "any row.", "port"),
         Term("compressed entry", "One stored row of global information, made by a Full layer as a learned, gated "
-             "weighted sum of r tokens' rows (one token at ratio 1). Later layers of its group read it instead of "
-             "making their own.", "port"),
+             "weighted sum of r tokens' rows (at ratio 1, one token's projected row, with no gate). Later layers "
+             "of its group read it instead of making their own.", "port"),
         Term("K=V", "The same stored row serves as the key (what a query scores) and as the value (what gets mixed "
              "in), so it is stored once.", "port"),
         Term("Full / Reuse / Reindex", "The three CSA2 modes. Full makes its group's entries and chooses which to "
@@ -94,8 +94,8 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "itself never does this.", "ours"),
         Term("mHC", f"Manifold-constrained hyper-connections: each row travels as {c.hc_mult} residual streams. "
              "Per-token coefficients, computed from the streams by learned projections, say how the streams feed "
-             "each sublayer, take its output back, and mix (the mixing matrix is made doubly stochastic by a few "
-             "normalisation rounds, so its rows and columns sum to about 1).", "port"),
+             "each sublayer, take its output back, and mix (the mixing matrix is made doubly stochastic by "
+             f"{c.hc_sinkhorn_iters} normalisation rounds, so its rows and columns sum to about 1).", "port"),
         Term("Engram", f"A lookup of learned tables addressed by hashes of the last few token ids, gated into the "
              f"streams before attention at {len(engram)} encoder layers. The lookup itself is a few table rows; "
              "projecting them into the streams is ordinary matrix work, and the tables are large in memory.", "port"),
@@ -103,8 +103,9 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "drafter guesses the tokens that follow it.", "deepseek"),
         Term("DSpark block", f"{c.dspark_block_size} positions: the anchor (the last token the main model produced) "
              f"plus up to {c.dspark_block_size - 1} tokens the drafter guesses in one pass.", "deepseek"),
-        Term("acceptance", "The share of drafted tokens the main model keeps. Greedy: a guess is kept when it is the "
-             "main model's top token. Sampling: kept with chance min(1, p/q); on a refusal the replacement is drawn "
+        Term("acceptance", "The share of checked guesses the main model keeps (the guesses after a refusal are "
+             "never checked, so they count neither way). Greedy: a guess is kept when it is the main model's top "
+             "token. Sampling: kept with chance min(1, p/q); on a refusal the replacement is drawn "
              "from norm(max(0, p - q)), so the output keeps the main model's distribution.", "deepseek"),
     ]
 

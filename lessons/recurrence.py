@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lessons.shares import IDLE_SHARE
+
 INTRO = (
     "Two ideas hide behind the word \"sharing\". One shares data: a layer prepares entries once and later "
     "layers read them instead of preparing their own. The other shares a rule: the same block of weights "
@@ -111,6 +113,12 @@ class ReuseFacts:
     same_selection: bool      # picks identical to its index source (all rows)
     share_gap: float          # largest share difference over the picked entries (all rows, heads)
     lens_differs: int         # rows where the logit-lens top token differs from the source's
+    largest_share: float = 0.0  # the most either layer gave one picked entry (all rows, heads)
+
+    @property
+    def entries_idle(self) -> bool:
+        """Neither layer gives the picked entries any weight to speak of: a share gap of 0 then says nothing."""
+        return self.largest_share < IDLE_SHARE
 
 
 def reuse_facts(trace, layer: int) -> ReuseFacts:
@@ -120,13 +128,14 @@ def reuse_facts(trace, layer: int) -> ReuseFacts:
         raise ValueError(f"layer {layer} is {s.role}, not Reuse")
     src = trace.layers[s.index_source]
     same = src.topk is not None and torch.equal(src.topk, rec.shares.entry_ids)
-    gap = 0.0
+    gap = big = 0.0
     if same and rec.shares.entries.numel():
         valid = (rec.shares.entry_ids >= 0).unsqueeze(2)
         gap = float(((rec.shares.entries - src.shares.entries).abs() * valid).max())
+        big = float((torch.maximum(rec.shares.entries, src.shares.entries) * valid).max())
     differs = 0
     if rec.lens_ids is not None and src.lens_ids is not None:
         differs = int((rec.lens_ids[..., 0] != src.lens_ids[..., 0]).sum())
     per_query = int((rec.shares.entry_ids >= 0).sum(-1).max()) if rec.shares.entry_ids.numel() else 0
     return ReuseFacts(layer, s.kv_source, s.index_source, trace.layers[s.kv_source].source_len, per_query, same, gap,
-                      differs)
+                      differs, big)

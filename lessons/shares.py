@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Below this share (the most either layer gives one entry) the entries are idle on these weights, and a share
+# difference of 0 says nothing about the Reuse layer's own query.
+IDLE_SHARE = 1e-3
+
 TOY_VALUES = (10.0, 30.0)
 TOY_QUERIES = (("query A", 0.80), ("query B", 0.10))  # share given to the first value
 
@@ -163,6 +167,11 @@ class ReuseComparison:
     @property
     def largest_gap(self) -> float:
         return max((abs(a - b) for a, b in zip(self.source_shares, self.layer_shares)), default=0.0)
+
+    @property
+    def entries_idle(self) -> bool:
+        """Neither layer gives these entries any weight to speak of (see IDLE_SHARE)."""
+        return max(self.source_shares + self.layer_shares, default=0.0) < IDLE_SHARE
 
 
 def reuse_comparison(trace, layer: int, position: int, head: int, tokens: list[str]) -> ReuseComparison:

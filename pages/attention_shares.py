@@ -8,6 +8,7 @@ from lessons.layers import map_line
 from lessons.shares import (
     CHECK_FOLLOWUP,
     CHECK_QUESTION,
+    IDLE_SHARE,
     TOY_INTRO,
     TOY_POINT,
     TOY_QUERIES,
@@ -126,8 +127,11 @@ else:
                           title=f"Head {head}, position {pos}: shares over the same selected entries",
                           yaxis_title="share"), key="sh_reuse_bars", config={"displayModeBar": False})
     same = "the same entries in the same order (checked)" if cmp.same_entries else "DIFFERENT entries"
-    st.write(f"Both layers read {same}: {len(cmp.entry_ids)} entries. The largest difference in the share "
-             f"given to one entry is {cmp.largest_gap:.3f}.")
+    gap = (f"Neither layer gives them any weight on these weights (under {IDLE_SHARE} of this head's attention: "
+           "both read only their windows here), so their shares cannot differ; try an encoder Reuse layer or the "
+           "recall checkpoint." if cmp.entries_idle else
+           f"The largest difference in the share given to one entry is {cmp.largest_gap:.3f}.")
+    st.write(f"Both layers read {same}: {len(cmp.entry_ids)} entries. {gap}")
 reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos, ru, head), "attention-shares")
 
 st.markdown(f"**Check the idea.** {CHECK_QUESTION}")

@@ -91,7 +91,7 @@ if preset == "teaching":
     st.button(SHARING_BUTTON, key=f"{P}_seed4", on_click=_seed_sharing, help=share_help)
 try:
     design = build(preset, knobs)
-    calc = calculate(design, knobs, keep_windows=keep_windows)
+    calc = calculate(design, knobs, keep_windows=keep_windows, first_layer=int(sess.one_based))
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
     st.stop()

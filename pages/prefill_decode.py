@@ -72,8 +72,9 @@ m[2].metric("Active / generated token", f"{pc['active_decode'] / 1e9:.1f}B", hel
 m[3].metric("Stored in the backbone", f"{pc['backbone'] / 1e9:,.0f}B", help=f"{pc['backbone']:,}")
 st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters "
             f"take part per prompt token and **{pc['active_decode']:,}** per generated token, out of "
-            f"**{pc['backbone']:,}** stored in the backbone (plus {pc['engram']:,} in the Engram tables). Active "
-            "counts are computation, not the memory needed to hold the weights.")
+            f"**{pc['backbone']:,}** stored in the backbone (plus {pc['engram']:,} in Engram: its tables and the "
+            "projections that feed them into the streams). Active counts are computation, not the memory needed to "
+            "hold the weights.")
 st.caption(RELEASE_ACTIVE)
 st.caption(bounded_note(V41Config.preset("v4.1-flash")))
 

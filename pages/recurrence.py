@@ -81,6 +81,14 @@ st.write(f"On {lt.n_tokens} tokens, layer {sess.num(rf.kv_source)} made {rf.entr
          f"{rf.max_read_per_query} per query, at the same positions: "
          + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
 reproduce(snippets.recurrence(sess.weights, lt.text, layer), "recurrence")
-st.write(f"With those same entries its own query produced different shares: the largest gap over all rows and "
-         f"heads is {rf.share_gap:.3f}. And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "
-         "the top logit-lens token after this layer differs from the one after its source.")
+picker = sess.num(rf.index_source)
+if rf.entries_idle:
+    shares = (f"Neither it nor layer {picker} gives those entries any weight on these weights (at most "
+              f"{rf.largest_share:.4f} of a head's attention): here both read only their windows, so their "
+              "shares cannot differ. Pick an encoder Reuse layer, or load the recall checkpoint, to see a fresh "
+              "query at work.")
+else:
+    shares = (f"With those same entries its own query gave other shares than layer {picker}'s: the largest gap over "
+              f"all rows and heads is {rf.share_gap:.3f}.")
+st.write(f"{shares} And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, the top logit-lens "
+         f"token after this layer differs from the one after layer {picker}.")

@@ -246,3 +246,23 @@ def test_agent_round():
     assert w.work_ratio == 50
     with pytest.raises(CalcError, match="tokens written"):
         agent_round(10, 0, 1, 1, 1)
+
+
+def test_derivation_follows_the_layer_numbering():
+    """The derivation's layer column and its notes name layers in the reader's numbering; the bytes do not move.
+    V4.1's encoder Full layers are 2, 8, 14 counted from 0 (2 window-only, then 3 x (1 Full + 5 Reuse))."""
+    k = defaults("v4.1-flash")
+    zero, one = (calculate(build("v4.1-flash", k), k, first_layer=f) for f in (0, 1))
+    assert zero.hbm.total == one.hbm.total and zero.persistent.total == one.persistent.total
+    made0 = [r for r in zero.hbm.rows if r.note.startswith("made by")]
+    made1 = [r for r in one.hbm.rows if r.note.startswith("made by")]
+    assert any(r.layers == "2, 8, 14" and "layers 2, 8, 14;" in r.note for r in made0)
+    assert any(r.layers == "3, 9, 15" and "layers 3, 9, 15;" in r.note for r in made1)
+    g = build("gemma4-like", defaults("gemma4-like"))
+    notes0 = [r.note for r in calculate(g, defaults("gemma4-like")).hbm.rows]
+    notes1 = [r.note for r in calculate(g, defaults("gemma4-like"), first_layer=1).hbm.rows]
+    shifted = [(a, b) for a, b in zip(notes0, notes1) if a != b]
+    assert shifted and all("also serves" in a for a, _ in shifted)
+    for a, b in shifted:
+        n0 = int(a.split("layer ")[1].split()[0])
+        assert f"layer {n0 + 1} also serves" in b

@@ -91,25 +91,27 @@ class _FakeTok:
 
 def test_weights_note_reports_the_recorded_far_recall_up_front():
     rec = json.loads(open("data/weights/tiny/training.json").read())
-    far = rec["final"]["recall_far"]
+    far = rec["measured"]["recall_far"]                     # the benchmark's figure, not the run's quick one
     note = ff.weights_note("trained", rec)
     assert f"{100 * far:.0f}% of held-out far facts" in note and "9.1%" in note
+    assert note.startswith("What these weights do: measured on the shipped file")
+    assert ff.far_recall_of(rec) == far                      # the same figure as the panel's other lines
     assert "has not emerged" in note                         # 4% against 9.1%: no better than a guess
     good = ff.weights_note("trained", {"final": {"recall_far": 0.6}})
     assert "60%" in good and "clearly above a guess" in good and "not emerged" not in good
     assert ff.weights_note("checkpoint", None) == ff.NO_RECORD            # said, not left out
     assert ff.weights_note("checkpoint", {"final": {"recall_far": 0.75}}).count("75%") == 1
     # a run that did not evaluate at its end: the benchmark's measured figure is what the note states
-    measured = ff.weights_note("checkpoint", {"final": {"loss": 3.5}, "measured": {"recall_far": 0.87,
-                                                                                 "recall_inside": 0.9}})
+    measured = ff.weights_note("checkpoint", {"final": {"recall_far": 0.5}, "measured": {"recall_far": 0.87,
+                                                                                       "recall_inside": 0.9}})
     assert measured.startswith("What these weights do: measured on the shipped file, they recall 87% of held-out")
-    assert "90% of those" in measured and "clearly above a guess" in measured
+    assert "90% of those" in measured and "clearly above a guess" in measured and "50%" not in measured
     assert "Random weights" in ff.weights_note("random", None)
     # where the last phase ran is read from its record, not assumed
     gpu = ff.weights_note("trained", {"final": {"recall_far": 0.1}, "tokens": 2_457_600, "machine": {"device": "cuda"}})
-    assert "2,457,600 training tokens on a GPU" in gpu
+    assert "training phase: 2,457,600 tokens on a GPU" in gpu
     cpu = ff.weights_note("trained", {"final": {"recall_far": 0.1}, "tokens": 1000, "machine": {"device": "cpu"}})
-    assert "1,000 training tokens on a CPU" in cpu
+    assert "training phase: 1,000 tokens on a CPU" in cpu
 
 
 def test_far_definition_places_the_far_bucket_against_the_stacked_reach():

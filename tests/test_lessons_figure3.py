@@ -242,6 +242,26 @@ def test_reuse_layer_owns_its_weights(traced):
     assert rf.same_selection and rf.share_gap > 0 and rf.entries_read == 20
 
 
+def test_idle_entries_are_told_apart_from_a_fresh_query(traced):
+    """On weights whose Reuse layer and its source give the entries (almost) nothing, a share gap of 0 must not
+    read as 'the same query': the facts say the entries are idle."""
+    m, tr, tokens = traced
+    rf = reuse_facts(tr, 3)
+    assert not rf.entries_idle and rf.largest_share >= rf.share_gap > 0
+    c = reuse_comparison(tr, 3, 39, 0, tokens)
+    assert not c.entries_idle
+    kept = {layer: tr.layers[layer].shares.entries.clone() for layer in (2, 3)}
+    try:
+        for layer in kept:                     # the source and the Reuse layer put ~all weight elsewhere
+            tr.layers[layer].shares.entries.mul_(1e-5)
+        rf = reuse_facts(tr, 3)
+        assert rf.entries_idle and rf.share_gap < 1e-3
+        assert reuse_comparison(tr, 3, 39, 0, tokens).entries_idle
+    finally:                                   # the trace is shared by this module's tests
+        for layer, e in kept.items():
+            tr.layers[layer].shares.entries.copy_(e)
+
+
 def test_storage_check_catches_tied_weights():
     m = random_model("micro", seed=4)
     m.layers[3].attn.wq_a.weight = m.layers[2].attn.wq_a.weight   # what depth recurrence would look like
