@@ -218,6 +218,20 @@ def test_recurrence_checks_real_tensors():
     no_errors(at)
 
 
+def test_idle_entries_are_not_called_different_shares():
+    """On the shipped text model the decoder's Reuse layers and their pickers give the entries no weight (they read
+    only their windows): the pages say so instead of calling a gap of 0.000 'different shares'."""
+    at = app("recurrence", layer=7, weights="trained")
+    no_errors(at)
+    body = texts(at)
+    assert "Neither it nor layer 6 gives those entries any weight" in body and "other shares than" not in body
+    at = app("recurrence", layer=3, weights="trained")        # an encoder Reuse layer: its own query at work
+    assert "other shares than layer 2's" in texts(at) and "Neither it nor" not in texts(at)
+    sh = app("attention_shares", reuse=9, pos=40, weights="trained")
+    no_errors(sh)
+    assert "Neither layer gives them any weight" in texts(sh)
+
+
 def test_recurrence_non_reuse_layer_param():
     at = app("recurrence", layer=2)
     no_errors(at)
