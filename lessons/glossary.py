@@ -37,6 +37,10 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
         Term("window", f"The last {c.sliding_window} raw key/value rows every layer keeps for itself, read "
              "directly, nothing packed. 'Window only' means that nothing older than the window is read directly. "
              + reach_sentence(c.num_hidden_layers, c.sliding_window), "port"),
+        Term("SWA (window-only layer)", "Sliding-window attention: a layer that reads only its window and keeps "
+             f"no compressed entries. The first {sum(sp.role == 'SWA' for sp in layer_map(c))} encoder layers are "
+             "of this kind; the drawings mark them W or 'window only'. DSpark's drafter layers also read only a "
+             "window.", "report"),
         Term("sink", "A learned number per attention head that joins the softmax as one extra place to put weight; "
              "it is not a token and carries no value, so the weight it takes is weight the head does not spend on "
              "any row.", "port"),
@@ -112,3 +116,13 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
 
 INTRO = ("The words the pages use, each in a sentence or two, with how sure the statement is. Numbers are those "
          "of the released DeepSeek-V4.1-Flash config.")
+
+
+FIND_MAX = 100   # characters of a search; longer input is cut, not refused
+
+
+def find_terms(query: str, found: list[Term]) -> list[Term]:
+    """The terms whose name or meaning holds every word of `query` (case-insensitive); all of them for an empty
+    query."""
+    words = (query or "")[:FIND_MAX].lower().split()
+    return [t for t in found if all(w in f"{t.term} {t.meaning}".lower() for w in words)]

@@ -3,12 +3,25 @@
 import pandas as pd
 import streamlit as st
 
-from lessons.glossary import INTRO, terms
+from lessons.glossary import FIND_MAX, INTRO, find_terms, terms
 from lessons.sources import SOURCES_NOTE, footer_lines
 from ui.common import page_header
+from ui.state import KEEP, qp_get, qp_set, seed
 
 sess = page_header("Glossary", INTRO)
-st.dataframe(pd.DataFrame([t.row() for t in terms()]), hide_index=True, key="glossary_terms", width="stretch")
+seed("glossary_find", (qp_get("find") or "")[:FIND_MAX] or None, "")
+query = st.text_input("Find a term (words in its name or meaning)", key="glossary_find", max_chars=FIND_MAX,
+                      persist_state=KEEP, placeholder="e.g. indexer, window, FP4")
+qp_set(find=query or None)
+everything = terms()
+found = find_terms(query, everything)
+if not found:
+    st.info(f"No term holds every word of that search; all {len(everything)} terms are listed below.")
+    found = everything
+elif len(found) < len(everything):
+    st.caption(f"{len(found)} of {len(everything)} terms.")
+# a static table: every meaning in full, wrapped (an interactive grid cuts long cells to one line)
+st.table(pd.DataFrame([t.row() for t in found]), hide_index=True)
 st.subheader("Sources")
 st.markdown(SOURCES_NOTE)
 st.markdown("\n".join(f"- {line}" for line in footer_lines()))

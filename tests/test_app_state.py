@@ -130,6 +130,7 @@ CHANGES = {
     "ablation": [("slider", "abl_topk", 2), ("selectbox", "abl_stories", 15)],
     "lookback_heads": [("slider", "lb_gap", 60), ("slider", "lb_span", 8), ("number_input", "lb_passage", 3),
                        ("selectbox", "lb_head", 2)],
+    "glossary": [("text_input", "glossary_find", "window")],
 }
 
 
@@ -208,3 +209,15 @@ def test_compare_designs_block_layers_follow_the_numbering():
     names0 = {t.name for t in role_strip([d], False).data}
     names1 = {t.name for t in role_strip([d], True).data}
     assert "Block layer 0" in names0 and "Block layer 0" not in names1 and "Block layer 1" in names1
+
+
+def test_glossary_search_narrows_the_table_and_survives_a_miss():
+    at = page_at("glossary", find="indexer")
+    ok(at)
+    rows = at.table[0].value
+    assert 0 < len(rows) and all("indexer" in f"{r.term} {r.meaning}".lower() for r in rows.itertuples())
+    every = page_at("glossary")
+    assert len(every.table[0].value) > len(rows)
+    miss = page_at("glossary", find="zzzz-no-such-word")
+    assert any("No term holds every word" in x.value for x in miss.info)
+    assert len(miss.table[0].value) == len(every.table[0].value)     # everything listed, not an empty table

@@ -161,12 +161,28 @@ def test_glossary_window_and_far_fact_state_the_direct_road_with_the_release_rea
     assert f"{_reach(TINY):,} positions" in small
 
 
-@pytest.mark.parametrize("word", ["sink", "indexer", "index scores", "candidate source", "logit lens", "prefill",
+@pytest.mark.parametrize("word", ["SWA", "sink", "indexer", "index scores", "candidate source", "logit lens", "prefill",
                                   "decode", "HBM", "persistent cache", "router", "shared expert", "anchor"])
 def test_glossary_holds_the_terms_the_pages_use(word):
     from lessons.glossary import terms
 
     assert any(word in t.term for t in terms()), word
+
+
+def test_glossary_search_keeps_the_terms_holding_every_word():
+    from lessons.glossary import FIND_MAX, find_terms, terms
+
+    every = terms()
+    assert find_terms("", every) == every and find_terms("   ", every) == every
+    sink = find_terms("SINK", every)
+    assert sink and all("sink" in f"{t.term} {t.meaning}".lower() for t in sink) and len(sink) < len(every)
+    both = find_terms("window only", every)
+    assert both and all("window" in (t.term + t.meaning).lower() and "only" in (t.term + t.meaning).lower()
+                        for t in both)
+    assert find_terms("zzzz-no-such-word", every) == []
+    assert find_terms("x" * FIND_MAX + " sink", every) == find_terms("x" * FIND_MAX, every)   # cut, not refused
+    swa = next(t for t in every if t.term.startswith("SWA"))
+    assert "first 2 encoder layers" in swa.meaning                  # the release's map: 2 window-only layers
 
 
 # ---- sources and their sureness ---------------------------------------------------------------------------------
