@@ -125,13 +125,13 @@ def weights_note(weights: str, record: dict | None) -> str:
         return NO_RECORD
     far = said["recall_far"]
     # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
-    other = [f"{100 * said[f'recall_{b}']:.0f}% of those {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
+    other = [f"{100 * said[f'recall_{b}']:.0f}% of facts {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
              for b in ("inside", "just_past") if f"recall_{b}" in said]
     verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
                "be missed; the panel shows where it is missed." if no_better_than_guess(far) else
                "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
     return (f"What these weights do: {when} {100 * far:.0f}% of held-out far facts"
-            + (f" ({', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
+            + (f" (nearer ones: {', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
             f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
 
 

@@ -109,36 +109,37 @@ for name in chosen:
 if missing:
     st.info("Not run yet at these settings: " + ", ".join(missing) + ". Press the button (each configuration takes "
             "seconds to minutes on CPU; results are kept).")
-far_fact_panel(sess, "abl", focus="ablation")  # one story, global branch on and off (lessons/far_fact.py)
-if not rows:
-    st.stop()
 
-table = ablation_table(rows)
-df = pd.DataFrame(table)
-st.subheader("Side by side")
-st.dataframe(df, hide_index=True, column_config={
-    "loss": st.column_config.NumberColumn("loss (nats/token)", format="%.3f"),
-    "recall_inside": st.column_config.NumberColumn("recall inside window", format="%.2f"),
-    "recall_just_past": st.column_config.NumberColumn("recall just past", format="%.2f"),
-    "recall_far": st.column_config.NumberColumn("recall far", format="%.2f"),
-    "prefill_s": st.column_config.NumberColumn("prefill s", format="%.3f"),
-    "decode_ms_per_token": st.column_config.NumberColumn("decode ms/token", format="%.1f"),
-    "cache_bytes": st.column_config.NumberColumn("cache bytes", format="%d"),
-})
-st.download_button("Table (CSV)", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv", key="abl_dl")
-st.plotly_chart(built(ablation_figure, table, [("loss", "held-out loss"), ("recall_far", "far recall"),
-                                               ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
-                      f"Same prompt ({len(cost_ids)} tokens), same budget"), width="stretch",
-                key="abl_chart")
-for line in reading(table):
-    st.write(line)
-same_bytes = len({r["cache_bytes"] for r in table}) == 1
-st.caption(("Cache bytes are the same in every configuration: the trained model still writes its compressed entries "
-            "when a switch stops it from reading them, the selection size does not change what is stored, and "
-            "bounded prefill stores the same rows as exact (it saves decoder work, not memory). "
-            if same_bytes else "") +
-           "Compressed entries read per query in a selecting layer: "
-           + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in table) + ".")
-st.markdown(memory_note(cfg, len(cost_ids)))
+if rows:   # the results right under the button; the one-story panel after them
+    table = ablation_table(rows)
+    df = pd.DataFrame(table)
+    st.subheader("Side by side")
+    st.dataframe(df, hide_index=True, column_config={
+        "loss": st.column_config.NumberColumn("loss (nats/token)", format="%.3f"),
+        "recall_inside": st.column_config.NumberColumn("recall inside window", format="%.2f"),
+        "recall_just_past": st.column_config.NumberColumn("recall just past", format="%.2f"),
+        "recall_far": st.column_config.NumberColumn("recall far", format="%.2f"),
+        "prefill_s": st.column_config.NumberColumn("prefill s", format="%.3f"),
+        "decode_ms_per_token": st.column_config.NumberColumn("decode ms/token", format="%.1f"),
+        "cache_bytes": st.column_config.NumberColumn("cache bytes", format="%d"),
+    })
+    st.download_button("Table (CSV)", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv",
+                       key="abl_dl")
+    st.plotly_chart(built(ablation_figure, table, [("loss", "held-out loss"), ("recall_far", "far recall"),
+                                                   ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
+                          f"Same prompt ({len(cost_ids)} tokens), same budget"), width="stretch",
+                    key="abl_chart")
+    for line in reading(table):
+        st.write(line)
+    same_bytes = len({r["cache_bytes"] for r in table}) == 1
+    st.caption(("Cache bytes are the same in every configuration: the trained model still writes its compressed "
+                "entries when a switch stops it from reading them, the selection size does not change what is "
+                "stored, and bounded prefill stores the same rows as exact (it saves decoder work, not memory). "
+                if same_bytes else "") +
+               "Compressed entries read per query in a selecting layer: "
+               + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in table) + ".")
+    st.markdown(memory_note(cfg, len(cost_ids)))
+# one story, global branch on and off (lessons/far_fact.py); the weights' far recall is said at the top already
+far_fact_panel(sess, "abl", focus="ablation", note=False)
 reproduce(snippets.ablation(sess.weights, chosen, int(topk), int(stories), int(natural),
                             samples[cost_sample].text if samples else "The key is in the blue box."), "ablation")

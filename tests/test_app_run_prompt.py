@@ -190,11 +190,16 @@ def test_ablation_lab_runs_two_configurations():
     at.run()
     at.button(key="abl_run").click().run()
     no_errors(at)
-    table = at.dataframe[-1].value
+
+    def results():
+        return next(d.value for d in at.dataframe if "entries_read" in d.value.columns)
+    table = results()
     assert list(table["configuration"]) == ["full model", "window only"]
     assert table.loc[1, "entries_read"] == 0 and table.loc[0, "Δ loss"] == 0
+    heads = [h.value for h in at.subheader]              # the results right under the button, the panel after
+    assert heads.index("Side by side") < next(i for i, h in enumerate(heads) if h.startswith("Far fact"))
     at.run()                                             # results stay without pressing the button again
-    assert list(at.dataframe[-1].value["configuration"]) == ["full model", "window only"]
+    assert list(results()["configuration"]) == ["full model", "window only"]
 
 
 # ---- look-back heads ------------------------------------------------------------------------------------------------

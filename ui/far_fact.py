@@ -252,18 +252,20 @@ def far_fact_run(sess, story, tokens):
 
 
 @st.fragment
-def far_fact_panel(sess, key: str, focus: str = "inspector") -> None:
+def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True) -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
     answer-predicting token did with the fact's compressed entries. Never stops the page. A fragment: choosing
     the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
-    the pools' tables)."""
+    the pools' tables). `note=False` leaves out what the weights do on far recall, for a page that says it at its
+    top already."""
     model = sess.model
     st.subheader("Far fact: does the answer reach back?")
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return
     cfg = model.cfg
-    st.info(weights_note(sess.weights, session_record(sess)))
+    if note:
+        st.info(weights_note(sess.weights, session_record(sess)))
     _offer_other_weights(sess, key)
     st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
     with st.expander("What this shows", expanded=False):
