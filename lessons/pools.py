@@ -337,10 +337,20 @@ def row_detail(inp: PoolInputs, res: LayerResult, row: int) -> RowDetail:
                      indexer_mass=float(res.indexer_mass[row]), attention_mass=float(res.attention_mass[row]))
 
 
-def scale_note(cfg, release) -> str:
-    """Whose pool the statistics describe: the running model's, not the release's (both from their configs)."""
+def scale_note(cfg, release, blocks: int | None = None, topk: int | None = None) -> str:
+    """Whose pool the statistics describe: the running model's at the sizes the reader chose (`blocks`, `topk`;
+    None: as configured), not the release's (both from their configs)."""
     pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
     rel = release.candidate_topk_blocks * release.candidate_block_size
-    return (f"These statistics come from the running model's pool ({pool:,} entries, top-{cfg.index_topk} inside it), "
-            f"not from the release's ({rel:,} entries, top-{release.index_topk}). How often the release's pool drops a "
-            "useful entry depends on its own sizes, prompts and weights, and is not measured here.")
+    blocks = cfg.candidate_topk_blocks if blocks is None else blocks
+    topk = cfg.index_topk if topk is None else topk
+    if (blocks, topk) == (cfg.candidate_topk_blocks, cfg.index_topk):
+        whose = f"the running model's pool ({pool:,} entries, top-{cfg.index_topk} inside it)"
+    else:
+        whose = (f"the running model's scores re-selected at the sizes chosen above ({blocks} "
+                 f"block{'s' * (blocks != 1)} x "
+                 f"{cfg.candidate_block_size} = {blocks * cfg.candidate_block_size:,} entries, top-{topk} inside "
+                 f"it; as configured: {pool:,} entries, top-{cfg.index_topk})")
+    return (f"These statistics come from {whose}, not from the release's pool ({rel:,} entries, "
+            f"top-{release.index_topk}). How often the release's pool drops a useful entry depends on its own sizes, "
+            "prompts and weights, and is not measured here.")

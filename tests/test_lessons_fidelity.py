@@ -208,6 +208,10 @@ def test_pool_statistics_name_whose_pool_they_describe():
     t = scale_note(tiny, rel)
     assert f"({tiny.candidate_topk_blocks * tiny.candidate_block_size:,} entries, top-{tiny.index_topk}" in t
     assert "(16,384 entries, top-512)" in t
+    assert scale_note(tiny, rel, tiny.candidate_topk_blocks, tiny.index_topk) == t
+    moved = scale_note(tiny, rel, 1, 256)                  # the sliders moved: the note says the chosen sizes
+    assert f"1 block x {tiny.candidate_block_size} = {tiny.candidate_block_size:,} entries, top-256" in moved
+    assert "(16,384 entries, top-512)" in moved
 
 
 def _abl_rows(full_far, win_far, n=30, loss_full=3.0, loss_win=3.0):
