@@ -74,11 +74,11 @@ def load_samples(path: Path = PROMPTS) -> list[Sample]:
     return [Sample(r["name"], r["text"], r.get("kind", ""), r.get("answer")) for r in rows]
 
 
-def text_problem(text: str | None, max_chars: int | None = None) -> str | None:
+def text_problem(text: str | None, max_chars: int | None = None, samples: bool = True) -> str | None:
     """Why a typed prompt cannot run (empty, or longer than `max_chars` characters), or None. The one place
-    the app checks prompt text before tokenising it."""
+    the app checks prompt text before tokenising it. `samples`: the page offers samples to pick instead."""
     if text is None or not text.strip():
-        return "The prompt is empty: type some text or pick a sample."
+        return "The prompt is empty: type some text" + (" or pick a sample." if samples else " to see its scores.")
     if max_chars is not None and len(text) > max_chars:
         return f"The prompt has {len(text):,} characters; the limit here is {max_chars:,}."
     return None

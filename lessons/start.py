@@ -18,7 +18,7 @@ DEFINITIONS = [
               "number is what the model predicts."),
     ("Hidden state", "Each token becomes a row of numbers when it enters. Every layer rewrites that row using "
                      "the rows before it; the row that comes out on top for the last token is turned into the "
-                     "scores below. These changing rows are the hidden states."),
+                     "next-token scores in the chart. These changing rows are the hidden states."),
     ("Weight", "The rules each layer applies are fixed numbers learned in training: the weights. Reading a "
                "prompt changes hidden states and fills caches; it never changes a weight."),
 ]

@@ -85,8 +85,8 @@ else:
 qp_set(layer=layer, head=head, pos=pos)
 view = share_view(tr, layer, pos, lt.tokens)
 st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(layer)} is "
-           f"{tr.layers[layer].spec.role}; it read {sum(k == 'window' for k in view.kinds)} window rows and "
-           f"{len(view.entry_ids)} compressed entries.")
+           f"{tr.layers[layer].spec.role}; it read {(nw := sum(k == 'window' for k in view.kinds))} window "
+           f"row{'s' * (nw != 1)} and {(ne := len(view.entry_ids))} compressed entr{'y' if ne == 1 else 'ies'}.")
 st.plotly_chart(built(share_heatmap, view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
                       title=f"Shares at layer {sess.num(layer)}, position {pos}"),
                 key="sh_heat", config={"displayModeBar": False})

@@ -45,7 +45,7 @@ from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_float_or_none, qp_int_or_none, qp_set, sample_or_text, seed
+from ui.state import KEEP, qp_choice, qp_float_or_none, qp_get, qp_int_or_none, qp_set, sample_or_text, seed
 from ui.text import plain
 
 sess = page_header("DSpark: draft, then verify", INTRO)
@@ -80,11 +80,15 @@ text = st.session_state["ds_prompt"]
 c1, c2, c3, c4 = st.columns(4)
 RULES, MODES = ["greedy", "stochastic"], ["bounded", "exact"]
 gmax = drafter.max_draft
-dl_opts = ["max", "auto"] + list(range(1, gmax + 1))
+dl_opts = ["max", "auto"] + list(range(1, gmax))    # "max" is gmax: listed once
+if qp_get("draft") == str(gmax):                      # a link that names the longest draft by its number
+    st.query_params["draft"] = "max"
 MAX_NEW, MAX_SEED = 128, 10_000
 seed("ds_rule", qp_choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"), "greedy")
 seed("ds_temp", qp_float_or_none("temp", 0.1, 2.0), 1.0)
 seed("ds_dl", qp_choice("draft", dl_opts, "max", f"a draft length here (max, auto or 1..{gmax})"), "max")
+if st.session_state["ds_dl"] == gmax:                 # a session from before "max" stood for it
+    st.session_state["ds_dl"] = "max"
 seed("ds_thr", qp_float_or_none("thr", 0.05, 0.95), 0.3)
 seed("ds_new", qp_int_or_none("gen", 1, MAX_NEW, "showing 24"), 24)
 seed("ds_seed", qp_int_or_none("seed", 0, MAX_SEED, "showing 0"), 0)
@@ -174,13 +178,15 @@ else:
         st.write(f"Step {si}: the drafter proposed {len(lg.drafted)} token(s) after the anchor; the target checked "
                  f"them in one pass and accepted {lg.accepted}.")
         st.code("anchor: " + tok(lg.anchor), language=None)
-        if lg.drafted:
-            st.dataframe(pd.DataFrame(rows), hide_index=True)
+        if lg.drafted:   # numbers to 3 places; a dash where a value does not apply (a position never checked)
+            st.dataframe(pd.DataFrame([{k: "–" if v is None else f"{v:.3f}" if isinstance(v, float) else v
+                                        for k, v in r.items()} for r in rows]), hide_index=True)
         else:
             st.caption("No drafts this step (the confidence or the token limit stopped the drafter): a plain step.")
         if lg.resampled is not None:   # token texts go to st.code, never into Markdown
-            st.error(f"Draft {lg.accepted + 1} REJECTED; the rest of the block is discarded and the target's "
-                     "replacement token is:", icon=":material/close:")
+            # a refusal is the rule working, not a fault: a warning's colour, not an error's
+            st.warning(f"Draft {lg.accepted + 1} REJECTED; the rest of the block is discarded and the target's "
+                       "replacement token is:", icon=":material/close:")
             st.code(tok(lg.resampled), language=None)
         elif lg.bonus is not None:
             st.success("Every draft accepted; the target adds a bonus token:")

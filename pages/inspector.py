@@ -259,8 +259,9 @@ st.plotly_chart(built(overview_figure, mat, run.tokens, [str(sess.num(i)) for i 
                       f"{quantity}: layer x token", mark=(layer, pos), n_prompt=run.n_prompt,
                       categorical=quantity == "top expert"), width="stretch", key="insp_overview")
 cov = covered_rows(run)
-st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells (blank cells: the layer never ran "
-           "that token).")
+st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells ("
+           + ("dark cells, value 0" if quantity == "processed" else "blank cells") + ": the layer never ran that "
+           "token" + ("" if quantity == "processed" else ", or the quantity does not apply there") + ").")
 
 # ---- downloads ---------------------------------------------------------------------------------------------
 st.subheader("Downloads")

@@ -26,7 +26,7 @@ def live_part() -> None:
     seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
     prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
     prompt_to_url(prompt, DEFAULT_PROMPT)
-    text, problem = clean_prompt(prompt, PROMPT_CHARS)
+    text, problem = clean_prompt(prompt, PROMPT_CHARS, samples=False)
     if problem:
         st.warning(problem)
         return

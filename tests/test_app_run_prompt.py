@@ -140,6 +140,15 @@ def test_pools_bad_url_and_empty_prompt():
 
 # ---- DSpark --------------------------------------------------------------------------------------------------
 
+def test_dspark_lists_the_longest_draft_once():
+    at = app("dspark", draft=4)                          # a link naming the longest draft by its number
+    no_errors(at)
+    dl = at.selectbox(key="ds_dl")
+    assert dl.value == "max" and not any("URL parameter" in w.value for w in at.warning)
+    shown = [dl.format_func(o) for o in dl.options]
+    assert len(shown) == len(set(shown)) and sum(s.startswith("4") for s in shown) == 1, shown
+
+
 def test_dspark_step_shows_rejected_draft():
     at = app("dspark")
     no_errors(at)
@@ -156,7 +165,9 @@ def test_dspark_step_shows_rejected_draft():
         j = verdicts.index("REJECTED")
         assert all(v == "accepted" for v in verdicts[:j]) and verdicts[-1].startswith("correction")
         assert all(v.startswith("not checked") for v in verdicts[j + 1:-1])
-        assert any("REJECTED" in e.value for e in at.error)
+        assert any("REJECTED" in e.value for e in at.warning) and not at.error   # the rule at work, not a fault
+        cells = steps.to_numpy().ravel().tolist()
+        assert "None" not in map(str, cells) and "–" in cells           # never-checked cells read as a dash
         rolled = {m.label: m.value for m in at.metric}["rows rolled back"]
         assert int(rolled) == len(verdicts) - 1 - j       # the rejected draft and every draft after it
     else:

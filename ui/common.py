@@ -236,9 +236,10 @@ def require_model(sess: Session):
     return sess.model
 
 
-def clean_prompt(text: str, max_chars: int = 20000) -> tuple[str | None, str | None]:
-    """(prompt, problem): reject empty or oversized prompts with a message instead of an error."""
-    problem = text_problem(text, max_chars)
+def clean_prompt(text: str, max_chars: int = 20000, samples: bool = True) -> tuple[str | None, str | None]:
+    """(prompt, problem): reject empty or oversized prompts with a message instead of an error (`samples`: the
+    page has samples to pick, and the message may say so)."""
+    problem = text_problem(text, max_chars, samples)
     return (None, problem) if problem else (text, None)
 
 

@@ -73,7 +73,7 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
     fig = go.Figure()
     if z:
         fig.add_heatmap(z=z, x=x, y=ylab, customdata=hover, colorscale="Oranges", zmin=0, hoverongaps=False,
-                        colorbar=dict(title="share", tickformat=".0%"),
+                        colorbar=dict(title="share", tickformat=".1~%"),
                         hovertemplate="%{y}<br>token %{customdata}<br>share %{z:.2%}<extra></extra>")
         picked = [bool(lf.selected) for lf in ff.layers]
         notes = [f"fact entries {', '.join(f'E{e}' for e in lf.fact_entries)}: "

@@ -57,7 +57,7 @@ def attention_figure(view, tokens: list[str], pos: int, title: str) -> go.Figure
                 hovertemplate="sink share %{y:.3%}<extra></extra>")
     fig.add_vline(x=pos, line_dash="dot", line_color="#444", annotation_text="query", annotation_position="top")
     fig.update_xaxes(title="source token position", range=[-4, pos + 2])
-    fig.update_yaxes(title="attention share", tickformat=".0%")
+    fig.update_yaxes(title="attention share", tickformat=".1~%")
     return _layout(fig, title, 340, barmode="overlay", legend=dict(orientation="h", y=-0.25))
 
 
@@ -110,7 +110,7 @@ def comb_figure(hc: dict, title: str) -> go.Figure:
         n = m.shape[0]
         fig.add_trace(go.Heatmap(z=m, x=[f"to {k}" for k in range(n)], y=[f"from {j}" for j in range(n)],
                                  zmin=0, zmax=1, colorscale="Blues", showscale=c == len(sites),
-                                 text=np.round(m, 2), texttemplate="%{text}"), 1, c)
+                                 texttemplate="%{z:.2f}", textfont=dict(size=14)), 1, c)
         fig.update_yaxes(autorange="reversed", row=1, col=c)
     return _layout(fig, title, 300)
 
@@ -120,7 +120,7 @@ def lens_figure(lens, title: str) -> go.Figure:
     probs = [p for _, _, p in lens]
     fig = go.Figure(go.Bar(x=probs[::-1], y=labels[::-1], orientation="h", marker_color=WINDOW_C,
                            text=[f"{p:.1%}" for p in probs[::-1]], textposition="outside"))
-    fig.update_xaxes(title="probability", range=[0, max(probs + [1e-9]) * 1.3])
+    fig.update_xaxes(title="probability", range=[0, max(probs + [1e-9]) * 1.3], tickformat=".0%")
     return _layout(fig, title, 60 + 36 * max(1, len(lens)))
 
 

@@ -66,7 +66,9 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
                           format_func=lambda i: CUSTOM if i == n else prompts[i]["name"])
     if choice == n:
         st.session_state["live_text"] = st.session_state[KEPT_TEXT]
-        text = st.text_area("Your text", key="live_text", height=110, on_change=_keep, args=("live_text", KEPT_TEXT))
+        text = st.text_area("Your text", key="live_text", height=110, on_change=_keep, args=("live_text", KEPT_TEXT),
+                            placeholder=f"Type or paste any text (up to {PROMPT_CHARS:,} characters); the page "
+                                        "traces it as soon as you press Ctrl+Enter or click outside the box.")
         qp_set(sample=None)
         prompt_to_url(text)
         ok, problem = clean_prompt(text, PROMPT_CHARS)
