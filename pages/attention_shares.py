@@ -95,7 +95,8 @@ st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
               "sum": [round(sum(t.values()), 3) for t in tot]}, hide_index=True, key="sh_totals")
 
-page_link("pages/lookback_heads.py", "Which heads look back at an earlier copy of the text? Look-back heads", "🔁")
+page_link("pages/lookback_heads.py", "Which heads look back at an earlier copy of the text? Look-back heads",
+          ":material/history:")
 
 # ---- a fact far past the window: its entries' shares at the answer token (lessons/far_fact.py) ---------------
 far_fact_panel(sess, "sh", focus="shares")
