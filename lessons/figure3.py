@@ -33,7 +33,7 @@ class Step:
     title: str
     body: str
     focus: frozenset = field(default_factory=frozenset)   # box tags to highlight
-    box: str | None = None                                 # the box opened with this step
+    box: str | None = None      # the box this step opens (an id of figure3_layout's boxes); None closes the open one
     table: list[dict] | None = None                        # an optional small table shown under the text
     read_along: str = ""                                   # where in the report this step's point is made
 
@@ -135,7 +135,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
     tables = engram_params if engram_params is not None else sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
     share = (f", out of {total_params / 1e9:,.0f}B parameters in all" if total_params else "")
     big = f"{tables / 1e9:,.0f}B parameters" if tables >= 1e9 else f"{tables:,} parameters"
-    n_engram = len([i for i in f["engram"] if i < cfg.num_hidden_layers])
+    eng_layers = [i for i in f["engram"] if i < cfg.num_hidden_layers]     # Engram layers of the backbone
+    n_engram = len(eng_layers)
     if engram_proj and active_decode and n_engram:
         per_layer = f"{engram_proj / 1e6:,.0f}M" if engram_proj >= 1e6 else f"{engram_proj:,}"
         work = (f" (about {per_layer} multiply-adds per token at each Engram layer; at {n_engram} such layers, "
@@ -208,14 +209,15 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              f"is a mixture: {f['shared']} shared expert that always runs plus {f['per_tok']} of "
              f"{f['experts']} routed experts chosen by a router for each row. The experts that are not chosen "
              "cost no arithmetic for that row but still take up memory.",
-             frozenset({"moe"}), None, read_along=read_along("§4.2.1")),
+             frozenset({"moe"}), "moe:0", read_along=read_along("§4.2.1")),
         Step("engram", "Engram: look up a short pattern",
              f"At {engram}, the last few token ids (up to {f['ngram']} in a row) are hashed into addresses "
              "of large learned tables. The rows found there are gated into the state before attention runs. "
              "The lookup itself is only a few table rows per token, but projecting those rows into the streams "
              f"is ordinary matrix work{work}, and the tables are large in memory: they hold "
              f"{big}{share}, learned like any other weight.",
-             frozenset({"engram"}), None, read_along=read_along("§2.4.2")),
+             frozenset({"engram"}), f"engram:{min(eng_layers)}" if eng_layers else None,
+             read_along=read_along("§2.4.2")),
         Step("mhc", "mHC: several residual paths",
              f"A plain residual connection keeps one copy of each row and adds every update to it. Here each "
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "
@@ -223,13 +225,14 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "are blended again. The coefficients are not fixed numbers: learned projections (plus learned offsets) "
              "compute them for every token from the streams themselves. The single-pass form computes them once "
              "per site, serving that site and the next, to save memory traffic.",
-             frozenset({"mhc"}), None, read_along=read_along("§2.4.1")),
+             frozenset({"mhc"}), "mhc:encoder", read_along=read_along("§2.4.1")),
         Step("pool", "Narrowing the search in two steps",
              f"At layer {cand}, the indexer scores every visible entry (this broad scan still costs work), groups "
              f"them in blocks of {f['pool_block']} and keeps the {f['pool_blocks']} best blocks: a pool of up to "
              f"{f['pool']:,} positions. Later Reindex layers pick their {f['topk']} entries only from inside that "
              "pool. An entry left out of the pool cannot be picked by them, however useful it would have been.",
-             frozenset({"pool"}), None, read_along=read_along("§2.3.2")),
+             frozenset({"pool"}), None if f["cand"] is None else f"attn:{f['cand']}",
+             read_along=read_along("§2.3.2")),
         Step("drafter", "DSpark: draft, then verify",
              f"A small drafter reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
              f"several tokens at once. {block_sentence(f['draft_block'])} The main model then checks the drafted "

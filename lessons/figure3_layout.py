@@ -20,13 +20,15 @@ ROLE_FILL = {"SWA": "#aab4be", "Full": "#2f7fc1", "Reuse": "#a9cbe8", "Reindex":
 # geometry (plot units): encoder column starts at x=0, decoder column at DEC_X
 ATTN_W, MOE_W, GAP, DEC_X, ROW = 6.2, 2.0, 0.2, 16.0, 1.0
 BOX_H = 0.78
+ENGRAM_W = 4.0     # room for "layer 14 only" in Compact mode (about 15 px a unit at 1400 px wide)
+TALL = 0.9         # height of the boxes whose label takes two lines
 
 
 @dataclass
 class Box:
     id: str
     kind: str                  # vision | embed | states | attn | moe | engram | mhc | line | head | drafter
-    label: str
+    label: str                 # "\n" breaks a line where the drawing's box is too narrow for one
     x0: float
     y0: float
     x1: float
@@ -133,9 +135,9 @@ def layout(cfg: V41Config, compact: bool = False, one_based: bool = False) -> Di
         eng = [i for i in layer_ids if by_index[i].engram]
         if eng:
             which = ", ".join(str(_num(i, one_based)) for i in eng)
-            lab = "Engram" + (f" (layer {which} only)" if len(layer_ids) > len(eng) else "")
-            boxes.append(Box(f"engram:{eng[0]}", "engram", lab, x - 3.4, y - BOX_H / 2, x - 0.3, y + BOX_H / 2,
-                             tuple(eng), frozenset({"engram", spec.stack}), KIND_COLORS["engram"], False,
+            lab = "Engram" + (f"\nlayer {which} only" if len(layer_ids) > len(eng) else "")
+            boxes.append(Box(f"engram:{eng[0]}", "engram", lab, x - 0.3 - ENGRAM_W, y - BOX_H / 2, x - 0.3,
+                             y + BOX_H / 2, tuple(eng), frozenset({"engram", spec.stack}), KIND_COLORS["engram"], False,
                              f"Engram lookup before attention, layer {which}"))
             lines.append(Line([x - 0.3, x], [y, y], "#b07a10", arrow=True))
 
@@ -194,51 +196,54 @@ def layout(cfg: V41Config, compact: bool = False, one_based: bool = False) -> Di
     enc_top, dec_top = tops.get("encoder", 0.0), tops.get("decoder", 0.0)
     right = ATTN_W + GAP + MOE_W
     # bottom of the encoder: embeddings, with the vision encoder feeding image rows into them
-    boxes.append(Box("embed", "embed", "token embedding (ids to rows)", 0, -1.4, right, -0.65, (),
+    # (labels too long for a box's width take two lines, in boxes TALL high)
+    boxes.append(Box("embed", "embed", "token embedding\n(ids to rows)", 0, -0.6 - TALL, right, -0.6, (),
                      frozenset({"embed", "encoder", "job"}), KIND_COLORS["embed"]))
-    boxes.append(Box("vision", "vision", "vision encoder", 0, -2.8, 4.0, -2.05, (),
+    boxes.append(Box("vision", "vision", "vision\nencoder", 0, -2.1 - TALL, 4.0, -2.1, (),
                      frozenset({"vision"}), KIND_COLORS["vision"]))
-    labels.append(Label(6.0, -2.45, "text tokens", "center", 11))
-    lines.append(Line([2.0, 2.0], [-2.05, -1.4], "#6a4fa0", arrow=True))
-    lines.append(Line([6.0, 6.0], [-2.25, -1.4], "#444444", arrow=True))
-    lines.append(Line([right / 2, right / 2], [-0.65, -0.5], "#444444", arrow=True))
+    labels.append(Label(6.0, -2.55, "text tokens", "center", 11))
+    lines.append(Line([2.0, 2.0], [-2.1, -1.5], "#6a4fa0", arrow=True))
+    lines.append(Line([6.0, 6.0], [-2.35, -1.5], "#444444", arrow=True))
+    lines.append(Line([right / 2, right / 2], [-0.6, -0.45], "#444444", arrow=True))
     # mHC streams beside each stack: hc_mult thin lines
     for stack, (y0, y1) in mhc_rows.items():
         x = col_x[stack] + right + 1.35  # right of the frame labels
         n = cfg.hc_mult
         for k in range(n):
             lines.append(Line([x + 0.22 * k, x + 0.22 * k], [y0 - 0.6, y1 + 0.1], "#7a7a7a", width=1.2))
-        xc = x + 0.11 * (n - 1)
-        boxes.append(Box(f"mhc:{stack}", "mhc", f"mHC: {n} streams", xc - 1.25, y0 - 1.4, xc + 1.25,
-                         y0 - 0.65, (), frozenset({"mhc", stack}), KIND_COLORS["mhc"]))
+        # under the streams, leaning right: the embedding box ends just left of them
+        boxes.append(Box(f"mhc:{stack}", "mhc", f"mHC:\n{n} streams", x - 0.4, y0 - 0.7 - TALL, x + 2.6,
+                         y0 - 0.7, (), frozenset({"mhc", stack}), KIND_COLORS["mhc"]))
     # the line: encoder's final states carried across into the decoder
     if "decoder" in tops:
         mid = DEC_X - 1.7
         lines.append(Line([right / 2, right / 2, mid, mid, DEC_X], [enc_top, enc_top + 0.7, enc_top + 0.7, -1.0, -1.0],
                           "#c0392b", width=2.4, arrow=True))
-        boxes.append(Box("states", "states", "encoder's final states", DEC_X, -1.4, DEC_X + right, -0.65, (),
-                         frozenset({"line", "decoder"}), KIND_COLORS["states"]))
-        boxes.append(Box("line", "line", "states go across", mid - 1.6, enc_top / 2 - 0.4, mid + 1.6,
-                         enc_top / 2 + 0.4, (), frozenset({"line"}), "#fbe3e0"))
-        lines.append(Line([DEC_X + right / 2, DEC_X + right / 2], [-0.65, -0.5], "#444444", arrow=True))
+        boxes.append(Box("states", "states", "encoder's final states", DEC_X, -0.6 - TALL, DEC_X + right, -0.6,
+                         (), frozenset({"line", "decoder"}), KIND_COLORS["states"]))
+        # beside the red line, not on it: the line would cross out the label
+        boxes.append(Box("line", "line", "states\ngo across", mid - 3.6, enc_top / 2 - TALL / 2, mid - 0.4,
+                         enc_top / 2 + TALL / 2, (), frozenset({"line"}), "#fbe3e0"))
+        lines.append(Line([DEC_X + right / 2, DEC_X + right / 2], [-0.6, -0.45], "#444444", arrow=True))
     top_x = DEC_X if "decoder" in tops else 0.0
     top_y = dec_top if "decoder" in tops else enc_top
-    boxes.append(Box("head", "head", "norm + head: next-token scores", top_x, top_y + 0.25, top_x + right,
-                     top_y + 1.0, (), frozenset({"head", "job"}), KIND_COLORS["head"]))
+    head_top = top_y + 0.25 + TALL
+    boxes.append(Box("head", "head", "norm + head:\nnext-token scores", top_x, top_y + 0.25, top_x + right,
+                     head_top, (), frozenset({"head", "job"}), KIND_COLORS["head"]))
     lines.append(Line([top_x + right / 2, top_x + right / 2], [top_y - 0.1, top_y + 0.25], "#444444", arrow=True))
     # DSpark drafter fed by its target layers' attention inputs
     targets = [i for i in cfg.dspark_target_layer_ids if i in row_of]
     if cfg.num_nextn_predict_layers and targets:
         dx0 = top_x + right + 2.6
         ys = [row_of[i] for i in targets]
-        y0, y1 = min(ys) - BOX_H / 2, max(max(ys) + BOX_H / 2, top_y + 1.0)
-        boxes.append(Box("drafter", "drafter", "DSpark drafter", dx0, y0, dx0 + 3.6, y1, tuple(targets),
+        y0, y1 = min(ys) - BOX_H / 2, max(max(ys) + BOX_H / 2, head_top)
+        boxes.append(Box("drafter", "drafter", "DSpark\ndrafter", dx0, y0, dx0 + 3.6, y1, tuple(targets),
                          frozenset({"drafter"}), KIND_COLORS["drafter"]))
         for yy in sorted(set(ys)):
             lines.append(Line([top_x + right + 2.15, dx0], [yy, yy], "#b03a3a", "dot", 1.3, arrow=True))
-    x_lo = -4.0
-    x_hi = (top_x + right + 6.6) if targets else DEC_X + right + 2.5
-    return Diagram(boxes, lines, labels, (x_lo, x_hi), (-3.1, max(enc_top, top_y + 1.0) + 0.9), compact,
+    x_lo = -ENGRAM_W - 0.6
+    x_hi = (top_x + right + 6.6) if targets else DEC_X + right + 4.3   # the drafter, else the mHC box
+    return Diagram(boxes, lines, labels, (x_lo, x_hi), (-3.25, max(enc_top, head_top) + 0.7), compact,
                    cfg.name)
 
 
@@ -258,7 +263,7 @@ def box_choices(d: Diagram, one_based: bool = False) -> dict[str, str]:
             role = b.label.split("  ")[-1] if b.kind == "attn" else ""
             out[bid] = f"{which}: {what}" + (f" ({role})" if role else "")
         else:
-            out[bid] = b.label
+            out[bid] = b.label.replace("\n", " ")
     return out
 
 

@@ -69,9 +69,10 @@ if st.session_state["fig3_box"] not in choices and st.session_state["fig3_box"] 
 
 
 def _open_step_box() -> None:
+    """A step opens the box it talks about and closes the open one when it names none (a box left open from
+    another step, with its panel below, would look like part of this one)."""
     b = story[st.session_state["fig3_step"]].box
-    if b in choices:
-        st.session_state["fig3_box"] = b
+    st.session_state["fig3_box"] = b if b in choices else NONE
 
 
 def _on_pick() -> None:
@@ -102,7 +103,7 @@ def walkthrough() -> None:
         if step.read_along:
             st.caption(step.read_along)
         if step.table:
-            st.dataframe(step.table, hide_index=True, key="fig3_step_table")
+            st.table(step.table, hide_index=True)      # a static table wraps its cells to the column's width
         st.divider()
         box_id = st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
                               format_func=lambda b: b if b == NONE else choices[b])
@@ -202,8 +203,9 @@ def _layer_numbers(box, ll) -> None:
         if ll.entries_stored is not None:
             c[1].metric("entries stored", ll.entries_stored,
                         help="compressed entries in this layer's group (made by its KV source)")
-            c[2].metric("entries selected", ll.entries_selected,
-                        help=f"read by this query, out of {ll.entries_visible} it could see")
+            # a label no longer than "entries stored": a third of the narrow column, with its help icon
+            c[2].metric("entries read", ll.entries_selected,
+                        help=f"the entries this query selected, out of {ll.entries_visible} it could see")
             made = "made here" if ll.selection_here else "kept from an earlier layer"
             st.write(f"Selection {made}" + (f"; candidate pool {ll.pool} entries." if ll.pool else "."))
         else:

@@ -56,13 +56,35 @@ def test_figure3_back_next_and_url():
     assert at.query_params["step"] == ["3"] or at.query_params["step"] == "3"
     stepper(at, -1)
     assert at.subheader[0].value.startswith("2. Why change attention")
-    assert "sparse attention (top-k)" in list(at.dataframe[0].value["name in the report"])
+    assert "sparse attention (top-k)" in list(at.table[0].value["name in the report"])
     # the step that reaches the line opens the line's box
     at5 = app("figure3", step=5)
     assert at5.subheader[0].value.startswith("5. The line")
     stepper(at5, 1)
     stepper(at5, -1)
     assert at5.selectbox(key="fig3_box").value == "line"
+
+
+def test_figure3_a_step_opens_its_own_box_or_closes_the_open_one():
+    """Next from the vision step used to leave the vision box (and its panel) open on MoE, Engram, mHC and the
+    pool; a step picked from the list after the drafter's left the drafter open."""
+    at = app("figure3", step=7)
+    box = lambda: at.selectbox(key="fig3_box").value  # noqa: E731
+    vision_panel = lambda: any("Inside the vision box" in s.value for s in at.subheader)  # noqa: E731
+    stepper(at, 1)
+    assert at.subheader[0].value.startswith("8. Images") and box() == "vision" and vision_panel()
+    for step, opened in ((9, "moe:0"), (10, "engram:1"), (11, "mhc:encoder"), (12, "attn:20"), (13, "drafter"),
+                         (14, "(none)")):
+        stepper(at, 1)
+        no_errors(at)
+        assert at.subheader[0].value.startswith(f"{step}. ") and box() == opened, step
+        assert not vision_panel(), step
+    at.selectbox(key="fig3_step").set_value(12).run()
+    assert box() == "drafter"
+    at.selectbox(key="fig3_step").set_value(2).run()                 # step 3 names no box: the drafter closes
+    assert box() == "(none)" and "No box open" in texts(at)
+    q = at.query_params
+    assert q["step"] in ("3", ["3"]) and "box" not in q              # the URL says the same
 
 
 def test_figure3_drawing_follows_the_config_and_numbering():
@@ -86,7 +108,7 @@ def test_figure3_live_numbers_change_with_the_box():
     at = app("figure3", config="running", box="attn:2")
     no_errors(at)
     m = {x.label: x.value for x in at.metric}
-    assert m["entries selected"] == "16" and int(m["entries stored"]) > 16   # Full reads a subset
+    assert m["entries read"] == "16" and int(m["entries stored"]) > 16       # Full reads a subset
     at.selectbox(key="fig3_box").set_value("attn:0").run()
     assert {x.label: x.value for x in at.metric}.get("entries stored") == "none"   # window-only layer
     at.selectbox(key="fig3_box").set_value("moe:5").run()

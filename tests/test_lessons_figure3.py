@@ -136,6 +136,68 @@ def test_compact_layout_marks_the_repeats(full):
     assert "line" in d.box("attn:20").tags
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("compact", [False, True])
+def test_every_step_box_is_in_the_drawing(preset, compact):
+    """Back / Next open a step's box and close the open one when the step names none: a named box must exist in
+    both drawings, or the step would close the panel it talks about."""
+    cfg = V41Config.preset(preset)
+    choices = box_choices(layout(cfg, compact=compact))
+    story = steps(cfg)
+    for s in story:
+        assert s.box is None or s.box in choices, (s.key, s.box)
+    opened = {s.key: s.box for s in story}
+    assert opened["vision"] == "vision" and opened["moe"] == "moe:0" and opened["mhc"] == "mhc:encoder"
+    assert opened["engram"] == f"engram:{min(cfg.engram_layer_ids)}"
+    assert opened["why"] is None and opened["check"] is None
+
+
+# plot units per character, measured in Chromium at 1400 px (about 15 px a unit): 4.8 px at 11 px, 4.4 at 10 px
+CHAR_W = {1: 0.32, 2: 0.29}     # by the label's number of lines (two-line labels are drawn a size smaller)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_labels_fit_their_boxes_and_boxes_do_not_overlap(full, compact):
+    """Each line of a box's label fits the box's width, and two boxes never cover each other (frames aside):
+    "Engram (layer 14 only)" once ran out of its box over the next one in Compact mode."""
+    d = layout(full, compact=compact)
+    boxes = [b for b in d.boxes if b.kind != "frame"]
+    for b in boxes:
+        room = (b.x1 - b.x0) - (0.55 if b.kind == "attn" else 0.0)       # an attention label starts after its dot
+        lines = b.label.split("\n")
+        for line in lines:
+            assert len(line) * CHAR_W[len(lines)] <= room, (b.id, line)
+        assert b.label.count("\n") == 0 or b.y1 - b.y0 >= 0.75, b.id     # two lines need the height
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = a.x1 <= b.x0 or b.x1 <= a.x0 or a.y1 <= b.y0 or b.y1 <= a.y0
+            assert apart, (a.id, b.id)
+    assert box_choices(d)["embed"] == "token embedding (ids to rows)"      # the list reads the label on one line
+
+
+def test_dots_sit_off_the_labels(full):
+    """A box's dot sits left of an attention label, else on the box's top right corner: never on centred text."""
+    from ui.figures import diagram_figure, diagram_pick_ids
+
+    d = layout(full)
+    marker = diagram_figure(d).data[-1]
+    for bid, x, y in zip(diagram_pick_ids(d), marker.x, marker.y):
+        b = d.box(bid)
+        assert (x, y) == ((b.x0 + 0.25, (b.y0 + b.y1) / 2) if b.kind == "attn" else (b.x1, b.y1)), bid
+
+
+def test_layer_map_letters_are_drawn_over_the_cells(full):
+    """The strip's cells are shapes: drawn above the traces (plotly's default) they hid the role letters."""
+    from ui.figures import layer_map_figure
+
+    fig = layer_map_figure([("Released", layer_map(full))])
+    cells = [sh for sh in fig.layout.shapes if sh.type == "rect"]
+    assert len(cells) == 40 and all(sh.layer in ("below", "between") for sh in cells)
+    letters = fig.data[0]
+    assert letters.mode == "text" and list(letters.text[:3]) == ["W", "W", "F"]
+    assert letters.textfont.color[2] == "#ffffff" and letters.textfont.color[0] != "#ffffff"   # white on Full only
+
+
 def test_layout_numbering_changes_labels(full):
     z, o = layout(full), layout(full, one_based=True)
     assert z.box("attn:14").label.startswith("14 ") and o.box("attn:14").label.startswith("15 ")

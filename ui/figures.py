@@ -53,7 +53,8 @@ def diagram_figure(diagram, focus_tags=frozenset(), selected: str | None = None,
     """Draw a box diagram (e.g. `lessons.figure3_layout.layout`): boxes as shapes with their labels, lines with
     optional arrows, free labels. Boxes whose tags meet `focus_tags` stay bright, the rest fade (no
     fading when `focus_tags` is empty); `selected` gets a thick outline. One marker per pickable box
-    carries its id in `customdata`, so a plotly selection event names the box. Shapes and annotations
+    carries its id in `customdata`, so a plotly selection event names the box; it sits where no label is:
+    left of an attention box's label, on the top right corner of any other box. Shapes and annotations
     are passed in one layout update (adding them one by one costs milliseconds each)."""
     focus_tags = frozenset(focus_tags)
     shapes, notes, traces = [], [], []
@@ -76,19 +77,21 @@ def diagram_figure(diagram, focus_tags=frozenset(), selected: str | None = None,
                                      dash="dot" if b.dash else "solid")))
         if b.label:
             left = b.kind == "attn"
-            notes.append(dict(x=b.x0 + 0.55 if left else (b.x0 + b.x1) / 2, y=(b.y0 + b.y1) / 2, text=b.label,
-                              showarrow=False, xanchor="left" if left else "center",
-                              font=dict(size=11, color="#111111" if lit else "#9a9a9a")))
+            two = "\n" in b.label     # a two-line label: a size smaller, to fit its box's height
+            notes.append(dict(x=b.x0 + 0.55 if left else (b.x0 + b.x1) / 2, y=(b.y0 + b.y1) / 2,
+                              text=b.label.replace("\n", "<br>"), showarrow=False,
+                              xanchor="left" if left else "center",
+                              font=dict(size=10 if two else 11, color="#111111" if lit else "#9a9a9a")))
         if not frame and (pick_kinds is None or b.kind in pick_kinds):
-            px.append(b.x0 + 0.25 if b.kind == "attn" else b.x1 - 0.2)
-            py.append((b.y0 + b.y1) / 2)
+            px.append(b.x0 + 0.25 if b.kind == "attn" else b.x1)
+            py.append((b.y0 + b.y1) / 2 if b.kind == "attn" else b.y1)
             pid.append(b.id)
-            phover.append(b.hover or b.label)
+            phover.append(b.hover or b.label.replace("\n", " "))
     for lb in diagram.labels:
         notes.append(dict(x=lb.x, y=lb.y, text=lb.text, showarrow=False, xanchor=lb.anchor,
                           font=dict(size=lb.size, color=lb.color)))
     traces.append(go.Scatter(x=px, y=py, mode="markers", customdata=pid, hovertext=phover, hoverinfo="text",
-                             showlegend=False, name="boxes",
+                             showlegend=False, name="boxes", cliponaxis=False,
                              marker=dict(size=8, color="#222222", opacity=0.45, symbol="circle"),
                              selected=dict(marker=dict(color="#d62728", opacity=1.0)),
                              unselected=dict(marker=dict(opacity=0.45))))
@@ -106,14 +109,15 @@ def diagram_pick_ids(diagram, pick_kinds=None) -> list[str]:
 
 def layer_map_figure(maps, one_based: bool = False, highlight: int | None = None) -> go.Figure:
     """One strip of coloured cells per config: `maps` is [(name, list[LayerSpec])]. Cells show the
-    role initial; Engram layers are marked with a gold outline; hover tells the full story."""
+    role initial; Engram layers are marked with a gold outline; hover tells the full story. The cells are
+    drawn between the gridlines and the traces, so the letters (a text trace) stay on top of them."""
     fig = go.Figure()
     names = [name for name, _ in maps]
     shapes = []  # one layout update: add_shape one at a time is quadratic
     for row, (name, specs) in enumerate(maps):
         for s in specs:
             x = s.index + (1 if one_based else 0)
-            shapes.append(dict(type="rect", x0=x - 0.45, x1=x + 0.45, y0=row - 0.38, y1=row + 0.38,
+            shapes.append(dict(type="rect", x0=x - 0.45, x1=x + 0.45, y0=row - 0.38, y1=row + 0.38, layer="between",
                                fillcolor=ROLE_COLORS.get(s.role, "#cccccc"),
                                line=dict(color="#d62728" if s.index == highlight else ("#e0a000" if s.engram
                                                                                       else "#ffffff"),
@@ -121,7 +125,9 @@ def layer_map_figure(maps, one_based: bool = False, highlight: int | None = None
         xs = [s.index + (1 if one_based else 0) for s in specs]
         fig.add_trace(go.Scatter(
             x=xs, y=[row] * len(specs), mode="text", text=[ROLE_LETTERS.get(s.role, "?") for s in specs],
-            textfont=dict(size=11, color="#111111"), showlegend=False,
+            # white on the dark Full cells, near black on the pale ones
+            textfont=dict(size=11, color=["#ffffff" if s.role == "Full" else "#111111" for s in specs]),
+            showlegend=False,
             hovertext=[f"{name} layer {x}: {s.stack}, {s.role}, ratio {s.compress_ratio}"
                        + (f", KV from {s.kv_source + (1 if one_based else 0)}" if s.kv_source is not None else "")
                        + (", Engram" if s.engram else "") for x, s in zip(xs, specs)], hoverinfo="text"))
