@@ -31,7 +31,8 @@ def top_tokens_bar(table, title: str = "Next-token probability") -> go.Figure:
         data=[dict(type="bar", x=table.probs[::-1], y=labels[::-1], orientation="h",
                    text=[f"{p:.1%}" for p in table.probs[::-1]], textposition="outside", marker=dict(color="#1f77b4"))],
         layout=dict(title=dict(text=title), height=36 * len(labels) + 120, margin=dict(l=10, r=40, t=50, b=40),
-                    xaxis=dict(title=dict(text="probability"), range=[0, max(table.probs) * 1.25 + 1e-9]),
+                    xaxis=dict(title=dict(text="probability"), range=[0, max(table.probs) * 1.25 + 1e-9],
+                               tickformat=".0%"),
                     yaxis=dict(title=dict(text="")))))
 
 
