@@ -22,7 +22,7 @@ from ui.reproduce import reproduce
 sess = page_header("CSA2: Full, Reuse, Reindex")
 st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
          "the layer does itself: making the global entries, and choosing which of them to read.")
-st.dataframe(pd.DataFrame(MODES), hide_index=True, key="csa2_modes")
+st.table(pd.DataFrame(MODES), hide_index=True)   # sentences: wrapped in full, not cut to one line
 st.info(MODES_NOTE)
 
 st.subheader("What each layer actually did")

@@ -40,7 +40,7 @@ if not any(s.uses_candidates for s in layer_map(cfg)):
     st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
     st.stop()
 with st.expander("Definitions", expanded=False):
-    st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True, key="pool_defs")
+    st.table(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)   # meanings in full
 
 samples = load_samples()
 long_first = sorted(range(len(samples)), key=lambda i: samples[i].kind != "long")

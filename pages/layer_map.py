@@ -39,8 +39,9 @@ for col, (key, (name, cfg)) in zip(cols, configs.items()):
     with col:
         st.markdown(f"**{name}**")
         rows = count_table(cfg)
-        st.dataframe(pd.DataFrame([{"part": r.part, "layers": r.formula, "count": r.count, "arithmetic": r.derivation}
-                                   for r in rows]), hide_index=True, key=f"lm_counts_{key}")
+        # a static table: the arithmetic column wraps instead of being cut at the column's edge
+        st.table(pd.DataFrame([{"part": r.part, "layers": r.formula, "count": r.count, "arithmetic": r.derivation}
+                               for r in rows]), hide_index=True)
         st.caption(engram_sentence(cfg))
         rc = role_counts(cfg)
         st.caption(" · ".join(f"{stack}: " + ", ".join(f"{v} {k}" for k, v in d.items()) for stack, d in rc.items()))

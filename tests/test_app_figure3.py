@@ -135,11 +135,11 @@ def test_figure3_bad_url_gives_messages():
 def test_layer_map_counts_equal_the_seed_table():
     at = app("layer_map")
     no_errors(at)
-    full = at.dataframe[0].value
+    full = at.table[0].value
     assert list(full["count"]) == [20, 20, 40]
     assert list(full["layers"])[:2] == ["2 window-only + 3x(1 Full + 5 Reuse)",
                                         "(1 Full + 3 Reuse) + 4x(1 Reindex + 3 Reuse)"]
-    tiny = at.dataframe[1].value
+    tiny = at.table[1].value
     assert list(tiny["count"]) == [6, 6, 12]
     assert "1 and 14 counting from 0" in texts(at) and "2 and 15 counting from 1" in texts(at)
 
@@ -167,15 +167,15 @@ def test_layer_map_bad_layer_param():
 def test_csa2_modes_counts_from_the_trace():
     at = app("csa2_modes")
     no_errors(at)
-    modes = at.dataframe[0].value
+    modes = at.table[0].value
     assert list(modes["mode"]) == ["Full", "Reuse", "Reindex"]
     assert list(modes["prepared global entries"]) == ["make them", "keep them", "keep them"]
     assert list(modes["selected locations"]) == ["choose them", "keep the last choice", "choose again"]
-    per_layer = at.dataframe[1].value
+    per_layer = at.dataframe[0].value
     assert len(per_layer) == 12
     assert (per_layer["index scores"] != "not computed").sum() == 4          # 2 Full + 2 Reindex in tiny
     assert per_layer["selection"].str.contains("identical").sum() == 6       # 6 Reuse layers
-    checks = at.dataframe[2].value
+    checks = at.dataframe[1].value
     assert set(checks["agree"]) == {"yes"}
     assert "read 16" in texts(at)                                           # Full reads a selected subset
 

@@ -115,14 +115,14 @@ def test_inspector_empty_and_hostile_prompts():
 def test_pools_page_table_and_live_sliders():
     at = app("indexer_pools", sample=5)              # ~300 tokens: more entries than the 64-entry pool
     no_errors(at)
-    table = at.dataframe[1].value
+    table = at.dataframe[0].value
     assert list(table["layer"]) == [8, 10]
     assert (table["rows where the pool excludes entries"] > 0).all()
     assert any("equals the model's own selection" in c.value for c in at.caption)
     before = table["mean recall"].tolist()
     at.slider(key="pool_nb").set_value(at.slider(key="pool_nb").max).run()   # the pool holds every entry
     no_errors(at)
-    after = at.dataframe[1].value
+    after = at.dataframe[0].value
     assert after["mean recall"].tolist() == [1.0, 1.0] and after["mean recall"].tolist() != before
     assert (after["mean attention mass dropped"] == 0).all()
     assert at.query_params["pool"] not in (None, "")
