@@ -6,9 +6,10 @@ from lessons import reproduce as snippets
 from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE
 from ui.common import built, clean_prompt, page_header, require_model
 from ui.figures import top_tokens_bar
-from ui.limits import PROMPT_CHARS
+from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
 from ui.reproduce import reproduce
+from ui.sources import page_link
 from ui.state import KEEP, prompt_to_url, qp_get, seed
 from ui.text import plain
 
@@ -40,6 +41,13 @@ def live_part() -> None:
     st.plotly_chart(built(top_tokens_bar, table), width="stretch", key="start_bar")
     st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
                "Bars show the probability the model gives each possible next token.")
+    if len(text) <= URL_PROMPT_CHARS:   # the prompt travels in the link, so it must fit one
+        follow = {"prompt": text}
+        c1, c2 = st.columns(2)
+        with c1:
+            page_link("pages/inspector.py", "Step through this prompt layer by layer", ":material/search:", follow)
+        with c2:
+            page_link("pages/dspark.py", "Watch DSpark draft its continuation", ":material/bolt:", follow)
     reproduce(snippets.start(sess.weights, text), "start")
 
 

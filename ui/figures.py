@@ -27,11 +27,12 @@ def top_tokens_bar(table, title: str = "Next-token probability") -> go.Figure:
     """The Start page's bars. Built from one spec in one step (validated as usual): it is drawn after every batched
     prompt run, once per visitor, and the step-by-step form (update_layout) costs four times as long."""
     labels = [f"{show_token(t)}  ({i})" for t, i in zip(table.tokens, table.ids)]
+    # the axis leaves room for the top bar's label, never past 115% (no 120% tick on a probability)
     return go.Figure(dict(
         data=[dict(type="bar", x=table.probs[::-1], y=labels[::-1], orientation="h",
                    text=[f"{p:.1%}" for p in table.probs[::-1]], textposition="outside", marker=dict(color="#1f77b4"))],
         layout=dict(title=dict(text=title), height=36 * len(labels) + 120, margin=dict(l=10, r=40, t=50, b=40),
-                    xaxis=dict(title=dict(text="probability"), range=[0, max(table.probs) * 1.25 + 1e-9],
+                    xaxis=dict(title=dict(text="probability"), range=[0, min(1.15, max(table.probs) * 1.25 + 1e-9)],
                                tickformat=".0%"),
                     yaxis=dict(title=dict(text="")))))
 

@@ -120,7 +120,7 @@ def lens_figure(lens, title: str) -> go.Figure:
     probs = [p for _, _, p in lens]
     fig = go.Figure(go.Bar(x=probs[::-1], y=labels[::-1], orientation="h", marker_color=WINDOW_C,
                            text=[f"{p:.1%}" for p in probs[::-1]], textposition="outside"))
-    fig.update_xaxes(title="probability", range=[0, max(probs + [1e-9]) * 1.3], tickformat=".0%")
+    fig.update_xaxes(title="probability", range=[0, min(1.15, max(probs + [1e-9]) * 1.3)], tickformat=".0%")
     return _layout(fig, title, 60 + 36 * max(1, len(lens)))
 
 

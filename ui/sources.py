@@ -23,11 +23,12 @@ def sources_footer() -> None:
             st.markdown("\n".join(f"- {line}" for line in footer_lines()))
 
 
-def page_link(path: str, label: str, icon: str) -> bool:
-    """A link to another page of the app; False (and nothing drawn) where the page runs on its own (tests,
-    `streamlit run pages/x.py`), which has no page registry."""
+def page_link(path: str, label: str, icon: str, query_params: dict[str, str] | None = None) -> bool:
+    """A link to another page of the app (with `query_params` for that page's URL, e.g. a prompt to open it with);
+    False (and nothing drawn) where the page runs on its own (tests, `streamlit run pages/x.py`), which has no page
+    registry."""
     try:
-        st.page_link(path, label=label, icon=icon)
+        st.page_link(path, label=label, icon=icon, query_params=query_params)
     except Exception:  # no registry: the page is not part of an app run
         return False
     return True

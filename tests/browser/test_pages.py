@@ -72,6 +72,15 @@ def test_start(ui):
     assert ui.charts() == 1
     ui.assert_clean()
     ui.shot("start")
+    # the typed prompt follows the reader to the inspector, and the job keeps it when they come back
+    ui.page.get_by_text("Step through this prompt layer by layer").click()
+    ui.page.wait_for_url(re.compile(r"/inspector"))
+    ui.settle()
+    assert ui.key("insp_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
+    ui.page.locator('[data-testid="stSidebarNavLink"]', has_text="The job").first.click()
+    ui.settle()
+    assert ui.key("start_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
+    ui.assert_clean()
 
 
 def test_figure3(ui):
