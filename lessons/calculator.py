@@ -74,6 +74,22 @@ KNOB_HELP = {
 }
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 token', '4,096 tokens': a count with its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def digits_note(name: str, label: str, was: int, now: int) -> str | None:
+    """What to tell a reader whose typed number fell to a few units (a browser's number box reads '1e9' or '2.5e6'
+    as its first digits, 1 and 2, and the app only sees that); None when the change does not look like that."""
+    if now >= 1000 or was < 10 * now:
+        return None
+    lo, hi = LIMITS[name]
+    return (f"{label} is now {now:,} (it was {was:,}). This box reads digits only and stops at the first other "
+            f"character, so 1e9 or 2.5e6 arrive as 1 or 2. To mean a larger number, type it in full, from {lo:,} to "
+            f"{hi:,}.")
+
+
 def validate_knobs(k: Knobs) -> Knobs:
     """Raise CalcError naming the first bad input; return k when every input is in range."""
     for name, (lo, hi) in LIMITS.items():
@@ -258,9 +274,9 @@ class DerivationRow:
 
     @property
     def formula(self) -> str:
-        b = f" x {self.batch} sequences" if self.batch != 1 else ""
-        return (f"{self.entries:,} entries x {self.numbers:,} numbers x {self.copies} stored "
-                f"cop{'y' if self.copies == 1 else 'ies'} x {self.bits} bits / 8{b} = {self.bytes:,} B")
+        b = f" x {counted(self.batch, 'sequence')}" if self.batch != 1 else ""
+        return (f"{counted(self.entries, 'entry', 'entries')} x {counted(self.numbers, 'number')} x "
+                f"{counted(self.copies, 'stored copy', 'stored copies')} x {self.bits} bits / 8{b} = {self.bytes:,} B")
 
     def record(self) -> dict:
         d = dataclasses.asdict(self)
@@ -426,7 +442,7 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
         if s.kind == "window" and s.in_engine and n_dec:
             rows = min(r, s.cap or r)
             stored += n_dec * rows * s.entry_bytes()
-            parts.append(f"{n_dec} layers x {rows} rows x {s.entry_bytes()} B")
+            parts.append(f"{counted(n_dec, 'layer')} x {counted(rows, 'row')} x {s.entry_bytes()} B")
     params = sum(active_per_layer[i] for i in sorted(dec))
     mm = 2.0 * params * r
     keys = min(r, knobs.window) + topk
@@ -434,15 +450,16 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
     work = mm + att
     der = [
         ("window rows kept (decoder)", " + ".join(parts) or "none", float(stored), human_bytes(stored)),
-        ("matmul work", f"2 x {params:,} active parameters in the decoder x {r} rows", mm, human_flops(mm)),
+        ("matmul work", f"2 x {params:,} active parameters in the decoder x {counted(r, 'row')}", mm, human_flops(mm)),
         ("attention work", f"4 x {heads} heads x {head_dim} dims x ({min(r, knobs.window)} window + {topk} selected) "
-                           f"keys x {len(dec)} layers x {r} rows", att, human_flops(att)),
+                           f"keys x {counted(len(dec), 'layer')} x {counted(r, 'row')}", att, human_flops(att)),
         ("work per reuse", "matmul + attention", work, human_flops(work)),
     ]
     inp = r * input_numbers * 4
     if input_numbers:
-        der.append(("replay input kept by our engine", f"{r} rows x {input_numbers:,} numbers (streams + pre) x "
-                    "32 bits / 8", float(inp), human_bytes(inp)))
+        der.append(("replay input kept by our engine",
+                    f"{counted(r, 'row')} x {input_numbers:,} numbers (streams + pre) x 32 bits / 8", float(inp),
+                    human_bytes(inp)))
     return ReplayTradeoff(rows_replayed=r, stored_bytes=stored, flops_per_reuse=work, input_bytes=inp, derivation=der,
                           by_reuse=[(k, k * work, k * stored) for k in reuses])
 

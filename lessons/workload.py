@@ -19,7 +19,7 @@ import torch
 
 from model import decode_step, prefill
 
-from .calculator import CalcError, Knobs, calculate
+from .calculator import CalcError, Knobs, calculate, counted
 from .designs import v41_design
 from .units import human_flops
 
@@ -65,7 +65,7 @@ def agent_round(read: int, written: int, active_prefill: int, active_decode: int
     pf = 2.0 * active_prefill * read * rounds
     df = 2.0 * active_decode * written * rounds
 
-    per = f" x {rounds} rounds" if rounds > 1 else ""
+    per = f" x {rounds:,} rounds" if rounds > 1 else ""
     rows = [
         ("tokens read : written", f"{read:,} : {written:,}", read / written, f"{read / written:,.4g}"),
         ("active parameters per prompt token", "encoder + the projection of the decoder's first layer that "
@@ -75,8 +75,8 @@ def agent_round(read: int, written: int, active_prefill: int, active_decode: int
          f"{active_decode:,}"),
         ("stored backbone parameters", "layers + embeddings + head (Engram, drafter, vision excluded)", float(stored),
          f"{stored:,}"),
-        ("prefill work", f"2 x {active_prefill:,} x {read:,} tokens{per}", pf, human_flops(pf)),
-        ("decode work", f"2 x {active_decode:,} x {written:,} tokens{per}", df, human_flops(df)),
+        ("prefill work", f"2 x {active_prefill:,} x {counted(read, 'token')}{per}", pf, human_flops(pf)),
+        ("decode work", f"2 x {active_decode:,} x {counted(written, 'token')}{per}", df, human_flops(df)),
         ("prefill : decode work", "prefill work / decode work", pf / df, f"{pf / df:,.4g}"),
     ]
     return RoundWork(read=read, written=written, rounds=rounds, active_prefill=active_prefill,

@@ -1,5 +1,7 @@
 """Cache calculator: every byte of a design's cache from an explained formula, checked against the running model."""
 
+from dataclasses import fields
+
 import pandas as pd
 import streamlit as st
 
@@ -9,12 +11,23 @@ from lessons.calculator import (
     LEAVES_OUT,
     REPLAY_TEXT,
     CalcError,
+    Knobs,
     calculate,
+    counted,
     replay_tradeoff,
     replay_verdict,
     windows_persist,
 )
-from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, defaults, sharing_help
+from lessons.designs import (
+    CALCULATOR_PRESETS,
+    DESIGNS,
+    SHARING_BUTTON,
+    build,
+    defaults,
+    own_values,
+    sharing_help,
+    switch_design,
+)
 from lessons.layers import map_line
 from lessons.units import human_bytes, human_flops
 from lessons.workload import check_against_engine
@@ -33,6 +46,7 @@ from ui.memory import (
     param_counts,
     read_knobs,
     run_on_click,
+    typed_warning,
 )
 from ui.reproduce import reproduce
 from ui.state import KEEP, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed
@@ -47,37 +61,51 @@ st.markdown(CALC_INTRO)
 seed(f"{P}_preset", qp_choice("preset", CALCULATOR_PRESETS, "the teaching example", "a design here"), "teaching")
 
 
-def _reset_knobs() -> None:
-    init_knobs(P, defaults(st.session_state[f"{P}_preset"]), force=True)
+def _switch_design() -> None:
+    """A new design starts from its defaults, but keeps a context, batch or window the reader set."""
+    old, new = st.session_state.get(f"{P}_shown", "teaching"), st.session_state[f"{P}_preset"]
+    was = defaults(old)
+    now = Knobs(**{f.name: st.session_state.get(f"{P}_{f.name}", getattr(was, f.name)) for f in fields(Knobs)})
+    knobs_, note = switch_design(old, new, now)
+    init_knobs(P, knobs_, force=True)
+    st.session_state[f"{P}_switched"] = note
 
 
 preset = st.selectbox("Design", CALCULATOR_PRESETS, format_func=lambda k: DESIGNS[k][0], key=f"{P}_preset",
-                      on_change=_reset_knobs, persist_state=KEEP)
+                      on_change=_switch_design, persist_state=KEEP)
+st.session_state[f"{P}_shown"] = preset            # the design a change of design starts from
+# what comes and goes with a run or a design (notes, the inputs a design takes) sits in two containers, so that the
+# elements below keep their places between runs, and the tabs the tab the reader opened
+notes, inputs = st.container(), st.container()
+if note := st.session_state.pop(f"{P}_switched", None):
+    notes.info(note)
 base = defaults(preset)
 for msg in init_knobs(P, base):
-    st.warning(f"URL parameter {plain(msg, limit=400)}")
-used = build(preset, base).knobs_used
+    notes.warning(f"URL parameter {plain(msg, limit=400)}")
+own = build(preset, base)
+used = own.knobs_used
 
-c = st.columns(4)
-knob_widget(P, "context", True, "Context length (tokens)", c[0])
-knob_widget(P, "batch", True, "Batch (sequences)", c[1])
-knob_widget(P, "bits", "bits" in used, "Bits per number" + (" (latents)" if preset == "v4.1-flash" else ""), c[2])
-knob_widget(P, "window", "window" in used, "Window (rows)", c[3])
-c = st.columns(4)
-knob_widget(P, "group", "group" in used, "Layers sharing one copy", c[0])
-knob_widget(P, "ratio", "ratio" in used, "Tokens per entry (ratio)", c[1])
-knob_widget(P, "layers", "layers" in used, "Layers", c[2])
-knob_widget(P, "numbers", "numbers" in used, "Numbers per entry", c[3])
-c = st.columns(4)
-knob_widget(P, "replay", "replay" in used, "Bounded-replay rows", c[0])
-knob_widget(P, "rollback", "rollback" in used, "Rollback slack", c[1])
-with c[2]:
-    knob_widget(P, "mode", "mode" in used, "Prefill mode")
+# only the inputs this design takes; a line says what it sets itself
+labels = {"context": "Context length (tokens)", "batch": "Batch (sequences)",
+          "bits": "Bits per number" + (" (latents)" if preset == "v4.1-flash" else ""), "window": "Window (rows)",
+          "group": "Layers sharing one copy", "ratio": "Tokens per entry (ratio)", "layers": "Layers",
+          "numbers": "Numbers per entry", "replay": "Bounded-replay rows", "rollback": "Rollback slack",
+          "mode": "Prefill mode"}
+shown = [n for n in labels if n in used]
 seed(f"{P}_keepwin", {"1": True, "0": False}.get(qp_get("keepwin") or "") if qp_get("keepwin") else None, False)
-keep_windows = c[3].toggle("Persist windows", key=f"{P}_keepwin", persist_state=KEEP,
-                           help="Off, with bounded prefill: the persistent cache keeps the replay "
-                                "input and bounded replay recomputes the decoder's windows. "
-                                "Exact prefill always keeps the windows.")
+with inputs:
+    cells = [cell for _ in range(0, len(shown) + own.has_replay, 4) for cell in st.columns(4)]
+    for name, cell in zip(shown, cells):
+        knob_widget(P, name, labels[name], cell)
+    if own.has_replay:
+        cells[len(shown)].toggle("Persist windows", key=f"{P}_keepwin", persist_state=KEEP,
+                                 help="Off, with bounded prefill: the persistent cache keeps the replay "
+                                      "input and bounded replay recomputes the decoder's windows. "
+                                      "Exact prefill always keeps the windows.")
+    typed_warning(P)
+    if line := own_values(own):
+        st.caption(line)
+keep_windows = bool(st.session_state[f"{P}_keepwin"])
 
 knobs = read_knobs(P)
 if preset == "teaching":
@@ -88,7 +116,7 @@ if preset == "teaching":
         share_help = sharing_help(knobs)
     except CalcError as e:
         share_help = plain(e)
-    st.button(SHARING_BUTTON, key=f"{P}_seed4", on_click=_seed_sharing, help=share_help)
+    inputs.button(SHARING_BUTTON, key=f"{P}_seed4", on_click=_seed_sharing, help=share_help)
 try:
     design = build(preset, knobs)
     calc = calculate(design, knobs, keep_windows=keep_windows, first_layer=int(sess.one_based))
@@ -100,8 +128,8 @@ mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
 m = st.columns(4)
-m[0].metric("HBM (accelerator)", human_bytes(hbm.total), help=f"{hbm.total:,} bytes for {knobs.batch} "
-            f"sequence(s) of {knobs.context:,} tokens")
+m[0].metric("HBM (accelerator)", human_bytes(hbm.total), help=f"{hbm.total:,} bytes for "
+            f"{counted(knobs.batch, 'sequence')} of {counted(knobs.context, 'token')}")
 m[1].metric("Per further token", f"{hbm.growth_per_token:,.1f} B",
             help="bytes the growing stores add per token, long run (batch included)")
 m[2].metric("Average per token", f"{hbm.per_token:,.1f} B", help="total / (context x batch)")
@@ -118,7 +146,7 @@ tabs = st.tabs(["Bytes by kind", "By layer", "Derivation", "Check against the ru
                 "What the formula leaves out"])
 with tabs[0]:
     fmt = chart_format(f"{P}_fmt")
-    chart(built(kind_bar, hbm, f"{design.label}: {human_bytes(hbm.total)} at {knobs.context:,} tokens"),
+    chart(built(kind_bar, hbm, f"{design.label}: {human_bytes(hbm.total)} at {counted(knobs.context, 'token')}"),
           f"{P}_kind", fmt, f"cache-{preset}-by-kind")
     if per.total:
         chart(built(kind_bar, per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
@@ -166,14 +194,14 @@ with tabs[3]:
         qp_set(checkn=int(n))
         chk = run_on_click("Run the check", f"{P}_check",
                            lambda progress: check_against_engine(model, int(n), knobs.mode, knobs.rollback, progress),
-                           f"Prefilling {n} tokens ...")
+                           f"Prefilling {counted(int(n), 'token')} ...")
         if chk is not None:
             rows = [{"kind": k, "formula bytes": chk.formula[k], "measured bytes": chk.measured.get(k, 0),
                      "difference": chk.measured.get(k, 0) - chk.formula[k]} for k in chk.formula]
             rows.append({"kind": "total", "formula bytes": sum(chk.formula.values()),
                          "measured bytes": sum(chk.measured.values()), "difference": chk.difference})
             st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{P}_checktable")
-            text = (f"{chk.tokens} tokens, {chk.mode} prefill, rollback {chk.rollback}: formula "
+            text = (f"{counted(chk.tokens, 'token')}, {chk.mode} prefill, rollback {chk.rollback}: formula "
                     f"{sum(chk.formula.values()):,} B, measured {sum(chk.measured.values()):,} B, "
                     f"difference {chk.difference:,} B (prefill took {chk.seconds:.2f} s).")
             if chk.equal:
@@ -203,7 +231,7 @@ with tabs[4]:
         a.metric("Store: decoder window rows per saved context", human_bytes(tr.stored_bytes),
                  help=f"{tr.stored_bytes:,} bytes")
         b.metric("Replay: input kept per saved context", human_bytes(tr.input_bytes), help=f"{tr.input_bytes:,} bytes")
-        c3.metric(f"Replay: recompute {tr.rows_replayed} rows, per reuse", human_flops(tr.flops_per_reuse))
+        c3.metric(f"Replay: recompute {counted(tr.rows_replayed, 'row')}, per reuse", human_flops(tr.flops_per_reuse))
         st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in tr.derivation]),
                      hide_index=True, key=f"{P}_replayrows")
         st.markdown(replay_verdict(tr))
@@ -211,11 +239,11 @@ with tabs[4]:
         st.caption(f"The persistent figure above ({human_bytes(per.total)}) holds {kept} in this mode "
                    f"({knobs.mode} prefill{', windows kept' if keep_windows else ''}).")
         k, total, read = tr.by_reuse[-1]
-        st.markdown(f"Reused **{k:,}** times, replay spends **{human_flops(total)}** in all; storing the windows keeps "
-                    f"**{human_bytes(tr.stored_bytes)}** for as long as the context is kept and reads it back {k:,} "
-                    f"times ({human_bytes(read)} moved). Which side wins depends on the hardware, on how long and how "
-                    "often the context is kept, and on the size of the replay input, so the page gives the numbers "
-                    "rather than a verdict on time.")
+        st.markdown(f"Reused **{counted(k, 'time')}**, replay spends **{human_flops(total)}** in all; storing the "
+                    f"windows keeps **{human_bytes(tr.stored_bytes)}** for as long as the context is kept and reads it "
+                    f"back {counted(k, 'time')} ({human_bytes(read)} moved). Which side wins depends on the hardware, "
+                    "on how long and how often the context is kept, and on the size of the replay input, so the page "
+                    "gives the numbers rather than a verdict on time.")
 with tabs[5]:
     st.markdown(LEAVES_OUT)
     if preset == "v4.1-flash":

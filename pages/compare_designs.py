@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.calculator import LIMITS, CalcError, calculate
+from lessons.calculator import LIMITS, CalcError, calculate, counted
 from lessons.designs import (
     COMPARE_DEFAULT,
     COMPARE_INTRO,
@@ -37,7 +37,8 @@ if raw is not None:
     asked = [x for x in raw.split(",") if x]
     bad = [x for x in asked if x not in keys]
     if bad:
-        st.warning(f"URL parameter designs: unknown design(s) {', '.join(map(quoted, bad[:5]))}"
+        st.warning(f"URL parameter designs: unknown design{'s' if len(bad) > 1 else ''} "
+                   f"{', '.join(map(quoted, bad[:5]))}"
                    f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}; showing the known ones.")
     chosen = [x for x in asked if x in keys] or (list(COMPARE_DEFAULT) if bad else [])
 CTX = 1 << 20
@@ -73,7 +74,7 @@ for c in calcs:
     fixed = h.total - round(h.growth_per_token * h.context)
     rows.append({"design": c.design.label, "facts": c.design.status,
                  "added per token (B)": round(h.growth_per_token, 1), "fixed part": human_bytes(max(0, fixed)),
-                 f"HBM at {int(ctx):,} tokens": human_bytes(h.total), "HBM bytes": h.total,
+                 f"HBM at {counted(int(ctx), 'token')}": human_bytes(h.total), "HBM bytes": h.total,
                  "vs V4.1-Flash": f"{h.total / ref.total:,.2f}x" if ref else "n/a",
                  "persistent per saved context": human_bytes(c.persistent.total)})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key=f"{P}_table")
@@ -87,7 +88,7 @@ seed(f"{P}_log", qp_bool("log"), True)
 log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
 qp_set(log=None if log else "0")
 chart(built(compare_bar, [(c.design.short or c.design.label, c.hbm) for c in calcs],
-            f"Cache on the accelerator at {int(ctx):,} tokens", log),
+            f"Cache on the accelerator at {counted(int(ctx), 'token')}", log),
       f"{P}_bar", fmt, "compare-designs")
 chart(built(role_strip, [c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
 

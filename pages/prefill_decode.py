@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.calculator import CalcError, calculate
+from lessons.calculator import CalcError, calculate, counted
 from lessons.designs import build, defaults
 from lessons.layers import bounded_note
 from lessons.units import human_bytes, human_flops
@@ -128,7 +128,7 @@ qp_set(tread=t_read if t_read != 500 else None, twritten=t_written if t_written 
        mode=mode if mode != "bounded" else None)
 res = run_on_click("Measure one round", f"{P}_measure",
                    lambda progress: measure_round(model, int(t_read), int(t_written), mode, progress),
-                   f"Prefill {t_read} tokens, then decode {t_written} ...")
+                   f"Prefill {counted(int(t_read), 'token')}, then decode {int(t_written):,} ...")
 if res is not None:
     tiny = config_counts(model)
     rows = [
@@ -139,10 +139,11 @@ if res is not None:
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{P}_measured")
     per = res.decode_ms_per_token / res.prefill_ms_per_token if res.prefill_ms_per_token else float("inf")
-    st.markdown(f"On {res.device.upper()}, reading {res.read:,} tokens took **{res.prefill_s:.2f} s** and writing "
-                f"{res.written:,} took **{res.decode_s:.2f} s**: a generated token cost **{per:,.1f}x** the time of a "
-                f"prompt token, although it passes only {tiny['active_decode'] / max(1, tiny['active_prefill']):.1f}x "
-                "the active parameters. On this small model the gap is mostly per-call overhead and the "
+    st.markdown(f"On {res.device.upper()}, reading {counted(res.read, 'token')} took **{res.prefill_s:.2f} s** and "
+                f"writing {res.written:,} took **{res.decode_s:.2f} s**: a generated token cost **{per:,.1f}x** the "
+                f"time of a prompt token, although it passes only "
+                f"{tiny['active_decode'] / max(1, tiny['active_prefill']):.1f}x the active parameters. On this small "
+                "model the gap is mostly per-call overhead and the "
                 "one-token-at-a-time loop, the sequential side of the difference; on the full model, the memory "
                 "traffic of each decoded token dominates instead. Either way, a token-count ratio is a place to "
                 "start measuring, not a prediction of total time.")

@@ -4,6 +4,9 @@ and the engine check shows formula bytes equal to measured bytes."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 from conftest import run_page
 from streamlit.testing.v1 import AppTest
@@ -106,3 +109,63 @@ def test_compare_designs_context_and_url():
     shares = at.table[0].value
     assert "update rule (weights)" in shares.columns and shares.loc["Plain per-layer K/V (GQA, 80 layers)",
                                                                      "prepared data"] == "No"
+
+
+def test_calculator_change_of_design_keeps_the_typed_context_and_shows_only_its_inputs():
+    at = app("cache_calculator")
+    at.number_input(key="cc_context").set_value(131072).run()
+    at.selectbox(key="cc_preset").set_value("v4.1-flash").run()
+    no_errors(at)
+    assert at.number_input(key="cc_context").value == 131072                     # it was replaced by 1,048,576
+    assert any("kept your context (131,072 tokens)" in i.value for i in at.info)
+    assert "131,072 tokens" in at.metric[0].proto.help
+    shown = {n.key for n in at.number_input}
+    assert not shown & {"cc_layers", "cc_numbers", "cc_ratio", "cc_group"}      # greyed, they showed 16 and 128
+    said = " ".join(c.value for c in at.caption)
+    assert "40 layers" in said and "512 numbers per entry" in said
+    at.run()                                                                      # the note was said once
+    assert at.number_input(key="cc_context").value == 131072 and not at.info
+
+
+def test_calculator_says_when_a_typed_number_fell_to_its_first_digits():
+    at = app("cache_calculator", preset="v4.1-flash", context=131072)
+    at.number_input(key="cc_context").set_value(1).run()       # what the browser sends for "1e9"
+    no_errors(at)
+    assert any("1e9" in w.value and "it was 131,072" in w.value for w in at.warning)
+    at.number_input(key="cc_context").set_value(1000000).run()
+    assert not at.warning
+
+
+def test_one_token_is_said_in_the_singular():
+    at = app("compare_designs", ctx=1, designs="v4.1-flash,gqa")
+    no_errors(at)
+    title = json.loads(next(c for c in at.get("plotly_chart") if c.key == "cd_bar").proto.spec)["layout"]["title"]
+    assert title["text"] == "Cache on the accelerator at 1 token"
+    assert "HBM at 1 token" in frame(at, "HBM bytes").columns
+    at = app("cache_calculator", preset="v4.1-flash", context=1)
+    title = json.loads(next(c for c in at.get("plotly_chart") if c.key == "cc_kind").proto.spec)["layout"]["title"]
+    assert title["text"].endswith(" at 1 token") and "of 1 token" in at.metric[0].proto.help
+
+
+def test_memory_charts_read_bytes_in_binary_units_and_keep_legends_clear():
+    from lessons.calculator import calculate
+    from lessons.designs import COMPARE_DEFAULT, DESIGNS, build, defaults, with_context
+    from ui.figures import ROLE_COLORS
+    from ui.figures_memory import EXTRA_ROLE_COLORS, byte_ticks, compare_bar, kind_bar, layer_bar
+
+    assert byte_ticks([8 * 2 ** 20])["ticktext"] == ["0", "2 MiB", "4 MiB", "6 MiB", "8 MiB"]   # not Plotly's "8M"
+    assert byte_ticks([24 * 2 ** 10, 900 * 2 ** 20], log=True)["ticktext"] == ["4 KiB", "16 KiB", "64 KiB", "256 KiB",
+                                                                                "1 MiB", "4 MiB", "16 MiB", "64 MiB",
+                                                                                "256 MiB", "1 GiB"]
+    hbm = calculate(build("v4.1-flash"), defaults("v4.1-flash")).hbm
+    compared = [(k, calculate(build(k, with_context(k, 1 << 20)), with_context(k, 1 << 20)).hbm)
+                for k in COMPARE_DEFAULT]
+    for axis, log in ((kind_bar(hbm, "t").layout.xaxis, False), (layer_bar(hbm, str, "t", True).layout.yaxis, True),
+                      (compare_bar(compared, "t", True).layout.yaxis, True)):
+        assert all(t == "0" or t.endswith(("KiB", "MiB", "GiB")) for t in axis.ticktext), axis.ticktext
+        assert all(v == 0 or math.log2(v).is_integer() for v in axis.tickvals) or not log
+    legend = layer_bar(hbm, str, "t", True).layout.legend            # under the axis title, not on it
+    assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
+    colors = {**ROLE_COLORS, **EXTRA_ROLE_COLORS}
+    roles = sorted({r for _, fn, k in DESIGNS.values() for r in fn(k).roles})
+    assert len({colors[r].lower() for r in roles}) == len(roles)     # one colour per role in the strip's legend

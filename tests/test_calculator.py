@@ -18,11 +18,13 @@ from lessons.calculator import (
     CalcError,
     Knobs,
     calculate,
+    counted,
+    digits_note,
     parse_knobs,
     replay_tradeoff,
     validate_knobs,
 )
-from lessons.designs import DESIGNS, build, defaults, v41_design
+from lessons.designs import DESIGNS, build, defaults, own_values, switch_design, v41_design
 from lessons.workload import agent_round, check_against_engine
 from model import V41Config
 from model.accounting import cache_bytes
@@ -266,3 +268,49 @@ def test_derivation_follows_the_layer_numbering():
     for a, b in shifted:
         n0 = int(a.split("layer ")[1].split()[0])
         assert f"layer {n0 + 1} also serves" in b
+
+
+# ---- what the calculator page says: counts, a change of design, a number the browser cut short --------
+
+def test_counts_are_said_in_the_right_number():
+    assert counted(1, "token") == "1 token" and counted(4096, "token") == "4,096 tokens"
+    assert counted(1, "entry", "entries") == "1 entry" and counted(2, "entry", "entries") == "2 entries"
+    one = calc("teaching", context=1, layers=1, numbers=2, bits=4)
+    assert one.hbm.rows[0].formula == "1 entry x 2 numbers x 1 stored copy x 4 bits / 8 = 1 B"
+    assert "1 layer, each storing 1 entry of 2 numbers" in build("teaching", one.knobs).summary
+
+
+def test_a_change_of_design_keeps_the_context_the_reader_typed():
+    typed = dataclasses.replace(defaults("teaching"), context=131_072, layers=32)
+    k, note = switch_design("teaching", "v4.1-flash", typed)
+    assert k == dataclasses.replace(defaults("v4.1-flash"), context=131_072)   # the rest: V4.1's own values
+    assert "kept your context (131,072 tokens)" in note
+    # a context the reader never changed is the old design's default: the new design's own replaces it, and says so
+    k, note = switch_design("teaching", "v4.1-flash", defaults("teaching"))
+    assert k == defaults("v4.1-flash") and "1,048,576 tokens" in note and "4,096 was the previous design" in note
+    # the window means the same in both V4 designs; the teaching example takes none
+    k, note = switch_design("v4.1-flash", "v4-flash", dataclasses.replace(defaults("v4.1-flash"), window=256, batch=2))
+    assert (k.window, k.batch, k.context) == (256, 2, defaults("v4-flash").context) and "window (256 rows)" in note
+    assert switch_design("v4-flash", "teaching", dataclasses.replace(defaults("v4-flash"), window=256))[0].window == \
+        defaults("teaching").window
+
+
+def test_the_line_for_inputs_a_design_sets_itself():
+    """The page hides the inputs a design ignores and names the design's own values instead (they said the
+    teaching example's 16 layers and 128 numbers while V4.1 was shown)."""
+    cfg = V41Config.preset("v4.1-flash")
+    v41 = own_values(build("v4.1-flash"))
+    assert f"{cfg.num_hidden_layers} layers (+ {cfg.num_nextn_predict_layers} drafter layers)" in v41
+    assert f"{cfg.head_dim} numbers per entry (index keys {cfg.index_head_dim})" in v41
+    assert "1 or 2 tokens per entry" in v41 and "4 stored copies of the compressed latents" in v41
+    assert "16 layers" not in v41 and "128 numbers per entry" not in v41
+    assert "no window" in own_values(build("teaching")) and "every layer stores its own" in own_values(build("v3.2"))
+    assert "4 or 128 tokens per entry" in own_values(build("v4-flash"))
+
+
+def test_a_number_cut_to_its_first_digits_is_explained():
+    """A number box reads 1e9 as 1: the app sees only the 1, and says what may have happened."""
+    note = digits_note("context", "Context length", 131_072, 1)
+    assert note and "now 1 (it was 131,072)" in note and "1e9" in note and "16,777,216" in note
+    assert digits_note("context", "Context length", 4096, 8192) is None      # a larger value: nothing to say
+    assert digits_note("context", "Context length", 100, 50) is None         # a small step down

@@ -3,6 +3,7 @@ and a layer-role strip per design."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable, Sequence
 
@@ -16,18 +17,59 @@ KIND_COLORS = {
     "window": "#9aa5b1", "latents": "#1f77b4", "kv": "#d62728", "index_keys": "#ff7f0e", "block_scales": "#bcbd22",
     "pending": "#8c564b", "recurrent_state": "#2ca02c", "drafter": "#9467bd", "replay_input": "#e377c2",
 }
+# every role its own colour, so that the strip's legend names one role per colour; V4.1's roles keep the layer
+# map's colours (ROLE_COLORS), and a layer that reads another's copy is a lighter shade of its owner's colour
 EXTRA_ROLE_COLORS = {
-    "Drafter": "#9467bd", "CSA (ratio 4)": "#3b4cc0", "HCA (ratio 128)": "#17becf", "MLA + indexer": "#d62728",
-    "Own copy": "#d62728", "Shares copy": "#f4a6a6", "Local": "#9aa5b1", "Global": "#d62728",
-    "Local (shared K/V)": "#cfd5db", "Global (shared K/V)": "#f4a6a6", "Sparse attention (K/V)": "#d62728",
-    "Gated DeltaNet (state)": "#2ca02c", "Block layer 0": "#6a3d9a", "Block layer 1": "#9e7cc1",
-    "Block layer 2": "#c2a5cf", "Block layer 3": "#e7d4e8",
+    "Drafter": "#9467bd", "CSA (ratio 4)": "#08306b", "HCA (ratio 128)": "#17becf", "MLA + indexer": "#00665e",
+    "Own copy": "#d62728", "Shares copy": "#f4a6a6", "Local": "#e6c200", "Local (shared K/V)": "#f5e6a1",
+    "Global": "#7a0177", "Global (shared K/V)": "#d4a5d9", "Sparse attention (K/V)": "#e7298a",
+    "Gated DeltaNet (state)": "#2ca02c", "Block layer 0": "#543005", "Block layer 1": "#8c510a",
+    "Block layer 2": "#bf812d", "Block layer 3": "#dfc27d",
 }
+# a legend placed from the figure's bottom edge: Plotly then widens the bottom margin to hold it under the x axis
+# title (placed from the plot, at y=-0.25, it ran into the title, and wrapped into the plot when narrow)
+UNDER_AXIS_TITLE = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left")
+BINARY = (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
 
 
 def chart_config(fmt: str = "png", filename: str = "cache") -> dict:
     """Plotly modebar options: the camera button downloads the chart client-side as PNG or SVG."""
     return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": filename, "scale": 2}}
+
+
+def _binary(b: float) -> str:
+    """A tick label in binary units: 512 KiB, 8 MiB, 1.5 GiB (lessons.units.human_bytes, without its decimals)."""
+    for unit, f in BINARY:
+        if b >= f:
+            return f"{b / f:,.4g} {unit}"
+    return f"{b:,.4g} B"
+
+
+def _stacks(stacks: Sequence[dict[str, int]]) -> list[int]:
+    """The bytes a log axis must span for stacked bars: each bar's bottom segment and its total."""
+    return [v for s in stacks for v in (next((s[k] for k in KINDS if s.get(k)), 0), sum(s.values()))]
+
+
+def byte_ticks(values: Sequence[float], log: bool = False) -> dict:
+    """Axis ticks that read bytes in binary units, as every byte label on these pages does (Plotly's own ticks are
+    SI: "8M" beside "8.00 MiB"), for an axis spanning `values`. Log axes: powers of two, a step of 1, 2, 5, 10 or
+    20 doublings so that 1 KiB, 1 MiB and 1 GiB are ticks; linear axes: at most 7 steps of 1, 2 or 5 x 10^k of the
+    largest value's unit."""
+    vals = [v for v in values if v > 0]
+    if not vals:
+        return {}
+    top = max(vals)
+    if log:
+        lo, hi = math.floor(math.log2(min(vals))) - 1, math.ceil(math.log2(top)) + 1
+        step = next((s for s in (1, 2, 5, 10) if (hi - lo) / s <= 10), 20)
+        ticks = [2.0 ** e for e in range(lo - lo % step, hi + 1, step)]
+    else:
+        f = next((f for _, f in BINARY if top >= f), 1)
+        span = top / f
+        size = 10.0 ** (math.floor(math.log10(span)) - 1)
+        step = next(m * size for m in (1, 2, 5, 10, 20, 50, 100) if span / (m * size) <= 7 and m * size * f >= 1)
+        ticks = [i * step * f for i in range(int(span / step) + 1)]
+    return dict(tickmode="array", tickvals=ticks, ticktext=[_binary(t) if t else "0" for t in ticks])
 
 
 def kind_bar(res: CacheResult, title: str) -> go.Figure:
@@ -36,7 +78,7 @@ def kind_bar(res: CacheResult, title: str) -> go.Figure:
     fig = go.Figure(go.Bar(x=vals, y=[KIND_LABELS[k] for k in kinds], orientation="h",
                            marker_color=[KIND_COLORS[k] for k in kinds], text=[human_bytes(v) for v in vals],
                            textposition="auto", hovertemplate="%{y}: %{x:,} bytes<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="bytes", height=80 + 44 * max(1, len(kinds)),
+    fig.update_layout(title=title, xaxis=dict(title="bytes", **byte_ticks(vals)), height=80 + 44 * max(1, len(kinds)),
                       margin=dict(l=10, r=20, t=50, b=40), yaxis=dict(autorange="reversed"))
     return fig
 
@@ -50,9 +92,11 @@ def layer_bar(res: CacheResult, label: Callable[[int], str], title: str, log: bo
         if any(ys):
             fig.add_bar(x=xs, y=ys, name=KIND_LABELS[k], marker_color=KIND_COLORS[k],
                         hovertemplate="%{x}: %{y:,} bytes<extra>" + KIND_LABELS[k] + "</extra>")
-    fig.update_layout(barmode="stack", title=title, xaxis_title="layer holding the stored copy", yaxis_title="bytes",
-                      yaxis_type="log" if log else "linear", height=380, margin=dict(l=10, r=10, t=50, b=40),
-                      xaxis=dict(type="category"), legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(barmode="stack", title=title, xaxis_title="layer holding the stored copy",
+                      yaxis=dict(title="bytes", type="log" if log else "linear",
+                                 **byte_ticks(_stacks(list(res.by_layer.values())), log)),
+                      height=420, margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(type="category"),
+                      legend=UNDER_AXIS_TITLE)
     return fig
 
 
@@ -65,8 +109,9 @@ def compare_bar(results: Sequence[tuple[str, CacheResult]], title: str, log: boo
             fig.add_bar(x=names, y=ys, name=KIND_LABELS[k], marker_color=KIND_COLORS[k],
                         hovertext=[human_bytes(y) for y in ys], hovertemplate="%{x}<br>%{hovertext}<extra>"
                         + KIND_LABELS[k] + "</extra>")
-    fig.update_layout(barmode="stack", title=title, yaxis_title="bytes on the accelerator",
-                      yaxis_type="log" if log else "linear", height=420, margin=dict(l=10, r=10, t=50, b=40),
+    fig.update_layout(barmode="stack", title=title, height=420, margin=dict(l=10, r=10, t=50, b=40),
+                      yaxis=dict(title="bytes on the accelerator", type="log" if log else "linear",
+                                 **byte_ticks(_stacks([r.by_kind for _, r in results]), log)),
                       legend=dict(orientation="h", y=-0.2))
     return fig
 
@@ -96,8 +141,8 @@ def role_strip(designs: Sequence[Design], one_based: bool = False) -> go.Figure:
             seen.add(role)
     fig.update_layout(title="Layer roles: what each layer stores or shares", height=120 + 60 * len(designs),
                       xaxis_title="layer (" + ("1-based" if one_based else "0-based") + ")",
-                      yaxis=dict(autorange="reversed", type="category"), margin=dict(l=10, r=10, t=50, b=40),
-                      legend=dict(orientation="h", y=-0.35))
+                      yaxis=dict(autorange="reversed", type="category"), margin=dict(l=10, r=10, t=50, b=10),
+                      legend=UNDER_AXIS_TITLE)
     return fig
 
 

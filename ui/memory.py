@@ -8,7 +8,17 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from lessons.calculator import KNOB_HELP, LIMITS, MODES, SUPPORTED_BITS, CalcError, Calculation, Knobs, parse_knobs
+from lessons.calculator import (
+    KNOB_HELP,
+    LIMITS,
+    MODES,
+    SUPPORTED_BITS,
+    CalcError,
+    Calculation,
+    Knobs,
+    digits_note,
+    parse_knobs,
+)
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
@@ -78,19 +88,39 @@ def init_knobs(prefix: str, defaults: Knobs, force: bool = False) -> list[str]:
     return msgs
 
 
-def knob_widget(prefix: str, name: str, used: bool, label: str | None = None, col=None) -> None:
+def knob_widget(prefix: str, name: str, label: str | None = None, col=None) -> None:
+    """One input of a design; the page draws only those the design takes (a greyed input would show a value the
+    design ignores)."""
     where = col or st
     key = f"{prefix}_{name}"
-    help_ = KNOB_HELP[name] + ("" if used else " (not used by this design)")
+    help_ = KNOB_HELP[name]
     text = label or KNOB_HELP[name].capitalize()
     if name == "bits":
-        where.selectbox(text, SUPPORTED_BITS, key=key, disabled=not used, help=help_, persist_state=KEEP)
+        where.selectbox(text, SUPPORTED_BITS, key=key, help=help_, persist_state=KEEP)
     elif name == "mode":
-        where.radio(text, MODES, key=key, disabled=not used, help=help_, horizontal=True, persist_state=KEEP)
+        where.radio(text, MODES, key=key, help=help_, horizontal=True, persist_state=KEEP)
     else:
         lo, hi = LIMITS[name]
-        where.number_input(text, min_value=lo, max_value=hi, step=1, key=key, disabled=not used, help=help_,
-                           persist_state=KEEP)
+        where.number_input(text, min_value=lo, max_value=hi, step=1, key=key,
+                           help=f"{help_}: a whole number from {lo:,} to {hi:,}, typed as digits",
+                           on_change=_typed, args=(prefix, name, text), persist_state=KEEP)
+        st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
+
+
+def _typed(prefix: str, name: str, label: str) -> None:
+    """Keep a note when a typed number fell to a few units: the browser's number box turns 1e9 into 1 and the app
+    sees only the 1 (lessons.calculator.digits_note)."""
+    key = f"{prefix}_{name}"
+    was, now = st.session_state.get(f"{key}_was"), st.session_state[key]
+    note = digits_note(name, label.split(" (")[0], was, now) if isinstance(was, int) else None
+    st.session_state[f"{prefix}_typed"] = (key, now, note) if note else None
+
+
+def typed_warning(prefix: str) -> None:
+    """The note `_typed` kept, while its input still holds the value the note speaks of."""
+    note = st.session_state.get(f"{prefix}_typed")
+    if note and st.session_state.get(note[0]) == note[1]:
+        st.warning(note[2])
 
 
 def read_knobs(prefix: str) -> Knobs:
