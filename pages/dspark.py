@@ -178,8 +178,8 @@ else:
         st.write(f"Step {si}: the drafter proposed {len(lg.drafted)} token(s) after the anchor; the target checked "
                  f"them in one pass and accepted {lg.accepted}.")
         st.code("anchor: " + tok(lg.anchor), language=None)
-        if lg.drafted:   # numbers to 3 places; a dash where a value does not apply (a position never checked)
-            st.dataframe(pd.DataFrame([{k: "–" if v is None else f"{v:.3f}" if isinstance(v, float) else v
+        if lg.drafted:   # numbers to 4 significant digits; a dash where a value does not apply (never checked)
+            st.dataframe(pd.DataFrame([{k: "–" if v is None else f"{v:.4g}" if isinstance(v, float) else v
                                         for k, v in r.items()} for r in rows]), hide_index=True)
         else:
             st.caption("No drafts this step (the confidence or the token limit stopped the drafter): a plain step.")
