@@ -96,7 +96,7 @@ def recurrence(weights: str, text: str, layer: int) -> str:
 FIGURE3_LINES = {
     "attn": ["print(f\"window rows read: {ll.window_rows}\")",
              "print(f\"entries stored: {ll.entries_stored}\")",
-             "print(f\"entries selected: {ll.entries_selected}\")",
+             "print(f\"entries read: {ll.entries_selected}\")",
              "print(f\"entries visible: {ll.entries_visible}\")",
              "sh = ll.shares",
              "print(f\"shares: window {sh['window']:.1%}, selected entries {sh['entries']:.1%}, \"",

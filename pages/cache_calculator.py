@@ -18,16 +18,8 @@ from lessons.calculator import (
     replay_verdict,
     windows_persist,
 )
-from lessons.designs import (
-    CALCULATOR_PRESETS,
-    DESIGNS,
-    SHARING_BUTTON,
-    build,
-    defaults,
-    own_values,
-    sharing_help,
-    switch_design,
-)
+from lessons.design_inputs import own_values, switch_design
+from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, defaults, sharing_help
 from lessons.layers import map_line
 from lessons.units import human_bytes, human_flops
 from lessons.workload import check_against_engine

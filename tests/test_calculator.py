@@ -24,7 +24,8 @@ from lessons.calculator import (
     replay_tradeoff,
     validate_knobs,
 )
-from lessons.designs import DESIGNS, build, defaults, own_values, switch_design, v41_design
+from lessons.design_inputs import own_values, switch_design
+from lessons.designs import DESIGNS, build, defaults, v41_design
 from lessons.workload import agent_round, check_against_engine
 from model import V41Config
 from model.accounting import cache_bytes

@@ -143,7 +143,7 @@ def test_figure3_live_snippet(tmp_path):
     out = run_snippet(snippet(at), tmp_path)
     m = metrics(at)
     assert out["window rows read"] == m["window rows read"]
-    assert out["entries stored"] == m["entries stored"] and out["entries selected"] == m["entries selected"]
+    assert out["entries stored"] == m["entries stored"] and out["entries read"] == m["entries read"]
     body = "\n".join(str(x.value) for x in at.markdown)
     w, e, s = re.match(r"window (\S+), selected entries (\S+), sink (\S+)", out["shares"]).groups()
     assert f"window {w}, selected entries {e}, sink {s}." in body
