@@ -69,8 +69,8 @@ st.session_state[f"{P}_shown"] = preset            # the design a change of desi
 # what comes and goes with a run or a design (notes, the inputs a design takes) sits in two containers, so that the
 # elements below keep their places between runs, and the tabs the tab the reader opened
 notes, inputs = st.container(), st.container()
-if note := st.session_state.pop(f"{P}_switched", None):
-    notes.info(note)
+if note := st.session_state.pop(f"{P}_switched", None):   # an event, not a state: a link to the page never shows it
+    st.toast(note, icon=":material/swap_horiz:", duration="long")
 base = defaults(preset)
 for msg in init_knobs(P, base):
     notes.warning(f"URL parameter {plain(msg, limit=400)}")

@@ -117,7 +117,7 @@ def test_calculator_change_of_design_keeps_the_typed_context_and_shows_only_its_
     at.selectbox(key="cc_preset").set_value("v4.1-flash").run()
     no_errors(at)
     assert at.number_input(key="cc_context").value == 131072                     # it was replaced by 1,048,576
-    assert any("kept your context (131,072 tokens)" in i.value for i in at.info)
+    assert any("kept your context (131,072 tokens)" in t.value for t in at.toast)
     assert "131,072 tokens" in at.metric[0].proto.help
     shown = {n.key for n in at.number_input}
     assert not shown & {"cc_layers", "cc_numbers", "cc_ratio", "cc_group"}      # greyed, they showed 16 and 128
