@@ -124,10 +124,13 @@ class AppPage:
         p = self.page
         p.wait_for_selector('[data-testid="stApp"]')
         time.sleep(0.3)      # let a rerun that was just triggered register as running
+        # a fresh server's first visit shows the bare page list and an empty, "notRunning" page before the app's
+        # first run is under way: every page of the app draws its title (h1), so wait for that too
         p.wait_for_function(
             """() => { const a = document.querySelector('[data-testid="stApp"]');
                        return a && a.getAttribute('data-test-script-state') === 'notRunning'
-                              && !document.querySelector('[data-testid="stSkeleton"]'); }""",
+                              && !document.querySelector('[data-testid="stSkeleton"]')
+                              && document.querySelector('[data-testid="stMain"] h1'); }""",
             timeout=TIMEOUT_MS)
         if charts:  # visible charts only: those in closed tabs or expanders draw when opened
             p.wait_for_function(
