@@ -79,10 +79,15 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+DIGITS_CUT = ("context",)   # inputs whose sensible values run to many digits: a single digit there is a cut 1e9
+
+
 def digits_note(name: str, label: str, was: int, now: int) -> str | None:
-    """What to tell a reader whose typed number fell to a few units (a browser's number box reads '1e9' or '2.5e6'
-    as its first digits, 1 and 2, and the app only sees that); None when the change does not look like that."""
-    if now >= 1000 or was < 10 * now:
+    """What to tell a reader whose typed number fell to a single digit (a browser's number box reads '1e9' or
+    '2.5e6' as its first digits, 1 and 2, and the app only sees that); None when the change does not look like that.
+    Only for inputs whose sensible values are large (the context): a batch of 4 or a rollback of 0 is an ordinary
+    choice."""
+    if name not in DIGITS_CUT or now >= 10 or was < 100:
         return None
     lo, hi = LIMITS[name]
     return (f"{label} is now {now:,} (it was {was:,}). This box reads digits only and stops at the first other "

@@ -337,9 +337,10 @@ def row_detail(inp: PoolInputs, res: LayerResult, row: int) -> RowDetail:
                      indexer_mass=float(res.indexer_mass[row]), attention_mass=float(res.attention_mass[row]))
 
 
-def scale_note(cfg, release, blocks: int | None = None, topk: int | None = None) -> str:
-    """Whose pool the statistics describe: the running model's at the sizes the reader chose (`blocks`, `topk`;
-    None: as configured), not the release's (both from their configs)."""
+def scale_note(cfg, release, blocks: int | None = None, topk: int | None = None, chosen: bool = True) -> str:
+    """Whose pool the statistics describe: the running model's at the sizes in use (`blocks`, `topk`; None: as
+    configured; `chosen`: the reader moved the sliders, else the sizes are the most a short prompt allows), not the
+    release's (both from their configs)."""
     pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
     rel = release.candidate_topk_blocks * release.candidate_block_size
     blocks = cfg.candidate_topk_blocks if blocks is None else blocks
@@ -347,7 +348,8 @@ def scale_note(cfg, release, blocks: int | None = None, topk: int | None = None)
     if (blocks, topk) == (cfg.candidate_topk_blocks, cfg.index_topk):
         whose = f"the running model's pool ({pool:,} entries, top-{cfg.index_topk} inside it)"
     else:
-        whose = (f"the running model's scores re-selected at the sizes chosen above ({blocks} "
+        where = "the sizes chosen above" if chosen else "the most this prompt's entries allow"
+        whose = (f"the running model's scores re-selected at {where} ({blocks} "
                  f"block{'s' * (blocks != 1)} x "
                  f"{cfg.candidate_block_size} = {blocks * cfg.candidate_block_size:,} entries, top-{topk} inside "
                  f"it; as configured: {pool:,} entries, top-{cfg.index_topk})")

@@ -113,7 +113,7 @@ class ReuseFacts:
     same_selection: bool      # picks identical to its index source (all rows)
     share_gap: float          # largest share difference over the picked entries (all rows, heads)
     lens_differs: int         # rows where the logit-lens top token differs from the source's
-    largest_share: float = 0.0  # the most either layer gave one picked entry (all rows, heads)
+    largest_share: float = 0.0  # the most either layer gave one of its picked entries (all rows, heads)
 
     @property
     def entries_idle(self) -> bool:
@@ -129,10 +129,12 @@ def reuse_facts(trace, layer: int) -> ReuseFacts:
     src = trace.layers[s.index_source]
     same = src.topk is not None and torch.equal(src.topk, rec.shares.entry_ids)
     gap = big = 0.0
+    if rec.shares.entries.numel():   # the most either layer gave one of its picks: idle or not, whatever they picked
+        big = max(float((sh.entries * (sh.entry_ids >= 0).unsqueeze(2)).max()) if sh.entries.numel() else 0.0
+                  for sh in (rec.shares, src.shares))
     if same and rec.shares.entries.numel():
         valid = (rec.shares.entry_ids >= 0).unsqueeze(2)
         gap = float(((rec.shares.entries - src.shares.entries).abs() * valid).max())
-        big = float((torch.maximum(rec.shares.entries, src.shares.entries) * valid).max())
     differs = 0
     if rec.lens_ids is not None and src.lens_ids is not None:
         differs = int((rec.lens_ids[..., 0] != src.lens_ids[..., 0]).sum())

@@ -41,7 +41,7 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 P = "cc"
@@ -65,6 +65,7 @@ def _switch_design() -> None:
 
 preset = st.selectbox("Design", CALCULATOR_PRESETS, format_func=lambda k: DESIGNS[k][0], key=f"{P}_preset",
                       on_change=_switch_design, persist_state=KEEP)
+shown_before = st.session_state.get(f"{P}_shown")
 st.session_state[f"{P}_shown"] = preset            # the design a change of design starts from
 # what comes and goes with a run or a design (notes, the inputs a design takes) sits in two containers, so that the
 # elements below keep their places between runs, and the tabs the tab the reader opened
@@ -72,7 +73,9 @@ notes, inputs = st.container(), st.container()
 if note := st.session_state.pop(f"{P}_switched", None):   # an event, not a state: a link to the page never shows it
     st.toast(note, icon=":material/swap_horiz:", duration="long")
 base = defaults(preset)
-for msg in init_knobs(P, base):
+# a link to another design than the one this session showed: its URL is the whole state (defaults left out)
+linked = arrived() and qp_get("preset") is not None and shown_before not in (None, preset)
+for msg in init_knobs(P, base, fresh=linked):
     notes.warning(f"URL parameter {plain(msg, limit=400)}")
 own = build(preset, base)
 used = own.knobs_used
@@ -97,7 +100,7 @@ with inputs:
     typed_warning(P)
     if line := own_values(own):
         st.caption(line)
-keep_windows = bool(st.session_state[f"{P}_keepwin"])
+keep_windows = bool(st.session_state[f"{P}_keepwin"]) and own.has_replay   # the toggle is drawn only there
 
 knobs = read_knobs(P)
 if preset == "teaching":
@@ -115,7 +118,7 @@ try:
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
     st.stop()
-qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows else None)
+qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows and own.has_replay else None)
 mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
@@ -167,7 +170,8 @@ with tabs[2]:
                 "(x sequences). Block scales and padding are rows of their own.")
     st.dataframe(derivation_table(calc), hide_index=True, width="stretch", key=f"{P}_rows",
                  column_config={"bytes": st.column_config.NumberColumn(format="localized")})
-    downloads(calc, f"cache-{preset}-{knobs.context}", P)
+    # the files' layer column follows the sidebar's numbering: their name says which
+    downloads(calc, f"cache-{preset}-{knobs.context}-layers-from-{int(sess.one_based)}", P)
 with tabs[3]:
     model = sess.model
     if model is None:

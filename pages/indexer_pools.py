@@ -112,7 +112,7 @@ st.caption("Live (pure, from the cached index scores): pool, selections, recall,
 
 rows = summary_rows(inp, results, sess.one_based)
 st.subheader("Per Reindex layer")
-st.info(scale_note(cfg, V41Config.preset("v4.1-flash"), int(nb), int(k)))
+st.info(scale_note(cfg, V41Config.preset("v4.1-flash"), int(nb), int(k), chosen=(nb, k) != (nb_default, k_default)))
 st.caption(map_line(cfg, sess.one_based))
 table = pd.DataFrame(rows)
 st.dataframe(table, hide_index=True, key="pool_table")

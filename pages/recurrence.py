@@ -82,7 +82,9 @@ st.write(f"On {lt.n_tokens} tokens, layer {sess.num(rf.kv_source)} made {rf.entr
          + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
 reproduce(snippets.recurrence(sess.weights, lt.text, layer), "recurrence")
 picker = sess.num(rf.index_source)
-if rf.entries_idle:
+if not rf.same_selection:
+    shares = f"Its picks are not layer {picker}'s, so the shares are not compared entry by entry."
+elif rf.entries_idle:
     shares = (f"Neither it nor layer {picker} gives those entries any weight on these weights (at most "
               f"{rf.largest_share:.4f} of a head's attention): here both read only their windows, so their "
               "shares cannot differ. Pick an encoder Reuse layer, or load the recall checkpoint, to see a fresh "

@@ -221,3 +221,21 @@ def test_glossary_search_narrows_the_table_and_survives_a_miss():
     miss = page_at("glossary", find="zzzz-no-such-word")
     assert any("No term holds every word" in x.value for x in miss.info)
     assert len(miss.table[0].value) == len(every.table[0].value)     # everything listed, not an empty table
+
+
+def test_a_link_to_another_design_opens_with_that_designs_inputs():
+    """A link names only the inputs off its design's defaults: arriving by one for another design than the session
+    showed, a missing input is that design's default, not the value the session held for the previous design."""
+    from lessons.designs import defaults
+
+    at = app_at("cache_calculator")
+    at.selectbox(key="cc_bits").set_value(4).run()            # the teaching example at 4 bits
+    ok(at)
+    go(at, "start")
+    go(at, "cache_calculator", preset="v3.2", weights="random")
+    ok(at)
+    v32 = defaults("v3.2")
+    assert at.number_input(key="cc_context").value == v32.context
+    assert "bits" not in url(at) and "context" not in url(at)             # the link's state, not the session's
+    fresh = page_at("cache_calculator", preset="v3.2", weights="random")
+    assert view(fresh) == view(at)

@@ -315,3 +315,7 @@ def test_a_number_cut_to_its_first_digits_is_explained():
     assert note and "now 1 (it was 131,072)" in note and "1e9" in note and "16,777,216" in note
     assert digits_note("context", "Context length", 4096, 8192) is None      # a larger value: nothing to say
     assert digits_note("context", "Context length", 100, 50) is None         # a small step down
+    assert digits_note("context", "Context length", 64, 2) is None           # from a small context: a choice
+    for name, was, now in (("batch", 64, 4), ("rollback", 1, 0), ("window", 128, 8), ("ratio", 128, 4),
+                           ("replay", 128, 8)):
+        assert digits_note(name, name, was, now) is None, name               # ordinary small values elsewhere

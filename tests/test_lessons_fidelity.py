@@ -211,7 +211,9 @@ def test_pool_statistics_name_whose_pool_they_describe():
     assert scale_note(tiny, rel, tiny.candidate_topk_blocks, tiny.index_topk) == t
     moved = scale_note(tiny, rel, 1, 256)                  # the sliders moved: the note says the chosen sizes
     assert f"1 block x {tiny.candidate_block_size} = {tiny.candidate_block_size:,} entries, top-256" in moved
-    assert "(16,384 entries, top-512)" in moved
+    assert "(16,384 entries, top-512)" in moved and "chosen above" in moved
+    clamped = scale_note(tiny, rel, 2, 11, chosen=False)   # a short prompt: the sliders' most, not the reader's pick
+    assert "the most this prompt's entries allow" in clamped and "chosen above" not in clamped
 
 
 def _abl_rows(full_far, win_far, n=30, loss_full=3.0, loss_win=3.0):

@@ -73,9 +73,11 @@ def downloads(calc: Calculation, stem: str, key: str) -> None:
 
 # ---- knobs mirrored in the URL -------------------------------------------------------------------
 
-def init_knobs(prefix: str, defaults: Knobs, force: bool = False) -> list[str]:
+def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = False) -> list[str]:
     """Seed every knob's widget value (ui.state rule: the URL's value on arrival, validated, then the session's,
-    then the design's default; `force`: the defaults, after a change of design). Returns the URL's problems.
+    then the design's default; `force`: the defaults, after a change of design; `fresh`: a link to another design
+    than the session's, whose URL leaves out the inputs at that design's defaults, so a missing one is its default,
+    not the session's value for the previous design). Returns the URL's problems.
     Each knob is checked by its own key: Streamlit drops a widget's value while its page is not drawn, so a
     flag saying "already initialised" would outlive the values it speaks for."""
     names = list(LIMITS) + ["bits", "mode"]
@@ -83,7 +85,7 @@ def init_knobs(prefix: str, defaults: Knobs, force: bool = False) -> list[str]:
     k, msgs = parse_knobs(raw, defaults)
     for name, v in dataclasses.asdict(k).items():
         key = f"{prefix}_{name}"
-        if force or raw.get(name) is not None or key not in st.session_state:
+        if force or fresh or raw.get(name) is not None or key not in st.session_state:
             st.session_state[key] = v if raw.get(name) is not None else getattr(defaults, name)
     return msgs
 
