@@ -21,7 +21,7 @@ from typing import Mapping
 
 from model.accounting import keep_rows
 
-from .units import human_bytes, human_flops
+from .units import counted, human_bytes, human_flops
 
 SUPPORTED_BITS = (4, 8, 16, 32)
 MODES = ("exact", "bounded")
@@ -72,11 +72,6 @@ KNOB_HELP = {
     "ratio": "tokens pooled into one entry", "window": "sliding-window rows",
     "replay": "rows recomputed by bounded replay", "rollback": "rollback slack (positions)", "mode": "prefill mode",
 }
-
-
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """'1 token', '4,096 tokens': a count with its noun in the right number."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 DIGITS_CUT = ("context",)   # inputs whose sensible values run to many digits: a single digit there is a cut 1e9

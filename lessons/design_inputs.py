@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from .calculator import KIND_LABELS, LIMITS, Design, Knobs, counted
+from .calculator import KIND_LABELS, LIMITS, Design, Knobs
 from .designs import DESIGNS, build, defaults
+from .units import counted
 
 SHARED_KNOBS = ("context", "batch", "window")   # inputs that mean the same thing in every design that takes them
 

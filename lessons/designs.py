@@ -20,9 +20,9 @@ from typing import Callable
 from model import V41Config, layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format
 
-from .calculator import CalcError, Design, Knobs, Part, Store, calculate, counted, validate_knobs
+from .calculator import CalcError, Design, Knobs, Part, Store, calculate, validate_knobs
 from .sources import EXPLAINER_1, EXPLAINER_2, marker
-from .units import human_bytes
+from .units import counted, human_bytes
 
 MIB = 1 << 20
 

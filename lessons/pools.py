@@ -38,6 +38,8 @@ from model.arch import NEG_INF, apply_rope, candidate_pool, collapse, mask_visib
 from model.inference import FULL, Trace
 from model.quant import fake_latent
 
+from .units import counted
+
 INTRO = (
     "A long prompt leaves many compressed entries to choose from. V4.1 narrows the search in two steps: the "
     "first decoder layer scores every visible entry, for every query, and keeps the best blocks as a candidate "
@@ -349,8 +351,7 @@ def scale_note(cfg, release, blocks: int | None = None, topk: int | None = None,
         whose = f"the running model's pool ({pool:,} entries, top-{cfg.index_topk} inside it)"
     else:
         where = "the sizes chosen above" if chosen else "the most this prompt's entries allow"
-        whose = (f"the running model's scores re-selected at {where} ({blocks} "
-                 f"block{'s' * (blocks != 1)} x "
+        whose = (f"the running model's scores re-selected at {where} ({counted(blocks, 'block')} x "
                  f"{cfg.candidate_block_size} = {blocks * cfg.candidate_block_size:,} entries, top-{topk} inside "
                  f"it; as configured: {pool:,} entries, top-{cfg.index_topk})")
     return (f"These statistics come from {whose}, not from the release's pool ({rel:,} entries, "

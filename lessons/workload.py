@@ -19,9 +19,9 @@ import torch
 
 from model import decode_step, prefill
 
-from .calculator import CalcError, Knobs, calculate, counted
+from .calculator import CalcError, Knobs, calculate
 from .designs import v41_design
-from .units import human_flops
+from .units import counted, human_flops
 
 AGENT_READ = 10_000
 AGENT_WRITTEN = 100

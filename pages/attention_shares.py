@@ -19,6 +19,7 @@ from lessons.shares import (
     share_view,
     two_value_mix,
 )
+from lessons.units import counted
 from ui.common import built, page_header
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
@@ -85,8 +86,8 @@ else:
 qp_set(layer=layer, head=head, pos=pos)
 view = share_view(tr, layer, pos, lt.tokens)
 st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(layer)} is "
-           f"{tr.layers[layer].spec.role}; it read {(nw := sum(k == 'window' for k in view.kinds))} window "
-           f"row{'s' * (nw != 1)} and {(ne := len(view.entry_ids))} compressed entr{'y' if ne == 1 else 'ies'}.")
+           f"{tr.layers[layer].spec.role}; it read {counted(sum(k == 'window' for k in view.kinds), 'window row')} "
+           f"and {counted(len(view.entry_ids), 'compressed entry', 'compressed entries')}.")
 st.plotly_chart(built(share_heatmap, view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
                       title=f"Shares at layer {sess.num(layer)}, position {pos}"),
                 key="sh_heat", config={"displayModeBar": False})

@@ -13,7 +13,6 @@ from lessons.calculator import (
     CalcError,
     Knobs,
     calculate,
-    counted,
     replay_tradeoff,
     replay_verdict,
     windows_persist,
@@ -21,7 +20,7 @@ from lessons.calculator import (
 from lessons.design_inputs import own_values, switch_design
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, defaults, sharing_help
 from lessons.layers import map_line
-from lessons.units import human_bytes, human_flops
+from lessons.units import counted, human_bytes, human_flops
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
 from ui.common import built, page_header

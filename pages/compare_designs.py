@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.calculator import LIMITS, CalcError, calculate, counted
+from lessons.calculator import LIMITS, CalcError, calculate
 from lessons.designs import (
     COMPARE_DEFAULT,
     COMPARE_INTRO,
@@ -18,7 +18,7 @@ from lessons.designs import (
     v4_to_v41_waterfall,
     with_context,
 )
-from lessons.units import human_bytes
+from lessons.units import counted, human_bytes
 from ui.common import built, page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format

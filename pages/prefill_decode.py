@@ -6,10 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.calculator import CalcError, calculate, counted
+from lessons.calculator import CalcError, calculate
 from lessons.designs import build, defaults
 from lessons.layers import bounded_note
-from lessons.units import human_bytes, human_flops
+from lessons.units import counted, human_bytes, human_flops
 from lessons.workload import (
     CLAIM_NOTE,
     MEASURE_TEXT,

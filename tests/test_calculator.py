@@ -18,7 +18,6 @@ from lessons.calculator import (
     CalcError,
     Knobs,
     calculate,
-    counted,
     digits_note,
     parse_knobs,
     replay_tradeoff,
@@ -26,6 +25,7 @@ from lessons.calculator import (
 )
 from lessons.design_inputs import own_values, switch_design
 from lessons.designs import DESIGNS, build, defaults, v41_design
+from lessons.units import counted
 from lessons.workload import agent_round, check_against_engine
 from model import V41Config
 from model.accounting import cache_bytes

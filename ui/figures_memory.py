@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 
 from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design
-from lessons.units import human_bytes
+from lessons.units import BINARY, human_bytes
 from ui.figures import ROLE_COLORS
 
 KIND_COLORS = {
@@ -29,20 +29,11 @@ EXTRA_ROLE_COLORS = {
 # a legend placed from the figure's bottom edge: Plotly then widens the bottom margin to hold it under the x axis
 # title (placed from the plot, at y=-0.25, it ran into the title, and wrapped into the plot when narrow)
 UNDER_AXIS_TITLE = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left")
-BINARY = (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
 
 
 def chart_config(fmt: str = "png", filename: str = "cache") -> dict:
     """Plotly modebar options: the camera button downloads the chart client-side as PNG or SVG."""
     return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": filename, "scale": 2}}
-
-
-def _binary(b: float) -> str:
-    """A tick label in binary units: 512 KiB, 8 MiB, 1.5 GiB (lessons.units.human_bytes, without its decimals)."""
-    for unit, f in BINARY:
-        if b >= f:
-            return f"{b / f:,.4g} {unit}"
-    return f"{b:,.4g} B"
 
 
 def _stacks(stacks: Sequence[dict[str, int]]) -> list[int]:
@@ -69,7 +60,7 @@ def byte_ticks(values: Sequence[float], log: bool = False) -> dict:
         size = 10.0 ** (math.floor(math.log10(span)) - 1)
         step = next(m * size for m in (1, 2, 5, 10, 20, 50, 100) if span / (m * size) <= 7 and m * size * f >= 1)
         ticks = [i * step * f for i in range(int(span / step) + 1)]
-    return dict(tickmode="array", tickvals=ticks, ticktext=[_binary(t) if t else "0" for t in ticks])
+    return dict(tickmode="array", tickvals=ticks, ticktext=[human_bytes(t, ",.4g") if t else "0" for t in ticks])
 
 
 def kind_bar(res: CacheResult, title: str) -> go.Figure:
