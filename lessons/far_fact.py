@@ -109,20 +109,15 @@ def weights_note(weights: str, record: dict | None) -> str:
     if weights == "random":
         return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
                 f"colours: {chance}). The panel shows the machinery, not a behaviour.")
-    final = (record or {}).get("final") or {}
-    measured = (record or {}).get("measured") or {}
     steps = (record or {}).get("tokens")
     device = str(((record or {}).get("machine") or {}).get("device", "cpu"))
     on = "a GPU" if device.startswith("cuda") else "a CPU"      # where the last phase ran, as its record says
     phase = f" (their last training phase: {steps:,} tokens on {on})" if isinstance(steps, int) else ""
-    # one figure per set of weights on every page: the benchmark's (more stories, on the file as shipped) where it
-    # was run, as `far_recall_of` reads it, else the run's own last quick evaluation
-    if measured.get("recall_far") is not None:
-        said, when = measured, f"measured on the shipped file{phase}, they recall"
-    elif final.get("recall_far") is not None:
-        said, when = final, f"at the end of their training{phase} they recalled"
-    else:
+    said = _far_part(record)     # one figure per set of weights on every page: the one `far_recall_of` reads
+    if said is None:
         return NO_RECORD
+    when = (f"measured on the shipped file{phase}, they recall" if said is (record or {}).get("measured") else
+            f"at the end of their training{phase} they recalled")
     far = said["recall_far"]
     # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
     other = [f"{100 * said[f'recall_{b}']:.0f}% of facts {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
@@ -159,14 +154,20 @@ def measured_note(record: dict | None) -> str:
     return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
 
 
-def far_recall_of(record: dict | None) -> float | None:
-    """Held-out far recall of a training record: measured by `bench.quality --record` when it was, else the last
-    quick evaluation of the training run."""
+def _far_part(record: dict | None) -> dict | None:
+    """The part of a training record that states held-out far recall: "measured" (`bench.quality --record`, more
+    stories, on the file as shipped) when it does, else "final" (the run's last quick evaluation); None if neither."""
     rec = record or {}
     for part in (rec.get("measured") or {}, rec.get("final") or {}):
         if isinstance(part.get("recall_far"), (int, float)):
-            return float(part["recall_far"])
+            return part
     return None
+
+
+def far_recall_of(record: dict | None) -> float | None:
+    """Held-out far recall of a training record, from the part `_far_part` picks."""
+    part = _far_part(record)
+    return None if part is None else float(part["recall_far"])
 
 
 def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float | None, recall_window: int) -> str:
