@@ -340,9 +340,13 @@ def _compute(d: Design, context: int, batch: int, memory: str, stores: list[Stor
     return res
 
 
+def layer_label(d: Design, layer: int, first: int = 0) -> str:
+    """A layer's label, numbered from `first` (0 or 1); a design's named extra layers (the drafter) keep their name."""
+    return d.layer_names.get(layer, str(layer + first))
+
+
 def _span(layers: tuple[int, ...], d: Design, first: int = 0) -> str:
-    """Layer labels, numbered from `first` (0 or 1); a design's named extra layers (the drafter) keep their name."""
-    names = [d.layer_names.get(i, str(i + first)) for i in layers]
+    names = [layer_label(d, i, first) for i in layers]
     if len(names) > 6:
         return f"{names[0]}, {names[1]}, ..., {names[-1]} ({len(names)} layers)"
     return ", ".join(names)

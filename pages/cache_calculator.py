@@ -13,6 +13,7 @@ from lessons.calculator import (
     CalcError,
     Knobs,
     calculate,
+    layer_label,
     replay_tradeoff,
     replay_verdict,
     windows_persist,
@@ -117,7 +118,7 @@ try:
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
     st.stop()
-qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows and own.has_replay else None)
+qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows else None)
 mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
@@ -150,10 +151,8 @@ with tabs[1]:
     log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
     qp_set(log=None if log else "0")
 
-    def label(i: int) -> str:
-        return design.layer_names.get(i, str(sess.num(i)))
-
-    chart(built(layer_bar, hbm, label, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
+    names = {i: layer_label(design, i, int(sess.one_based)) for i in hbm.by_layer}
+    chart(built(layer_bar, hbm, names, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
           st.session_state.get(f"{P}_fmt", "png"), f"cache-{preset}-by-layer")
     st.caption("A shared copy is drawn at the layer that makes it; the derivation's 'read_by' column says how many "
                "layers read it.")

@@ -160,11 +160,12 @@ def test_memory_charts_read_bytes_in_binary_units_and_keep_legends_clear():
     hbm = calculate(build("v4.1-flash"), defaults("v4.1-flash")).hbm
     compared = [(k, calculate(build(k, with_context(k, 1 << 20)), with_context(k, 1 << 20)).hbm)
                 for k in COMPARE_DEFAULT]
-    for axis, log in ((kind_bar(hbm, "t").layout.xaxis, False), (layer_bar(hbm, str, "t", True).layout.yaxis, True),
+    names = {i: str(i) for i in hbm.by_layer}
+    for axis, log in ((kind_bar(hbm, "t").layout.xaxis, False), (layer_bar(hbm, names, "t", True).layout.yaxis, True),
                       (compare_bar(compared, "t", True).layout.yaxis, True)):
         assert all(t == "0" or t.endswith(("KiB", "MiB", "GiB")) for t in axis.ticktext), axis.ticktext
         assert all(v == 0 or math.log2(v).is_integer() for v in axis.tickvals) or not log
-    legend = layer_bar(hbm, str, "t", True).layout.legend            # under the axis title, not on it
+    legend = layer_bar(hbm, names, "t", True).layout.legend            # under the axis title, not on it
     assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
     colors = {**ROLE_COLORS, **EXTRA_ROLE_COLORS}
     roles = sorted({r for _, fn, k in DESIGNS.values() for r in fn(k).roles})

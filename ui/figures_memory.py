@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Sequence
+from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -74,9 +74,11 @@ def kind_bar(res: CacheResult, title: str) -> go.Figure:
     return fig
 
 
-def layer_bar(res: CacheResult, label: Callable[[int], str], title: str, log: bool = False) -> go.Figure:
+def layer_bar(res: CacheResult, labels: Mapping[int, str], title: str, log: bool = False) -> go.Figure:
+    """Bytes per layer holding a stored copy, stacked by kind; `labels` names each layer (a mapping, not a function,
+    so that `ui.common.built` keys the figure by the names it shows)."""
     layers = list(res.by_layer)
-    xs = [label(i) for i in layers]
+    xs = [labels[i] for i in layers]
     fig = go.Figure()
     for k in KINDS:
         ys = [res.by_layer[i].get(k, 0) for i in layers]
