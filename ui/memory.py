@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons.calculator import (
+    DIGITS_CUT,
     KNOB_HELP,
     LIMITS,
     MODES,
@@ -103,10 +104,13 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None) -> N
         where.radio(text, MODES, key=key, help=help_, horizontal=True, persist_state=KEEP)
     else:
         lo, hi = LIMITS[name]
+        watched = name in DIGITS_CUT          # an input where a cut 1e9 can be told from a choice
         where.number_input(text, min_value=lo, max_value=hi, step=1, key=key,
                            help=f"{help_}: a whole number from {lo:,} to {hi:,}, typed as digits",
-                           on_change=_typed, args=(prefix, name, text), persist_state=KEEP)
-        st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
+                           on_change=_typed if watched else None, args=(prefix, name, text) if watched else None,
+                           persist_state=KEEP)
+        if watched:
+            st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
 
 
 def _typed(prefix: str, name: str, label: str) -> None:
