@@ -9,6 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from ui.common import app_frame
+from ui.state import PAGE_TITLE
 
 # an emoji favicon is drawn locally; a ":material/...:" one is fetched from a font CDN (fails offline)
 st.set_page_config(page_title="V4.1 Explorer", page_icon="🧭", layout="wide")
@@ -44,5 +45,6 @@ for section, pages in SECTIONS.items():
     if items:
         nav[section] = items
 page = st.navigation(nav)
+st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from The job")
 with app_frame():
     page.run()

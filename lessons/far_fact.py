@@ -394,7 +394,8 @@ def analyse(model, story: FactStory, tokens: FactTokens, trace=None, off_logits:
     derivation = [
         f"Input: <|eos|> then the story's {q} tokens, cut right before the answer (as bench/quality.py scores it); "
         f"the answer is predicted from the last position, {q}.",
-        f"The fact's colour is at position(s) {', '.join(map(str, tokens.colour_positions))}: "
+        f"The fact's colour is at {'position' if len(tokens.colour_positions) == 1 else 'positions'} "
+        f"{', '.join(map(str, tokens.colour_positions))}: "
         f"{tokens.distance} tokens before the answer; the window of the query covers positions "
         f"{max(0, q - w + 1)}-{q}.",
         "A compressed entry e at ratio r packs tokens [e·r, (e+1)·r); the fact's entries are those packing a fact "

@@ -121,6 +121,20 @@ class ReuseFacts:
         return self.largest_share < IDLE_SHARE
 
 
+def shares_sentence(rf: ReuseFacts, picker: str) -> str:
+    """What the Reuse layer's own query did with its picker's entries (`picker`: the picker layer's number as the
+    reader counts): not compared when the picks differ, idle when neither layer weighs them, else the gap."""
+    if not rf.same_selection:
+        return f"Its picks are not layer {picker}'s, so the shares are not compared entry by entry."
+    if rf.entries_idle:
+        return (f"Neither it nor layer {picker} gives those entries any weight on these weights (at most "
+                f"{rf.largest_share:.4f} of a head's attention): here both read only their windows, so their "
+                "shares cannot differ. Pick an encoder Reuse layer, or load the recall checkpoint, to see a fresh "
+                "query at work.")
+    return (f"With those same entries its own query gave other shares than layer {picker}'s: the largest gap over "
+            f"all rows and heads is {rf.share_gap:.3f}.")
+
+
 def reuse_facts(trace, layer: int) -> ReuseFacts:
     rec = trace.layers[layer]
     s = rec.spec

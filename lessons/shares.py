@@ -173,6 +173,17 @@ class ReuseComparison:
         """Neither layer gives these entries any weight to speak of (see IDLE_SHARE)."""
         return max(self.source_shares + self.layer_shares, default=0.0) < IDLE_SHARE
 
+    def sentence(self, source: str, layer: str) -> str:
+        """What the page says under the bars (`source`, `layer`: the two layers' numbers as the reader counts)."""
+        same = "the same entries in the same order (checked)" if self.same_entries else "DIFFERENT entries"
+        if self.entries_idle:
+            gap = (f"Neither layer gives them any weight on these weights (under {IDLE_SHARE} of this head's "
+                   "attention: both read only their windows here), so their shares cannot differ; try an encoder "
+                   "Reuse layer or the recall checkpoint.")
+        else:
+            gap = f"The largest difference in the share given to one entry is {self.largest_gap:.3f}."
+        return f"Layers {source} and {layer} read {same}: {len(self.entry_ids)} entries. {gap}"
+
 
 def reuse_comparison(trace, layer: int, position: int, head: int, tokens: list[str]) -> ReuseComparison:
     rec = trace.layers[layer]

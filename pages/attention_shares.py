@@ -8,7 +8,6 @@ from lessons.layers import map_line
 from lessons.shares import (
     CHECK_FOLLOWUP,
     CHECK_QUESTION,
-    IDLE_SHARE,
     TOY_INTRO,
     TOY_POINT,
     TOY_QUERIES,
@@ -128,12 +127,7 @@ else:
     st.plotly_chart(built(grouped_bars, cmp.spans, {src: cmp.source_shares, me: cmp.layer_shares},
                           title=f"Head {head}, position {pos}: shares over the same selected entries",
                           yaxis_title="share"), key="sh_reuse_bars", config={"displayModeBar": False})
-    same = "the same entries in the same order (checked)" if cmp.same_entries else "DIFFERENT entries"
-    gap = (f"Neither layer gives them any weight on these weights (under {IDLE_SHARE} of this head's attention: "
-           "both read only their windows here), so their shares cannot differ; try an encoder Reuse layer or the "
-           "recall checkpoint." if cmp.entries_idle else
-           f"The largest difference in the share given to one entry is {cmp.largest_gap:.3f}.")
-    st.write(f"Both layers read {same}: {len(cmp.entry_ids)} entries. {gap}")
+    st.write(cmp.sentence(sess.num(cmp.source), sess.num(cmp.layer)))
 reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos, ru, head), "attention-shares")
 
 st.markdown(f"**Check the idea.** {CHECK_QUESTION}")

@@ -29,6 +29,7 @@ from lessons.dspark import (
     summary_rows,
 )
 from lessons.inspect import encode_prompt, load_samples
+from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter
 from model.inference import (
@@ -175,8 +176,8 @@ else:
         if rule == "greedy":
             for r in rows:
                 r.pop("draw", None)
-        st.write(f"Step {si}: the drafter proposed {len(lg.drafted)} token(s) after the anchor; the target checked "
-                 f"them in one pass and accepted {lg.accepted}.")
+        st.write(f"Step {si}: the drafter proposed {counted(len(lg.drafted), 'token')} after the anchor; the target "
+                 f"checked {'it' if len(lg.drafted) == 1 else 'them'} in one pass and accepted {lg.accepted}.")
         st.code("anchor: " + tok(lg.anchor), language=None)
         if lg.drafted:   # numbers to 4 significant digits; a dash where a value does not apply (never checked)
             st.dataframe(pd.DataFrame([{k: "–" if v is None else f"{v:.4g}" if isinstance(v, float) else v

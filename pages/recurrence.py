@@ -13,6 +13,7 @@ from lessons.recurrence import (
     layer_param_count,
     param_comparison,
     reuse_facts,
+    shares_sentence,
     storage_check,
 )
 from model import layer_map
@@ -82,15 +83,5 @@ st.write(f"On {lt.n_tokens} tokens, layer {sess.num(rf.kv_source)} made {rf.entr
          + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
 reproduce(snippets.recurrence(sess.weights, lt.text, layer), "recurrence")
 picker = sess.num(rf.index_source)
-if not rf.same_selection:
-    shares = f"Its picks are not layer {picker}'s, so the shares are not compared entry by entry."
-elif rf.entries_idle:
-    shares = (f"Neither it nor layer {picker} gives those entries any weight on these weights (at most "
-              f"{rf.largest_share:.4f} of a head's attention): here both read only their windows, so their "
-              "shares cannot differ. Pick an encoder Reuse layer, or load the recall checkpoint, to see a fresh "
-              "query at work.")
-else:
-    shares = (f"With those same entries its own query gave other shares than layer {picker}'s: the largest gap over "
-              f"all rows and heads is {rf.share_gap:.3f}.")
-st.write(f"{shares} And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, the top logit-lens "
-         f"token after this layer differs from the one after layer {picker}.")
+st.write(f"{shares_sentence(rf, picker)} And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "
+         f"the top logit-lens token after this layer differs from the one after layer {picker}.")

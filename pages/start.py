@@ -10,7 +10,7 @@ from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, prompt_to_url, qp_get, seed
+from ui.state import KEEP, note_own_text, offer_own_text, prompt_to_url, qp_get, seed
 from ui.text import plain
 
 sess = page_header("V4.1 Explorer")
@@ -26,7 +26,10 @@ def live_part() -> None:
     classroom of visitors typing at once costs the server the chart, not the whole page, per edit."""
     seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
     prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
+    offer_own_text(prompt, PROMPT_CHARS, lambda own: st.session_state.update(start_prompt=own), "start_use_own")
     prompt_to_url(prompt, DEFAULT_PROMPT)
+    if prompt != DEFAULT_PROMPT:
+        note_own_text(prompt)
     text, problem = clean_prompt(prompt, PROMPT_CHARS, samples=False)
     if problem:
         st.warning(problem)

@@ -239,3 +239,58 @@ def test_a_link_to_another_design_opens_with_that_designs_inputs():
     assert "bits" not in url(at) and "context" not in url(at)             # the link's state, not the session's
     fresh = page_at("cache_calculator", preset="v3.2", weights="random")
     assert view(fresh) == view(at)
+
+
+# ---- the reader's own text follows them (by a button) --------------------------------------------------------------
+def _offer(at: AppTest):
+    return [b for b in at.button if b.key and b.key.endswith("_use_own")]
+
+
+def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
+    mine = "The cat sat in the red box. The box is"
+    at = app_at("start")
+    assert not _offer(at)                                  # nothing typed yet: nothing offered
+    at.text_area(key="start_prompt").set_value(mine).run()
+    assert not _offer(at)                                  # the page already shows it
+    last = "The job"
+    for page, key, title in (("inspector", "insp_prompt", "Prompt inspector"),
+                             ("dspark", "ds_prompt", "DSpark draft & verify"),
+                             ("indexer_pools", "pool_prompt", "Indexer pools")):
+        go(at, page)
+        ok(at)
+        assert at.text_area(key=key).value != mine
+        (button,) = _offer(at)
+        assert button.label == f"Use your text from {last}"      # the page that had it last
+        last = title
+        assert mine in " ".join(as_shown(c.value) for c in at.caption)
+        button.click().run()
+        ok(at)
+        assert at.text_area(key=key).value == mine and url(at)["prompt"] == mine and "sample" not in url(at)
+        assert not _offer(at)
+    go(at, "attention_shares")                             # the live-sample pages take it as their own text
+    (button,) = _offer(at)
+    assert button.label == "Use your text from Indexer pools"
+    button.click().run()
+    ok(at)
+    assert at.text_area(key="live_text").value == mine and url(at)["prompt"] == mine
+    at.text_area(key="live_text").set_value("A second text. The box is").run()
+    go(at, "start")
+    (button,) = _offer(at)
+    assert button.label == "Use your text from Attention shares"
+    button.click().run()
+    assert at.text_area(key="start_prompt").value == "A second text. The box is"
+
+
+def test_a_sample_is_never_offered_and_a_text_too_long_for_the_page_is_not():
+    at = app_at("inspector")
+    at.selectbox(key="insp_sample").set_value(1).run()     # a sample: not the reader's text
+    go(at, "dspark")
+    assert not _offer(at)
+    go(at, "inspector")
+    long = "the key is in the box " * 1000                  # 22,000 characters: fits the inspector, not The job
+    at.text_area(key="insp_prompt").set_value(long).run()
+    at.selectbox(key="insp_sample").set_value(0).run()
+    (button,) = _offer(at)
+    assert button.label == "Back to your text"             # the reader's own text on this very page
+    go(at, "start")
+    assert not _offer(at)

@@ -7,6 +7,8 @@ Golden numbers come from the first seed and the released config, never from the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import random_model
@@ -23,7 +25,7 @@ from lessons.layers import (
     reference_numbers,
     stack_runs,
 )
-from lessons.recurrence import param_comparison, reuse_facts, storage_check
+from lessons.recurrence import param_comparison, reuse_facts, shares_sentence, storage_check
 from lessons.shares import mix, reuse_comparison, share_view, two_value_mix
 from model import Ablation, V41Config, layer_map
 
@@ -310,15 +312,20 @@ def test_idle_entries_are_told_apart_from_a_fresh_query(traced):
     m, tr, tokens = traced
     rf = reuse_facts(tr, 3)
     assert not rf.entries_idle and rf.largest_share >= rf.share_gap > 0
+    assert "other shares than layer 2's" in shares_sentence(rf, 2) and "weight" not in shares_sentence(rf, 2)
     c = reuse_comparison(tr, 3, 39, 0, tokens)
-    assert not c.entries_idle
+    assert not c.entries_idle and "largest difference" in c.sentence(2, 3)
+    assert c.sentence(2, 3).startswith("Layers 2 and 3 read the same entries")
     kept = {layer: tr.layers[layer].shares.entries.clone() for layer in (2, 3)}
     try:
         for layer in kept:                     # the source and the Reuse layer put ~all weight elsewhere
             tr.layers[layer].shares.entries.mul_(1e-5)
         rf = reuse_facts(tr, 3)
         assert rf.entries_idle and rf.share_gap < 1e-3
-        assert reuse_comparison(tr, 3, 39, 0, tokens).entries_idle
+        assert "any weight" in shares_sentence(rf, 2) and "other shares" not in shares_sentence(rf, 2)
+        c = reuse_comparison(tr, 3, 39, 0, tokens)
+        assert c.entries_idle and "any weight" in c.sentence(2, 3) and "largest difference" not in c.sentence(2, 3)
+        assert "not compared" in shares_sentence(replace(rf, same_selection=False), 2)
     finally:                                   # the trace is shared by this module's tests
         for layer, e in kept.items():
             tr.layers[layer].shares.entries.copy_(e)

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design
+from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design, layer_label
 from lessons.units import BINARY, human_bytes
 from ui.figures import ROLE_COLORS
 
@@ -127,7 +127,8 @@ def role_strip(designs: Sequence[Design], one_based: bool = False) -> go.Figure:
         for role, idx in by_role.items():
             color = colors.get(role, "#e377c2")
             shown = _numbered(role, one_based)
-            text = [f"{d.label}<br>{d.layer_names.get(i, 'layer ' + str(i + one_based))}: {shown}" for i in idx]
+            text = [f"{d.label}<br>{'' if i in d.layer_names else 'layer '}{layer_label(d, i, one_based)}: {shown}"
+                    for i in idx]
             fig.add_scatter(x=[i + one_based for i in idx], y=[d.label] * len(idx), mode="markers", name=shown,
                             legendgroup=role, showlegend=role not in seen, text=text, hoverinfo="text",
                             marker=dict(symbol="square", size=11, color=color, line=dict(width=0.5, color="#444")))

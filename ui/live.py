@@ -21,7 +21,7 @@ from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
 from ui.queue import BatchWorker, Busy, run_rows, wait_for, waiting_box
-from ui.state import arrived, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import arrived, note_own_text, offer_own_text, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
 
 MAX_TOKENS = LIVE_TOKENS  # keeps a traced forward under a second on CPU for the tiny model
@@ -64,18 +64,25 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
     choice = st.selectbox(label, list(range(n + 1)), key="live_sample", on_change=_keep,
                           args=("live_sample", KEPT_SAMPLE),
                           format_func=lambda i: CUSTOM if i == n else prompts[i]["name"])
+
+    def _use(own: str) -> None:
+        st.session_state[KEPT_SAMPLE], st.session_state[KEPT_TEXT] = n, own
+
     if choice == n:
         st.session_state["live_text"] = st.session_state[KEPT_TEXT]
         text = st.text_area("Your text", key="live_text", height=110, on_change=_keep, args=("live_text", KEPT_TEXT),
                             placeholder=f"Type or paste any text (up to {PROMPT_CHARS:,} characters); the page "
                                         "traces it as soon as you press Ctrl+Enter or click outside the box.")
+        offer_own_text(text, PROMPT_CHARS, _use, "live_use_own")
         qp_set(sample=None)
         prompt_to_url(text)
+        note_own_text(text)
         ok, problem = clean_prompt(text, PROMPT_CHARS)
         if problem:
             st.warning(problem)
             return None
         return ok
+    offer_own_text(prompts[choice]["text"], PROMPT_CHARS, _use, "live_use_own")
     qp_set(sample=choice, prompt=None)
     return prompts[choice]["text"]
 

@@ -27,6 +27,8 @@ from ui.text import quoted
 KEEP = "session"            # persist_state for every keyed page widget
 LINK_LAYERS = "links count layers from 0, as the code does"   # layer numbers in URLs, whatever the numbering
 _PAGE = "_state_page"       # the page drawn by the previous run of this session
+PAGE_TITLE = "_state_page_title"   # the navigation title of the page this run draws (set by app.py)
+_OWN = "_state_own_text"    # (text, page title): the reader's latest own prompt, offered by the other prompt pages
 _ARRIVED = "_state_arrived"  # whether the current run arrived at its page
 
 
@@ -152,6 +154,33 @@ def prompt_to_url(text: str | None, default: str | None = None) -> None:
 
 
 OWN_TEXT = -1   # the sample index of "your own text"
+OFFER_PREVIEW = 90   # characters of the offered text shown beside its button
+
+
+def note_own_text(text: str | None) -> None:
+    """Remember a prompt the reader gave a page (typed, pasted, or brought by a link; never a sample), so that
+    the other prompt pages can offer it: each page keeps its own prompt, and a reader moving on with their
+    text should not have to paste it again."""
+    if text and text.strip():
+        st.session_state[_OWN] = (text, st.session_state.get(PAGE_TITLE) or "another page")
+
+
+def offer_own_text(current: str | None, max_chars: int, use: Callable[[str], None], key: str) -> bool:
+    """A button that puts the reader's latest own prompt into this page's prompt (`use` gets the text), shown
+    when there is one, it differs from what the page shows, and it fits the page's limit. True when drawn."""
+    kept = st.session_state.get(_OWN)
+    if not kept:
+        return False
+    text, where = kept
+    if text == current or len(text) > max_chars:
+        return False
+    here = st.session_state.get(PAGE_TITLE)
+    label = "Back to your text" if where == here else f"Use your text from {where}"
+    c1, c2 = st.columns([1, 3], vertical_alignment="center")
+    c1.button(label, key=key, on_click=use, args=(text,), icon=":material/input:",
+              help="Put the text you typed last into this page's prompt.")
+    c2.caption(quoted(text, OFFER_PREVIEW))
+    return True
 
 
 def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, options: list[int] | None = None,
@@ -191,12 +220,18 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
             st.session_state[skey] = OWN_TEXT
 
     text = st.text_area(text_label, key=tkey, height=height, persist_state=KEEP, on_change=_edited)
+
+    def _use(own: str) -> None:
+        st.session_state[skey], st.session_state[tkey] = OWN_TEXT, own
+
+    offer_own_text(text, max_chars, _use, f"{prefix}_use_own")
     i = st.session_state[skey]
     if i != OWN_TEXT and samples[i].text == text:
         qp_set(sample=i, prompt=None)
     else:
         qp_set(sample=None)
         prompt_to_url(text)
+        note_own_text(text)
     return i, text
 
 
