@@ -79,7 +79,8 @@ def diagram_figure(diagram, focus_tags=frozenset(), selected: str | None = None,
                                      dash="dot" if b.dash else "solid")))
         if b.label:
             left = b.kind == "attn"
-            two = "\n" in b.label     # a two-line label: a size smaller, to fit its box's height
+            # a two-line label, or a long one ("20  Full r1 +pool"): a size smaller, to fit its box
+            two = "\n" in b.label or len(b.label) > 15
             notes.append(dict(x=b.x0 + 0.55 if left else (b.x0 + b.x1) / 2, y=(b.y0 + b.y1) / 2,
                               text=b.label.replace("\n", "<br>"), showarrow=False,
                               xanchor="left" if left else "center",
