@@ -133,10 +133,13 @@ def role_strip(designs: Sequence[Design], one_based: bool = False) -> go.Figure:
                             legendgroup=role, showlegend=role not in seen, text=text, hoverinfo="text",
                             marker=dict(symbol="square", size=11, color=color, line=dict(width=0.5, color="#444")))
             seen.add(role)
-    fig.update_layout(title="Layer roles: what each layer stores or shares", height=120 + 60 * len(designs),
+    # room for the legend as a narrow page wraps it (about two names a row), so that it does not scroll
+    legend_rows = math.ceil(len(seen) / 2)
+    fig.update_layout(title="Layer roles: what each layer stores or shares",
+                      height=120 + 60 * len(designs) + 22 * legend_rows,
                       xaxis_title="layer (" + ("1-based" if one_based else "0-based") + ")",
                       yaxis=dict(autorange="reversed", type="category"), margin=dict(l=10, r=10, t=50, b=10),
-                      legend=UNDER_AXIS_TITLE)
+                      legend={**UNDER_AXIS_TITLE, "maxheight": 0.7})
     return fig
 
 
