@@ -27,7 +27,7 @@ from ui.common import built, cached_with_progress, page_header, require_model
 from ui.far_fact import far_fact_panel, session_record
 from ui.figures_run import ablation_figure
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
 
 sess = page_header("Ablation lab", INTRO)
@@ -80,10 +80,10 @@ qp_set(configs=",".join(chosen) if chosen != names else None, topk=topk, stories
 cost_ids, problem = encode_prompt(model, samples[cost_sample].text if samples else "The key is in the blue box.")
 if problem:
     st.warning(problem)
-    st.stop()
+    stop()
 if not chosen:
     st.info("Pick at least one configuration.")
-    st.stop()
+    stop()
 
 budget = (sess.label, stories, natural, tuple(cost_ids))
 

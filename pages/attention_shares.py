@@ -25,7 +25,7 @@ from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed, stop
 from ui.text import quoted
 
 sess = page_header("Same entries, new shares")
@@ -107,7 +107,7 @@ reuse_layers = [r.spec.index for r in tr.layers if r.spec.role == "Reuse"]
 if not reuse_layers:
     st.info("This model has no Reuse layers.")
     reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
-    st.stop()
+    stop()
 seed("sh_reuse", qp_int_or_none("reuse", 0, n_layers - 1, f"showing layer {sess.num(reuse_layers[0])}",
                                 unit=LINK_LAYERS), reuse_layers[0])
 if st.session_state["sh_reuse"] not in reuse_layers:

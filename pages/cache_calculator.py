@@ -41,7 +41,7 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
 
 P = "cc"
@@ -117,7 +117,7 @@ try:
     calc = calculate(design, knobs, keep_windows=keep_windows, first_layer=int(sess.one_based))
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
-    st.stop()
+    stop()
 qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows else None)
 mirror_knobs(knobs, used, base)
 

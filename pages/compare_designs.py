@@ -23,7 +23,7 @@ from ui.common import built, page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
 
 P = "cd"
@@ -55,7 +55,7 @@ qp_set(ctx=ctx if ctx != CTX else None, batch=batch if batch != 1 else None,
        designs=",".join(sel) if sel != list(COMPARE_DEFAULT) else None)
 if not sel:
     st.info("Choose at least one design.")
-    st.stop()
+    stop()
 
 calcs = []
 for key in sel:
@@ -65,7 +65,7 @@ for key in sel:
     except CalcError as e:
         st.error(f"{DESIGNS[key][0]}: {plain(e)}")
 if not calcs:
-    st.stop()
+    stop()
 ref = next((c.hbm for c in calcs if c.design.key == "v4.1-flash"), None)
 
 rows = []

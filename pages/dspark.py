@@ -46,7 +46,7 @@ from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_float_or_none, qp_get, qp_int_or_none, qp_set, sample_or_text, seed
+from ui.state import KEEP, qp_choice, qp_float_or_none, qp_get, qp_int_or_none, qp_set, sample_or_text, seed, stop
 from ui.text import plain
 
 sess = page_header("DSpark: draft, then verify", INTRO)
@@ -69,7 +69,7 @@ drafter = model.mtp if isinstance(getattr(model, "mtp", None), Drafter) else Non
 if drafter is None:
     if cfg.num_nextn_predict_layers < 1:
         st.info("This model's config has no drafter (num_nextn_predict_layers = 0).")
-        st.stop()
+        stop()
     drafter = _random_drafter(sess.label)
     st.warning("These weights have no trained drafter, so a random one is used: expect most drafts to be rejected. "
                "The rules, the cache bookkeeping and the statistics work the same way.")
@@ -83,7 +83,7 @@ RULES, MODES = ["greedy", "stochastic"], ["bounded", "exact"]
 gmax = drafter.max_draft
 dl_opts = ["max", "auto"] + list(range(1, gmax))    # "max" is gmax: listed once
 if qp_get("draft") == str(gmax):                      # a link that names the longest draft by its number
-    st.query_params["draft"] = "max"
+    qp_set(draft="max")
 MAX_NEW, MAX_SEED = 128, 10_000
 seed("ds_rule", qp_choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"), "greedy")
 seed("ds_temp", qp_float_or_none("temp", 0.1, 2.0), 1.0)
@@ -117,7 +117,7 @@ why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.bloc
 ids, problem = encode_prompt(model, text, limit, why)
 if problem:
     st.warning(problem)
-    st.stop()
+    stop()
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
 
@@ -147,7 +147,7 @@ if b1.button("Start (read the prompt)", key="ds_start"):
                                   prefill_mode=mode, draft_length=draft_length, confidence_threshold=float(threshold))
     except Exception as e:
         st.error(f"Could not start: {plain(e)}")
-        st.stop()
+        stop()
     st.session_state["ds_state"], st.session_state["ds_state_key"] = state, settings
 if b2.button("Draft & verify one step", key="ds_step", disabled=state is None or state.done):
     verify_step(state)
@@ -218,13 +218,13 @@ def _whole(progress):
 
 ran = st.session_state.setdefault("ds_ran", set())
 if not st.button("Run both to the end", key="ds_run") and settings not in ran:
-    st.stop()
+    stop()
 ran.add(settings)
 try:
     base, spec = cached_with_progress("dspark", settings, _whole, "Decoding ...", max_entries=16)
 except Exception as e:
     st.error(f"The run failed: {plain(e)}")
-    st.stop()
+    stop()
 stats: SpecStats = spec.stats
 same = base.tokens == spec.tokens
 c = st.columns(4)

@@ -16,7 +16,7 @@ from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stepper
+from ui.state import KEEP, LINK_LAYERS, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stepper, stop
 from ui.text import plain, quoted
 from ui.vision_panel import draw_vision_steps
 
@@ -119,7 +119,7 @@ def walkthrough() -> None:
 
     below = st.container()  # full width, under the drawing (the vision panel needs the room)
     qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,
-           box=selected, at=None if selected is None or which != "running" else st.query_params.get("at"))
+           box=selected, at=None if selected is None or which != "running" else qp_get("at"))
 
     with right:
         _open_box(selected, below)
@@ -130,7 +130,7 @@ def _open_box(selected: str | None, below) -> None:
     live numbers from a trace of a prompt."""
     if selected is None:
         st.caption("No box open. Click a dot in the drawing or pick a box above.")
-        st.stop()
+        stop()
     box = diagram.box(selected)
     st.markdown(f"**{choices[selected]}**")
     st.write(box_text(box, cfg, sess.one_based))
@@ -139,15 +139,15 @@ def _open_box(selected: str | None, below) -> None:
     if which != "running":
         st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
                    "model* to see them.")
-        st.stop()
+        stop()
 
     with st.expander("Prompt for the live numbers", expanded=False):
         text = prompt_picker()
     if text is None:
-        st.stop()
+        stop()
     lt = live_trace(sess, text)
     if lt is None:
-        st.stop()
+        stop()
     tr = lt.trace
     last = lt.n_tokens - 1
     st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "

@@ -28,7 +28,7 @@ from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, qp_set, sample_or_text, seed
+from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, qp_set, sample_or_text, seed, stop
 from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
@@ -38,7 +38,7 @@ model = require_model(sess)
 cfg = model.cfg
 if not any(s.uses_candidates for s in layer_map(cfg)):
     st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
-    st.stop()
+    stop()
 with st.expander("Definitions", expanded=False):
     st.table(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)   # meanings in full
 
@@ -60,7 +60,7 @@ if not problem:
                                  "this page, which keeps attention logits for every Reindex layer,")
 if problem:
     st.warning(problem)
-    st.stop()
+    stop()
 
 
 def _compute(progress):
@@ -77,7 +77,7 @@ try:
                                f"Tracing {len(ids):,} tokens with full detail ...", max_entries=4)
 except Exception as e:  # a model-side rejection becomes a message
     st.error(f"The model could not run this prompt: {plain(e)}")
-    st.stop()
+    stop()
 
 blocks_total = (inp.width + inp.block_size - 1) // inp.block_size
 pool_positions = cfg.candidate_topk_blocks * cfg.candidate_block_size

@@ -54,6 +54,7 @@ from ui.state import (
     sample_or_text,
     seed,
     stepper,
+    stop,
 )
 from ui.text import plain
 from ui.vision_panel import draw_image_prompt, image_input
@@ -95,12 +96,12 @@ sample_i, text = sample_or_text("insp", samples, 0, LONG_PROMPT_CHARS, text_labe
 prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
 if problem:
     st.warning(problem)
-    st.stop()
+    stop()
 ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS,
                              "the inspector, which records every layer for every token,")
 if problem:
     st.warning(problem)
-    st.stop()
+    stop()
 vision_section(prompt)
 
 
@@ -110,7 +111,7 @@ try:
                                f"Reading {len(ids):,} tokens ...")
 except Exception as e:  # any model-side rejection becomes a message, never a traceback
     st.error(f"The model could not run this prompt: {plain(e)}")
-    st.stop()
+    stop()
 
 st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
            f"({mode}), decode {run.decode_s:.2f} s, on {sess.device.upper()} with {sess.label}.")

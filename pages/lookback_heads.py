@@ -36,7 +36,7 @@ from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
@@ -57,7 +57,7 @@ tokens = heldout_ids(sess.label, model.tokenizer)
 n_passages = passage_count(len(tokens))
 if n_passages < 1:
     st.error("The shipped held-out text is missing or too short for this page.")
-    st.stop()
+    stop()
 
 # ---- the row: which span, how far apart ----------------------------------------------------------------------------
 SOURCES = {"passage": "A held-out passage", "own": "Your own text"}
@@ -83,12 +83,12 @@ if source == "own":
     own, problem = clean_prompt(text, OWN_CHARS)
     if problem:
         st.warning(problem)
-        st.stop()
+        stop()
     span_ids = model.encode(own)[:span]
     if len(span_ids) < SPAN_MIN:
         st.warning(f"Your text gives {len(span_ids)} token{'' if len(span_ids) == 1 else 's'}; the span needs at "
                    f"least {SPAN_MIN}.")
-        st.stop()
+        stop()
 else:
     qp_set(prompt=None)
 ids, layout = copy_row(lead_ids, span_ids, filler)
@@ -100,9 +100,9 @@ try:
     trace = forward(sess, "trace", ids, what="tracing the two copies through every layer", lens="lazy")
 except Exception as e:  # a model-side rejection becomes a message
     st.error(f"The model could not run this row: {plain(e)}")
-    st.stop()
+    stop()
 if trace is None:
-    st.stop()
+    stop()
 lb = look_back(trace, layout)
 
 # ---- every head at once --------------------------------------------------------------------------------------------

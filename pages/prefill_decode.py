@@ -26,7 +26,7 @@ from ui.common import built, page_header
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
 
 P = "pd"
@@ -62,7 +62,7 @@ try:
     work = agent_round(int(read), int(written), pc["active_prefill"], pc["active_decode"], pc["backbone"], int(rounds))
 except CalcError as e:
     st.error(plain(e))
-    st.stop()
+    stop()
 
 m = st.columns(4)
 ratio = f"{work.token_ratio:,.0f} : 1" if work.token_ratio >= 1 else f"1 : {1 / work.token_ratio:,.0f}"
@@ -115,7 +115,7 @@ st.markdown(MEASURE_TEXT)
 model = sess.model
 if model is None:
     st.info(sess.error or "No model loaded: choose weights in the sidebar.")
-    st.stop()
+    stop()
 c = st.columns(3)
 MEASURE_READ, MEASURE_WRITTEN = 8192, 512     # the measured round's limits (seconds on CPU)
 seed(f"{P}_tread", qp_int_or_none("tread", 1, MEASURE_READ, "showing 500"), 500)

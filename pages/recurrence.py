@@ -21,7 +21,7 @@ from ui.common import built, page_header, require_model
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed, stop
 
 sess = page_header("Is this recurrence?", INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")
@@ -32,7 +32,7 @@ specs = layer_map(model.cfg)
 reuse = [s.index for s in specs if s.role == "Reuse"]
 if not reuse:
     st.info("This model has no Reuse layers to check.")
-    st.stop()
+    stop()
 seed("rec_layer", qp_int_or_none("layer", 0, len(specs) - 1, f"showing layer {sess.num(reuse[0])}",
                                 unit=LINK_LAYERS), reuse[0])
 if st.session_state["rec_layer"] not in reuse:

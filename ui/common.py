@@ -41,7 +41,7 @@ from ui.checkpoints import (
 )
 from ui.queue import heavy_run
 from ui.sources import sources_footer
-from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed
+from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed, stop, url_batch
 from ui.text import plain
 from ui.warmup import ensure
 
@@ -119,12 +119,14 @@ _run = threading.local()
 
 @contextmanager
 def app_frame() -> Iterator[Session]:
-    """Used by app.py around `page.run()`: the shared sidebar is drawn once per run, before the page."""
-    _run.session = _draw_sidebar()
-    try:
-        yield _run.session
-    finally:
-        _run.session = None
+    """Used by app.py around `page.run()`: the shared sidebar is drawn once per run, before the page; the run's
+    URL writes are sent as one change at its end (ui.state.url_batch)."""
+    with url_batch():
+        _run.session = _draw_sidebar()
+        try:
+            yield _run.session
+        finally:
+            _run.session = None
 
 
 def _ensure_in_app() -> None:
@@ -232,7 +234,7 @@ def require_model(sess: Session):
     """Stop the page with a clear message when no model is loaded."""
     if sess.model is None:
         st.info(sess.error or "No model loaded.")
-        st.stop()
+        stop()
     return sess.model
 
 

@@ -21,7 +21,7 @@ from ui.common import ROOT, Session, clean_prompt
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
 from ui.queue import BatchWorker, Busy, run_rows, wait_for, waiting_box
-from ui.state import arrived, note_own_text, offer_own_text, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import arrived, note_own_text, offer_own_text, prompt_to_url, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
 
 MAX_TOKENS = LIVE_TOKENS  # keeps a traced forward under a second on CPU for the tiny model
@@ -134,7 +134,7 @@ def picked_trace(sess: Session, label: str = "Prompt") -> LiveTrace:
     text = prompt_picker(label)
     lt = None if text is None else live_trace(sess, text)
     if lt is None:
-        st.stop()
+        stop()
     return lt
 
 

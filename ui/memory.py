@@ -23,7 +23,7 @@ from lessons.calculator import (
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
-from ui.state import KEEP, arrived, qp_choice, qp_set, seed
+from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 from ui.text import plain
 
 
@@ -82,7 +82,7 @@ def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = 
     Each knob is checked by its own key: Streamlit drops a widget's value while its page is not drawn, so a
     flag saying "already initialised" would outlive the values it speaks for."""
     names = list(LIMITS) + ["bits", "mode"]
-    raw = {k: st.query_params.get(k) for k in names} if arrived() and not force else {}
+    raw = {k: qp_get(k) for k in names} if arrived() and not force else {}
     k, msgs = parse_knobs(raw, defaults)
     for name, v in dataclasses.asdict(k).items():
         key = f"{prefix}_{name}"

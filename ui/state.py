@@ -16,7 +16,9 @@ default is shown. Warnings are given on arrival only: after the first run the UR
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, NoReturn
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -65,9 +67,56 @@ def seed(key: str, from_url: Any, default: Any) -> Any:
 
 
 # ---- reading and writing the URL ----------------------------------------------------------------------------
-def qp_get(name: str, default: str | None = None) -> str | None:
+# Streamlit's browser side pushes a history entry for every change of the query string, and a page writes a
+# dozen values per run: Back then stepped through one entry per value, and the entries written before the
+# address changed to the new page carried the new page's values under the old page's address (Back to the
+# inspector opened it with The job's prompt). So a full run collects its writes and sends them once, at its end.
+_batch = threading.local()      # .pending: {name: value or None} while a full run collects its URL writes
+
+
+@contextmanager
+def url_batch() -> Iterator[None]:
+    """Around a full run (app.py, through ui.common.app_frame): the run's URL writes become one change at its end,
+    also when the page stops early (st.stop) or reruns."""
+    _batch.pending = {}
+    try:
+        yield
+    finally:
+        pending, _batch.pending = _batch.pending, None
+        _write(pending)
+
+
+def stop() -> NoReturn:
+    """st.stop() for pages: the run's URL writes are sent first (once Streamlit has been asked to stop, it drops
+    every message the run still sends, the end-of-run URL change included)."""
+    pending = getattr(_batch, "pending", None)
+    if pending:
+        _batch.pending = {}
+        _write(pending)
+    st.stop()
+
+
+def _write(changes: dict[str, str | None]) -> None:
+    """Apply {name: value or None (remove)} to the URL as one change; nothing is sent when nothing changes."""
+    now = st.query_params.to_dict()
+    new = {k: v for k, v in now.items() if changes.get(k, v) is not None}
+    new.update({k: v for k, v in changes.items() if v is not None})
+    if new != now:
+        st.query_params.from_dict(new)
+
+
+def _raw(name: str) -> str | None:
+    """The URL's value as this run has left it so far (its collected writes first)."""
+    pending = getattr(_batch, "pending", None)
+    if pending is not None and name in pending:
+        return pending[name]
     v = st.query_params.get(name)
-    return default if v is None else str(v)
+    return None if v is None else str(v)
+
+
+def qp_get(name: str, default: str | None = None) -> str | None:
+    v = _raw(name)
+    return default if v is None else v
 
 
 def qp_int_or_none(name: str, lo: int, hi: int, instead: str = "", shown: Callable[[int], Any] | None = None,
@@ -77,7 +126,7 @@ def qp_int_or_none(name: str, lo: int, hi: int, instead: str = "", shown: Callab
     `instead` says what is shown then; `unit` names what the number counts ("layers count from 0 in links")."""
     if not arrived():             # the URL is read on arrival only; afterwards it holds what the page wrote
         return None
-    raw = st.query_params.get(name)
+    raw = _raw(name)
     if raw is None:
         return None
     show = shown or (lambda x: x)
@@ -103,7 +152,7 @@ def qp_float_or_none(name: str, lo: float, hi: float) -> float | None:
     """A decimal URL parameter in [lo, hi]; None (after a warning) when it is not one."""
     if not arrived():             # the URL is read on arrival only; afterwards it holds what the page wrote
         return None
-    raw = st.query_params.get(name)
+    raw = _raw(name)
     if raw is None:
         return None
     try:
@@ -120,7 +169,7 @@ def qp_choice(name: str, choices, default=None, what: str = "a choice here") -> 
     """A URL parameter that must be one of `choices` (compared as text); None when absent or unknown."""
     if not arrived():             # the URL is read on arrival only; afterwards it holds what the page wrote
         return None
-    raw = st.query_params.get(name)
+    raw = _raw(name)
     if raw is None:
         return None
     for c in choices:
@@ -132,13 +181,14 @@ def qp_choice(name: str, choices, default=None, what: str = "a choice here") -> 
 
 
 def qp_set(**kw) -> None:
-    """Write values into the URL (None removes a parameter); unchanged values send nothing."""
-    for k, v in kw.items():
-        if v is None:
-            if k in st.query_params:
-                st.query_params.pop(k, None)
-        elif st.query_params.get(k) != str(v):
-            st.query_params[k] = str(v)
+    """Write values into the URL (None removes a parameter): collected until the end of a full run, at once in a
+    fragment's own rerun or a page run on its own; unchanged values send nothing."""
+    changes = {k: None if v is None else str(v) for k, v in kw.items()}
+    pending = getattr(_batch, "pending", None)
+    if pending is not None:
+        pending.update(changes)
+    else:
+        _write(changes)
 
 
 def prompt_to_url(text: str | None, default: str | None = None) -> None:

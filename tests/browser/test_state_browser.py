@@ -174,3 +174,53 @@ def test_markdown_in_url_parameters_is_drawn_as_text(ui):
     shown = " ".join(ui.alerts()).replace("\u2060", "")
     assert "[Session expired - click here](https://example.com/login)" in shown
     ui.assert_clean()
+
+
+def test_back_returns_to_each_page_as_it_was_left(ui):
+    """Each URL write used to push a history entry of its own: Back stepped through a page one parameter at a time,
+    and the entries written before the address changed put the new page's values under the old page's address
+    (Back to the inspector opened it with The job's prompt, which then replaced the inspector's). A run's writes
+    are one change now: Back shows each page as it was left, with at most one press that stays on it (the bare
+    address Streamlit's navigation pushes)."""
+    ui.open("")
+    ui.type_into("start_prompt", "Start page prompt")
+    nav_to(ui, "Prompt inspector", "inspector")
+    ui.type_into("insp_prompt", "Inspector prompt typed by me")
+    nav_to(ui, "Layer map", "layer_map")
+    nav_to(ui, "The job", "")
+    seen = []
+    for _ in range(6):
+        ui.page.go_back()
+        ui.settle()
+        title = ui.page.locator('[data-testid="stMain"] h1').first.inner_text()
+        prompt = ui.page.locator(".st-key-insp_prompt textarea, .st-key-start_prompt textarea")
+        seen.append((title, prompt.first.input_value() if prompt.count() else None, params(ui).get("prompt")))
+    titles = [t for t, _, _ in seen]
+    pages = [t for i, t in enumerate(titles) if i == 0 or t != titles[i - 1]]
+    assert pages[:3] == ["V4.1 Explorer", "Layer map", "Prompt inspector"], seen
+    assert titles.index("Prompt inspector") <= 4, seen            # two presses a page at most
+    for title, prompt, in_url in seen:
+        if title == "Prompt inspector":
+            assert prompt == "Inspector prompt typed by me", seen
+            assert in_url in (None, "Inspector prompt typed by me"), seen
+        if title == "Layer map":
+            assert in_url is None, seen                           # no other page's prompt under its address
+    ui.page.go_forward()
+    ui.settle()
+    assert ui.key("insp_prompt").count() == 0 or \
+        ui.key("insp_prompt").locator("textarea").input_value() == "Inspector prompt typed by me"
+    ui.assert_clean()
+
+
+def test_own_text_is_offered_on_the_next_prompt_page(ui):
+    ui.open("")
+    ui.type_into("start_prompt", "Tom put the coin in the green jar. The jar is")
+    nav_to(ui, "DSpark draft & verify", "dspark")
+    offer = ui.key("ds_use_own").locator("button").first
+    assert offer.inner_text().strip().endswith("Use your text from The job")
+    offer.click()
+    ui.settle()
+    assert ui.key("ds_prompt").locator("textarea").input_value() == "Tom put the coin in the green jar. The jar is"
+    assert params(ui).get("prompt") == "Tom put the coin in the green jar. The jar is"
+    assert ui.key("ds_use_own").count() == 0
+    ui.assert_clean()
