@@ -147,10 +147,10 @@ def measured_note(record: dict | None) -> str:
         parts.append(f"{100 * m['recall_far_heldout_templates']:.0f}% on far stories told with names, objects and "
                      "sentences never trained on")
     if "distractors_other_fact" in m and "distractors_random_fact" in m:
-        parts.append(f"where a story holds other facts, {100 * m['distractors_other_fact']:.0f}% of the answers "
-                     f"are another fact's colour (picking one of the story's facts at random would be right "
-                     f"{100 * m['distractors_random_fact']:.0f}% of the time, and these weights are right "
-                     f"{100 * m.get('distractors_right', 0):.0f}%)")
+        parts.append(f"where a story holds other facts, {100 * m.get('distractors_right', 0):.0f}% of the answers "
+                     f"are the asked fact's colour and {100 * m['distractors_other_fact']:.0f}% another fact's "
+                     f"(a pick at random among the story's facts would be right "
+                     f"{100 * m['distractors_random_fact']:.0f}% of the time)")
     return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
 
 

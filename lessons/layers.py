@@ -380,10 +380,12 @@ def full_reads_subset(comp: list[Computed], one_based: bool = False) -> list[str
 # --------------------------------------------------------------------------------------------------
 # Sentences several pages share
 # --------------------------------------------------------------------------------------------------
-def bounded_note(cfg: V41Config) -> str:
-    """Why bounded replay is an approximation, in the same words wherever it is mentioned."""
+def bounded_note(cfg: V41Config, whose: str = "the running model") -> str:
+    """Why bounded replay is an approximation, in the same words wherever it is mentioned; `whose` names the model
+    `cfg` describes, since the replayed length is its window (128 rows at full size, 32 in the tiny model)."""
     w = cfg.sliding_window
-    return (f"Bounded replay is an approximation: the decoder runs only over the last {w} prompt rows, and the "
+    return (f"Bounded replay is an approximation: in {whose} the decoder runs only over the last {w} prompt rows "
+            "(its window), and the "
             "windows of the first replayed rows are cut at the start of that segment, so those rows cannot read the "
             "older rows that exact prefill would let them read; the difference can travel up through the decoder "
             f"to the last row. Only a prompt that fits in the {w}-row segment loses nothing.")

@@ -55,10 +55,11 @@ asked = None
 if raw is not None:
     asked = [x for x in raw.split(",") if x]
     bad = [x for x in asked if x not in names]
+    asked = [x for x in asked if x in names] or (None if bad else asked)   # none known: every configuration
     if bad:
-        st.warning(f"URL parameter configs: unknown configuration(s) {', '.join(map(quoted, bad[:5]))}; "
-                   "showing the known ones.")
-    asked = [x for x in asked if x in names]
+        st.warning(f"URL parameter configs: unknown {'configuration' if len(bad) == 1 else 'configurations'} "
+                   f"{', '.join(map(quoted, bad[:5]))}; "
+                   + ("showing the known ones." if asked else "showing every configuration."))
 seed("abl_configs", asked, names)
 seed("abl_topk", qp_int_or_none("topk", 1, topk_hi, f"showing {min(4, topk_hi)}"), min(4, topk_hi))
 seed("abl_stories", qp_choice("stories", STORIES, 30, "one of " + ", ".join(map(str, STORIES))), 30)

@@ -211,7 +211,9 @@ with tabs[3]:
 with tabs[4]:
     st.markdown(REPLAY_TEXT)
     if not design.has_replay:
-        st.info(f"{design.label} keeps every window: it has no bounded replay. Choose DeepSeek-V4.1-Flash.")
+        st.info(f"{design.label} has no bounded replay, so there is nothing to trade here: pick DeepSeek-V4.1-Flash "
+                "as the design to see it.")
+        qp_set(reuse=None)   # a link's reuse value means nothing for this design
     else:
         pc = param_counts("v4.1-flash")
         cfg = V41Config.preset("v4.1-flash")

@@ -165,10 +165,11 @@ else:
         st.code(tok(state.anchor), language=None)
     if state.log:
         n = len(state.log)
-        if st.session_state.get("ds_seen_steps") != n:  # a new step: show it
+        if st.session_state.get("ds_seen_steps") != n or "ds_step_view" not in st.session_state:  # a new step: show it
             st.session_state["ds_step_view"] = n
             st.session_state["ds_seen_steps"] = n
-        si = st.slider("Step", 1, n, key="ds_step_view") if n > 1 else 1
+        st.session_state["ds_step_view"] = min(max(1, int(st.session_state["ds_step_view"])), n)
+        si = st.slider("Step", 1, n, key="ds_step_view", persist_state=KEEP) if n > 1 else 1
         lg = state.log[si - 1]
         rows = step_rows(lg, decode=tok, greedy=rule == "greedy")
         for r in rows:  # make the verdict impossible to miss, and name the rule that produced it

@@ -54,7 +54,7 @@ with st.expander("Reference numbers behind the map"):
         with col:
             st.markdown(f"**{name}**")
             st.dataframe(pd.DataFrame(reference_numbers(cfg, sess.one_based)), hide_index=True, key=f"lm_ref_{key}")
-    st.caption(bounded_note(_full_cfg()))
+    st.caption(bounded_note(_full_cfg(), "the full-size DeepSeek-V4.1-Flash"))
 
 st.subheader("Per layer")
 seed("lm_table", qp_choice("table", list(configs), "the released config", f"one of {', '.join(configs)}"), "full")

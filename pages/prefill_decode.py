@@ -76,7 +76,7 @@ st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['ac
             "projections that feed them into the streams). Active counts are computation, not the memory needed to "
             "hold the weights.")
 st.caption(RELEASE_ACTIVE)
-st.caption(bounded_note(V41Config.preset("v4.1-flash")))
+st.caption(bounded_note(V41Config.preset("v4.1-flash"), "the full-size DeepSeek-V4.1-Flash"))
 
 a, b = st.columns(2)
 with a:

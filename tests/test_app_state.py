@@ -163,7 +163,7 @@ def test_a_rejected_prompt_is_what_the_url_shows():
     long = "word " * 5000                              # 25,000 characters: over the page's limit and a link's
     at.text_area(key="start_prompt").set_value(long).run()
     assert "prompt" not in url(at)
-    assert any("longer than a link keeps" in c.value for c in at.caption)
+    assert any("longer than the links this page writes keep" in c.value for c in at.caption)
 
 
 # ---- messages that said the wrong thing --------------------------------------------------------------------------
@@ -197,6 +197,12 @@ def test_ablation_reads_its_url():
     ok(at)
     assert at.multiselect(key="abl_configs").value == ["full model", "window only"]
     assert at.slider(key="abl_topk").value == 2 and at.selectbox(key="abl_stories").value == 15
+    bad = page_at("ablation", weights="random", configs="foo")   # nothing known: every configuration, as it says
+    assert bad.multiselect(key="abl_configs").value == bad.multiselect(key="abl_configs").options
+    assert "showing every configuration" in " ".join(w.value for w in bad.warning)
+    some = page_at("ablation", weights="random", configs="foo,window only")
+    assert some.multiselect(key="abl_configs").value == ["window only"]
+    assert "showing the known ones" in " ".join(w.value for w in some.warning)
 
 
 def test_compare_designs_block_layers_follow_the_numbering():

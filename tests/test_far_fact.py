@@ -305,7 +305,7 @@ def test_weights_note_says_when_the_answer_is_another_facts_colour():
                                                        "distractors_random_fact": 0.36}}
     note = weights_note("trained", rec)
     assert "13% on far stories told with names, objects and sentences never trained on" in note
-    assert "68% of the answers are another fact's colour" in note and "at random would be right 36%" in note
-    assert "these weights are right 31%" in note
+    assert "31% of the answers are the asked fact's colour and 68% another fact's" in note
+    assert "at random among the story's facts would be right 36%" in note
     del rec["measured"]["distractors_other_fact"]
     assert "another fact" not in weights_note("trained", rec)

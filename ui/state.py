@@ -175,7 +175,7 @@ def qp_choice(name: str, choices, default=None, what: str = "a choice here") -> 
     for c in choices:
         if str(c) == str(raw):
             return c
-    instead = "" if default is None else f"; showing {default} instead"
+    instead = "; the page's own choice is shown" if default is None else f"; showing {default} instead"
     st.warning(f"URL parameter {name} = {quoted(raw)} is not {what}{instead}.")
     return None
 
@@ -199,8 +199,9 @@ def prompt_to_url(text: str | None, default: str | None = None) -> None:
         qp_set(prompt=None if text == default else text)
     else:
         qp_set(prompt=None)
-        st.caption(f"This prompt ({len(text):,} characters) is longer than a link keeps ({URL_PROMPT_CHARS:,} "
-                   "characters): a link to this page opens the default prompt instead.")
+        st.caption(f"This prompt ({len(text):,} characters) is longer than the links this page writes keep "
+                   f"({URL_PROMPT_CHARS:,} characters): the address bar leaves it out, so a link copied from it opens "
+                   "the default prompt instead.")
 
 
 OWN_TEXT = -1   # the sample index of "your own text"
