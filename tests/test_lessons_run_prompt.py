@@ -213,11 +213,14 @@ def test_pool_mask_pins_newest_block():
 
 # ---- pools: against the model's own records --------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def micro_pools():
+@pytest.fixture(scope="module", params=["exact", "bounded"])
+def micro_pools(request):
+    """Both prefill modes the page offers (bounded once lost the FULL detail on the way to the engine's tracer)."""
     m = random_model("micro")
     ids = torch.randint(0, 250, (1, 40), generator=torch.Generator().manual_seed(3))
-    tr = pools.trace_for_pools(m, ids, "exact")
+    tr = pools.trace_for_pools(m, ids, request.param)
+    if request.param == "bounded":      # the decoder replayed only its window's rows
+        assert len(tr.layers[m.cfg.candidate_source_layer_id].positions) == m.cfg.sliding_window < 40
     return m, tr, pools.reindex_inputs(m, tr)
 
 

@@ -422,7 +422,7 @@ def run_trace(model, input_ids, *, detail: str = SUMMARY, mode: str = "exact", a
                 _add_entries(model, input_ids, tr, ablation)
             return tr
     return trace_generate(model, input_ids, mode, 0, chunk_size=chunk_size or 256, lens=lens, lens_topk=lens_topk,
-                          keep_scores=keep_scores, ablation=ablation, progress=progress).trace
+                          keep_scores=keep_scores, ablation=ablation, progress=progress, detail=detail).trace
 
 
 @dataclass
@@ -439,11 +439,11 @@ class TracedRun:
 def trace_generate(model, input_ids, mode: str = "bounded", new_tokens: int = 0, sampler: Sampler | None = None, *,
                    chunk_size: int = 512, lens: LensChoice = True, lens_topk: int = 5, keep_scores: bool = True,
                    ablation=None, progress: Callable[[float, str], None] | None = None,
-                   meta: dict | None = None) -> TracedRun:
+                   meta: dict | None = None, detail: str = SUMMARY) -> TracedRun:
     """Prefill with the tracer on (the engine's chunked exact or bounded prefill), then decode `new_tokens`, each
     sampled token fed back once so that it has a record in every layer. `progress(fraction, message)` covers
     both. The one traced loop of the prompt inspector (lessons/inspect.py)."""
-    tracer = Tracer(lens_topk=lens_topk, keep_scores=keep_scores, lens=lens)
+    tracer = Tracer(detail=detail, lens_topk=lens_topk, keep_scores=keep_scores, lens=lens)
     sampler = sampler or Sampler()
     total = 1.0 + new_tokens
 
