@@ -16,7 +16,19 @@ from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stepper, stop
+from ui.state import (
+    KEEP,
+    LINK_LAYERS,
+    arrived,
+    fragment,
+    qp_choice,
+    qp_get,
+    qp_int_or_none,
+    qp_set,
+    seed,
+    stepper,
+    stop,
+)
 from ui.text import plain, quoted
 from ui.vision_panel import draw_vision_steps
 
@@ -85,7 +97,7 @@ def _on_pick() -> None:
         st.session_state["fig3_box"] = bid
 
 
-@st.fragment
+@fragment
 def walkthrough() -> None:
     """The stepper, the drawing and the open box: a click on Back / Next / a dot reruns only this part, so
     fast clicks each land (a full rerun redraws the sidebar and rebuilds the layout first)."""

@@ -10,7 +10,7 @@ from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, note_own_text, offer_own_text, prompt_to_url, qp_get, seed
+from ui.state import KEEP, fragment, note_own_text, offer_own_text, prompt_to_url, qp_get, seed
 from ui.text import plain
 
 sess = page_header("V4.1 Explorer")
@@ -20,16 +20,15 @@ model = require_model(sess)
 DEFAULT_PROMPT = "The key is in the blue box. The box is"
 
 
-@st.fragment
+@fragment
 def live_part() -> None:
     """The prompt and its next-token scores. A fragment: editing the prompt reruns only this part, so a
     classroom of visitors typing at once costs the server the chart, not the whole page, per edit."""
     seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
     prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
+    note_own_text(prompt if prompt != DEFAULT_PROMPT else None, "start")
     offer_own_text(prompt, PROMPT_CHARS, lambda own: st.session_state.update(start_prompt=own), "start_use_own")
     prompt_to_url(prompt, DEFAULT_PROMPT)
-    if prompt != DEFAULT_PROMPT:
-        note_own_text(prompt)
     text, problem = clean_prompt(prompt, PROMPT_CHARS, samples=False)
     if problem:
         st.warning(problem)

@@ -258,16 +258,12 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
     assert not _offer(at)                                  # nothing typed yet: nothing offered
     at.text_area(key="start_prompt").set_value(mine).run()
     assert not _offer(at)                                  # the page already shows it
-    last = "The job"
-    for page, key, title in (("inspector", "insp_prompt", "Prompt inspector"),
-                             ("dspark", "ds_prompt", "DSpark draft & verify"),
-                             ("indexer_pools", "pool_prompt", "Indexer pools")):
+    for page, key in (("inspector", "insp_prompt"), ("dspark", "ds_prompt"), ("indexer_pools", "pool_prompt")):
         go(at, page)
         ok(at)
         assert at.text_area(key=key).value != mine
         (button,) = _offer(at)
-        assert button.label == f"Use your text from {last}"      # the page that had it last
-        last = title
+        assert button.label == "Use your text from The job"       # where it was typed, wherever it went since
         assert mine in " ".join(as_shown(c.value) for c in at.caption)
         button.click().run()
         ok(at)
@@ -275,7 +271,7 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
         assert not _offer(at)
     go(at, "attention_shares")                             # the live-sample pages take it as their own text
     (button,) = _offer(at)
-    assert button.label == "Use your text from Indexer pools"
+    assert button.label == "Use your text from The job"
     button.click().run()
     ok(at)
     assert at.text_area(key="live_text").value == mine and url(at)["prompt"] == mine
@@ -300,3 +296,25 @@ def test_a_sample_is_never_offered_and_a_text_too_long_for_the_page_is_not():
     assert button.label == "Back to your text"             # the reader's own text on this very page
     go(at, "start")
     assert not _offer(at)
+
+
+def test_the_offer_is_the_text_typed_last_not_the_page_seen_last():
+    at = app_at("start")
+    at.text_area(key="start_prompt").set_value("Zebra job text.").run()
+    go(at, "inspector")
+    at.text_area(key="insp_prompt").set_value("Giraffe inspector text.").run()
+    assert not _offer(at)                                  # just typed here: nothing to offer
+    go(at, "start")                                        # the older text shown again does not become the latest
+    (button,) = _offer(at)
+    assert button.label == "Use your text from Prompt inspector"
+    go(at, "csa2_modes")
+    (button,) = _offer(at)
+    assert button.label == "Use your text from Prompt inspector"
+    assert "Giraffe" in " ".join(as_shown(c.value) for c in at.caption)
+    go(at, "start")
+    _offer(at)[0].click().run()
+    assert at.text_area(key="start_prompt").value == "Giraffe inspector text." and not _offer(at)
+    at2 = app_at("inspector")                              # "(your own text)" picked, nothing typed: not offered
+    at2.selectbox(key="insp_sample").set_value(-1).run()
+    go(at2, "indexer_pools")
+    assert not _offer(at2)

@@ -38,7 +38,7 @@ from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.state import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
@@ -251,7 +251,7 @@ def far_fact_run(sess, story, tokens):
     return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
 
 
-@st.fragment
+@fragment
 def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True) -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
     answer-predicting token did with the fact's compressed entries. Never stops the page. A fragment: choosing

@@ -73,15 +73,16 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
         text = st.text_area("Your text", key="live_text", height=110, on_change=_keep, args=("live_text", KEPT_TEXT),
                             placeholder=f"Type or paste any text (up to {PROMPT_CHARS:,} characters); the page "
                                         "traces it as soon as you press Ctrl+Enter or click outside the box.")
+        note_own_text(text, "live", tuple(p["text"] for p in prompts))
         offer_own_text(text, PROMPT_CHARS, _use, "live_use_own")
         qp_set(sample=None)
         prompt_to_url(text)
-        note_own_text(text)
         ok, problem = clean_prompt(text, PROMPT_CHARS)
         if problem:
             st.warning(problem)
             return None
         return ok
+    note_own_text(None, "live")
     offer_own_text(prompts[choice]["text"], PROMPT_CHARS, _use, "live_use_own")
     qp_set(sample=choice, prompt=None)
     return prompts[choice]["text"]

@@ -16,7 +16,9 @@ default is shown. Warnings are given on arrival only: after the first run the UR
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, NoReturn
 
@@ -31,6 +33,7 @@ LINK_LAYERS = "links count layers from 0, as the code does"   # layer numbers in
 _PAGE = "_state_page"       # the page drawn by the previous run of this session
 PAGE_TITLE = "_state_page_title"   # the navigation title of the page this run draws (set by app.py)
 _OWN = "_state_own_text"    # (text, page title): the reader's latest own prompt, offered by the other prompt pages
+_SEEN = "_state_own_seen"   # {page prompt key: the text that page showed last}: notes only what changed
 _ARRIVED = "_state_arrived"  # whether the current run arrived at its page
 
 
@@ -74,16 +77,40 @@ def seed(key: str, from_url: Any, default: Any) -> Any:
 _batch = threading.local()      # .pending: {name: value or None} while a full run collects its URL writes
 
 
+ARRIVAL_WAIT_S = 0.6   # the least time between a page's arrival run starting and its URL write (see url_batch)
+
+
 @contextmanager
 def url_batch() -> Iterator[None]:
-    """Around a full run (app.py, through ui.common.app_frame): the run's URL writes become one change at its end,
-    also when the page stops early (st.stop) or reruns."""
-    _batch.pending = {}
+    """Around a full run (app.py, through ui.common.app_frame) or a fragment's own rerun: the run's URL writes
+    become one change at its end, also when the page stops early (ui.state.stop). Inside a batch, a nested one
+    (a fragment drawn by a full run) adds to it.
+
+    On arrival the write waits until ARRIVAL_WAIT_S after the run began: the browser moves its address to the new
+    page only after drawing the navigation, and a query string that comes first is pushed under the old page's
+    address (a fast page's write did, about half the time: Back then opened the old page with the new one's
+    values)."""
+    if getattr(_batch, "pending", None) is not None:
+        yield
+        return
+    _batch.pending, began = {}, time.monotonic()
     try:
         yield
     finally:
         pending, _batch.pending = _batch.pending, None
+        if pending and arrived() and not st.get_option("global.appTest"):
+            time.sleep(max(0.0, ARRIVAL_WAIT_S - (time.monotonic() - began)))
         _write(pending)
+
+
+def fragment(fn: Callable) -> Callable:
+    """st.fragment whose own reruns send their URL writes as one change, like a full run (url_batch)."""
+    @functools.wraps(fn)
+    def body(*args, **kwargs):
+        with url_batch():
+            return fn(*args, **kwargs)
+
+    return st.fragment(body)
 
 
 def stop() -> NoReturn:
@@ -208,12 +235,20 @@ OWN_TEXT = -1   # the sample index of "your own text"
 OFFER_PREVIEW = 90   # characters of the offered text shown beside its button
 
 
-def note_own_text(text: str | None) -> None:
-    """Remember a prompt the reader gave a page (typed, pasted, or brought by a link; never a sample), so that
-    the other prompt pages can offer it: each page keeps its own prompt, and a reader moving on with their
-    text should not have to paste it again."""
-    if text and text.strip():
-        st.session_state[_OWN] = (text, st.session_state.get(PAGE_TITLE) or "another page")
+def note_own_text(text: str | None, where: str, samples: tuple[str, ...] = ()) -> None:
+    """Remember a prompt the reader gave a page (`where`: the page's prompt key), typed, pasted, or brought by a
+    link, so that the other prompt pages can offer it. Noted only when it changed on that page (a return visit
+    to an older text does not make it the latest), never a sample's text (choosing "your own text" without
+    typing), and a text brought over from another page keeps the page it was typed on."""
+    seen = st.session_state.setdefault(_SEEN, {})
+    changed = seen.get(where) != text
+    seen[where] = text
+    if not changed or not text or not text.strip() or text in samples:
+        return
+    kept = st.session_state.get(_OWN)
+    if kept and kept[0] == text:
+        return
+    st.session_state[_OWN] = (text, st.session_state.get(PAGE_TITLE) or "another page")
 
 
 def offer_own_text(current: str | None, max_chars: int, use: Callable[[str], None], key: str) -> bool:
@@ -227,10 +262,9 @@ def offer_own_text(current: str | None, max_chars: int, use: Callable[[str], Non
         return False
     here = st.session_state.get(PAGE_TITLE)
     label = "Back to your text" if where == here else f"Use your text from {where}"
-    c1, c2 = st.columns([1, 3], vertical_alignment="center")
-    c1.button(label, key=key, on_click=use, args=(text,), icon=":material/input:",
+    st.button(label, key=key, on_click=use, args=(text,), icon=":material/input:",
               help="Put the text you typed last into this page's prompt.")
-    c2.caption(quoted(text, OFFER_PREVIEW))
+    st.caption(quoted(text, OFFER_PREVIEW))
     return True
 
 
@@ -275,14 +309,15 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
     def _use(own: str) -> None:
         st.session_state[skey], st.session_state[tkey] = OWN_TEXT, own
 
-    offer_own_text(text, max_chars, _use, f"{prefix}_use_own")
     i = st.session_state[skey]
-    if i != OWN_TEXT and samples[i].text == text:
+    own = not (i != OWN_TEXT and samples[i].text == text)
+    note_own_text(text if own else None, prefix, tuple(s.text for s in samples))
+    offer_own_text(text, max_chars, _use, f"{prefix}_use_own")
+    if not own:
         qp_set(sample=i, prompt=None)
     else:
         qp_set(sample=None)
         prompt_to_url(text)
-        note_own_text(text)
     return i, text
 
 
