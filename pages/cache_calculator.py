@@ -41,7 +41,7 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
+from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop, url_moved
 from ui.text import plain
 
 P = "cc"
@@ -75,7 +75,7 @@ if note := st.session_state.pop(f"{P}_switched", None):   # an event, not a stat
 base = defaults(preset)
 # a link to another design than the one this session showed: its URL is the whole state (defaults left out)
 linked = arrived() and qp_get("preset") is not None and shown_before not in (None, preset)
-for msg in init_knobs(P, base, fresh=linked):
+for msg in init_knobs(P, base, fresh=linked or url_moved()):
     notes.warning(f"URL parameter {plain(msg, limit=400)}")
 own = build(preset, base)
 used = own.knobs_used

@@ -35,6 +35,8 @@ PAGE_TITLE = "_state_page_title"   # the navigation title of the page this run d
 _OWN = "_state_own_text"    # (text, page title): the reader's latest own prompt, offered by the other prompt pages
 _SEEN = "_state_own_seen"   # {page prompt key: the text that page showed last}: notes only what changed
 _ARRIVED = "_state_arrived"  # whether the current run arrived at its page
+_WRITTEN = "_state_written"  # the URL's values as this session last left them (a different URL: Back or Forward)
+_MOVED = "_state_url_moved"  # whether this run's arrival is the browser's Back or Forward within the page
 
 
 def page_id() -> str:
@@ -43,12 +45,24 @@ def page_id() -> str:
 
 
 def begin_run() -> bool:
-    """Note the page this run draws; True when arriving at it. Called once per full run (by the sidebar)."""
+    """Note the page this run draws; True when arriving at it: another page was drawn before, or the URL is not
+    the one this session last wrote (the browser's Back or Forward within the page: its values are read again,
+    so Back undoes a change instead of pressing to no effect). Called once per full run (by the sidebar)."""
     here = page_id()
-    arrived = st.session_state.get(_PAGE) != here
+    # a bare address is the entry Streamlit's navigation pushes before a page writes its values: the session's
+    written, now = st.session_state.get(_WRITTEN), st.query_params.to_dict()
+    moved = st.session_state.get(_PAGE) == here and written is not None and bool(now) and written != now
+    arrived = st.session_state.get(_PAGE) != here or moved
     st.session_state[_PAGE] = here
     st.session_state[_ARRIVED] = arrived
+    st.session_state[_MOVED] = moved
     return arrived
+
+
+def url_moved() -> bool:
+    """Whether this run follows the browser's Back or Forward within its page: then a value the URL leaves out is
+    the page's default (as in a fresh open of that URL), not the session's."""
+    return arrived() and bool(st.session_state.get(_MOVED, False))
 
 
 def arrived() -> bool:
@@ -64,7 +78,7 @@ def seed(key: str, from_url: Any, default: Any) -> Any:
     URL), else what the session holds, else `default`. Returns the value now in session state."""
     if from_url is not None and arrived():
         st.session_state[key] = from_url
-    elif key not in st.session_state:
+    elif key not in st.session_state or url_moved():
         st.session_state[key] = default
     return st.session_state[key]
 
@@ -130,6 +144,7 @@ def _write(changes: dict[str, str | None]) -> None:
     new.update({k: v for k, v in changes.items() if v is not None})
     if new != now:
         st.query_params.from_dict(new)
+    st.session_state[_WRITTEN] = new
 
 
 def _raw(name: str) -> str | None:
