@@ -31,7 +31,9 @@ PAGES = [p for p in PAGES if (ROOT / "pages" / f"{p}.py").exists()]
 SESSION_KEYS = ("weights_choice", "numbering_choice")
 KINDS = ("radio", "selectbox", "multiselect", "slider", "select_slider", "number_input", "text_area", "toggle",
          "checkbox", "pagination")
-SKIP = {"ckpt_choice", "ds_step_view"}          # one offered checkpoint; a view of click results
+# one offered checkpoint; a view of click results; the walkthrough's copy pickers, which AppTest's select_index
+# sets to their shown text ("layer 1") and then cannot find among the options it formats again ("layer layer 1")
+SKIP = {"ckpt_choice", "ds_step_view", "fig3_copy", "fig3_mhc"}
 TEXTS = ["The key is in the red box. The box is", "", "   ", "[x](https://example.com) :red[r] $y$ <b>b</b>",
          "a b c d e f g h " * 40]
 MIN_STEPS = 200
