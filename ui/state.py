@@ -107,14 +107,20 @@ def url_batch() -> Iterator[None]:
     if getattr(_batch, "pending", None) is not None:
         yield
         return
-    _batch.pending, began = {}, time.monotonic()
+    _batch.pending, _batch.began = {}, time.monotonic()
     try:
         yield
     finally:
-        pending, _batch.pending = _batch.pending, None
-        if pending and arrived() and not st.get_option("global.appTest"):
-            time.sleep(max(0.0, ARRIVAL_WAIT_S - (time.monotonic() - began)))
-        _write(pending)
+        _flush()
+        _batch.pending = None
+
+
+def _flush() -> None:
+    """Send the batch's collected writes as one change (after the arrival wait) and start an empty batch."""
+    pending, _batch.pending = _batch.pending, {}
+    if pending and arrived() and not st.get_option("global.appTest"):
+        time.sleep(max(0.0, ARRIVAL_WAIT_S - (time.monotonic() - _batch.began)))
+    _write(pending)
 
 
 def fragment(fn: Callable) -> Callable:
@@ -130,10 +136,8 @@ def fragment(fn: Callable) -> Callable:
 def stop() -> NoReturn:
     """st.stop() for pages: the run's URL writes are sent first (once Streamlit has been asked to stop, it drops
     every message the run still sends, the end-of-run URL change included)."""
-    pending = getattr(_batch, "pending", None)
-    if pending:
-        _batch.pending = {}
-        _write(pending)
+    if getattr(_batch, "pending", None) is not None:
+        _flush()
     st.stop()
 
 
