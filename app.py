@@ -39,11 +39,12 @@ SECTIONS = {
     "Reference": [("pages/glossary.py", "Glossary", ":material/menu_book:", False)],
 }
 
-nav = {}
-for section, pages in SECTIONS.items():
-    items = [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i, d in pages if (HERE / f).exists()]
-    if items:
-        nav[section] = items
+# a page file that is missing is a broken install: say so, rather than leave a hole in the navigation
+missing = [f for pages in SECTIONS.values() for f, *_ in pages if not (HERE / f).is_file()]
+if missing:
+    raise FileNotFoundError(f"page files missing from {HERE}: {', '.join(missing)}")
+nav = {section: [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i, d in pages]
+       for section, pages in SECTIONS.items()}
 page = st.navigation(nav)
 st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from The job")
 with app_frame():

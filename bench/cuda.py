@@ -3,7 +3,7 @@
 The tests run on the CPU (tests/conftest.py sets V41_DEVICE=cpu), so the GPU path needs a check of its own,
 run once on a machine that has one. It measures, in one run (fp32, TF32 off):
 - parity on the GPU: the golden fixture's logits, prefill-then-decode logits and every layer's intermediates
-  (the checks of tests/test_parity.py, run with the model on CUDA);
+  (the checks of tests/model/test_parity.py, run with the model on CUDA);
 - the shipped tiny model (and `data/weights/recall` when present) on CPU and GPU: the largest logit
   difference on a long prompt, whether a traced greedy decode gives the same tokens in bounded and exact
   mode, and the time of one forward on each;
@@ -74,8 +74,8 @@ def cpu_against_gpu(weights: Path, dev: torch.device, tokens: int = 1500) -> dic
 
 def train_on_gpu(dev: torch.device, steps: int = 6, batch: int = 16) -> dict[str, float]:
     """A few steps of the recall recipe's losses on random tiny weights, then the run's closing evaluation."""
-    from model.corpus import DEFAULT_STREAM
-    from model.training import TrainConfig, quick_eval, start_run, train_steps
+    from lab.corpus import DEFAULT_STREAM
+    from lab.training import TrainConfig, quick_eval, start_run, train_steps
 
     if not DEFAULT_STREAM.exists():
         return {"train_skipped": 1}

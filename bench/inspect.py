@@ -38,7 +38,7 @@ def _model(weights: str):
 
 def long_prompt(model, n: int = 2000) -> tuple[str, list[int]]:
     """Story text cut to exactly n tokens (held-out stories joined until long enough)."""
-    from model.corpus import load_heldout_stories
+    from model.heldout import load_heldout_stories
 
     text, ids = "", []
     for row in sorted(load_heldout_stories(), key=lambda r: -len(r["text"])):

@@ -1,10 +1,10 @@
 """`python -m bench.train`: tokens per second of one full training step, eager against fast.
 
-The step is model.training.step.train_step on the tiny preset (forward with the indexer KL and routing,
+The step is lab.training.step.train_step on the tiny preset (forward with the indexer KL and routing,
 backward, gradient clipping, AdamW, the MoE bias update), on one fixed batch of training-stream
 text (random ids when the stream is absent), with the same thread count for both. "Fast" is the
 same maths with model/fusion.py's compiled kernels and multi-tensor optimizer and clipping
-(tests/test_train.py checks the equivalence). Compile time is measured separately and not
+(tests/lab/test_train.py checks the equivalence). Compile time is measured separately and not
 counted; both versions are warm; the two alternate round by round so that load from other
 processes falls on both, and the speed-up is the median of the per-round ratios.
 
@@ -26,8 +26,9 @@ from bench._common import ROOT, line
 
 
 def _setup(preset: str, batch: int, seq_len: int, fast: bool, seed: int = 0):
-    from model.corpus import TokenStream, load_tokenizer
-    from model.training import TrainConfig, build_model, make_optimizer
+    from lab.corpus import TokenStream
+    from lab.training import TrainConfig, build_model, make_optimizer
+    from model.tokenizer import load_tokenizer
 
     tc = TrainConfig(preset=preset, batch=batch, seq_len=seq_len, steps=1000, dense_warmup_frac=0.0, fast=fast,
                      seed=seed)
@@ -53,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    from lab.training import set_window, train_step
     from model.fusion import compile_error, configure
-    from model.training import set_window, train_step
 
     configure()
     eager = _setup(args.preset, args.batch, args.seq_len, fast=False)

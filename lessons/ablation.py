@@ -3,7 +3,7 @@
 Follows the first seed's closing advice in our words (measure quality next to time and memory at a
 comparable budget, then switch one piece off) and docs/design/architecture.md §3.8 (the switches are
 `model.arch.context.Ablation`, applied at inference time to the trained weights). Answer quality comes from
-model/training/evaluation.py's `evaluate` (held-out loss, recall by distance bucket), the evaluation the
+lab/training/evaluation.py's `evaluate` (held-out loss, recall by distance bucket), the evaluation the
 quality benchmark prints, so the page and the benchmark report the same numbers for the same settings.
 """
 
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from model import Ablation, decode_step, prefill
-from model.training import evaluate as held_out_quality
+from model.heldout import evaluate as held_out_quality
 
 from .calculator import Knobs, calculate
 from .designs import v41_design
@@ -122,7 +122,7 @@ def measure_cost(model, ids: list[int], ablation: Ablation, mode: str, decode_to
 def run_config(model, name: str, cost_ids: list[int], topk: int | None = None, max_stories: int | None = 30,
                max_natural_tokens: int | None = 2048, progress: Callable[[float, str], None] | None = None,
                evaluate=None) -> dict:
-    """One table row: quality from model.training.evaluation.evaluate (or `evaluate`, a stand-in with its
+    """One table row: quality from lab.training.evaluation.evaluate (or `evaluate`, a stand-in with its
     signature) plus time and bytes on `cost_ids`."""
     evaluate = evaluate or held_out_quality
     ablation, mode = make_ablation(name, topk)
@@ -240,7 +240,7 @@ def reading(rows: list[dict]) -> list[str]:
 
 def memory_note(cfg, tokens: int) -> str:
     """The memory side of the trade-offs: the cache calculator's bytes for the running model at this prompt
-    length, in each prefill mode (the engine holds exactly these; tests/test_calculator.py)."""
+    length, in each prefill mode (the engine holds exactly these; tests/lessons/test_calculator.py)."""
     out = {}
     for mode in ("exact", "bounded"):
         k = Knobs(context=tokens, mode=mode, window=cfg.sliding_window, bits=4, layers=max(16, cfg.num_hidden_layers))

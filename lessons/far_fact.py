@@ -28,7 +28,7 @@ import torch
 
 from lessons.far_story import FactStory, FactTokens
 from model import Ablation
-from model.corpus import BUCKETS, COLOURS, colour_token_ids
+from model.heldout import BUCKETS, COLOURS, colour_token_ids
 
 FAR_BUCKET = BUCKETS["far"]  # (first, last) distance in tokens
 
@@ -102,7 +102,7 @@ NO_RECORD = ("These weights came without a training record (training.json) that 
 def weights_note(weights: str, record: dict | None) -> str:
     """What the loaded weights do on far recall, said before any measurement on this page: for trained weights (the
     shipped ones or a chosen checkpoint), the held-out far recall recorded in their training.json (`record`: its
-    "measured" entry, what `bench.quality --record` measured on the file as shipped, or else its "final" entry, the
+    "measured" entry, what `lab.probes.quality --record` measured on the file as shipped, or else its "final" entry, the
     run's last quick evaluation) and what else that benchmark measured on them; for random weights, that nothing is
     learned; for weights without a record, that it is not known."""
     chance = f"{100 * CHANCE:.1f}%"
@@ -131,7 +131,7 @@ def weights_note(weights: str, record: dict | None) -> str:
 
 
 def measured_note(record: dict | None) -> str:
-    """The figures `bench.quality --record` measured on these weights (their training.json "measured"): far
+    """The figures `lab.probes.quality --record` measured on these weights (their training.json "measured"): far
     recall with the global branch off, how often the far fact's entry is in the candidate pool at the answer
     row, far recall on the held-out templates, and how often a story with other facts is answered with one of
     theirs (finding a fact but not the asked one). Empty when they were not measured."""
@@ -155,7 +155,7 @@ def measured_note(record: dict | None) -> str:
 
 
 def _far_part(record: dict | None) -> dict | None:
-    """The part of a training record that states held-out far recall: "measured" (`bench.quality --record`, more
+    """The part of a training record that states held-out far recall: "measured" (`lab.probes.quality --record`, more
     stories, on the file as shipped) when it does, else "final" (the run's last quick evaluation); None if neither."""
     rec = record or {}
     for part in (rec.get("measured") or {}, rec.get("final") or {}):
@@ -392,8 +392,8 @@ def analyse(model, story: FactStory, tokens: FactTokens, trace=None, off_logits:
     texts = [model.decode([i]) for i in tokens.ids]
     w = model.cfg.sliding_window
     derivation = [
-        f"Input: <|eos|> then the story's {q} tokens, cut right before the answer (as bench/quality.py scores it); "
-        f"the answer is predicted from the last position, {q}.",
+        f"Input: <|eos|> then the story's {q} tokens, cut right before the answer (as lab/probes/quality.py scores "
+        f"it); the answer is predicted from the last position, {q}.",
         f"The fact's colour is at {'position' if len(tokens.colour_positions) == 1 else 'positions'} "
         f"{', '.join(map(str, tokens.colour_positions))}: "
         f"{tokens.distance} tokens before the answer; the window of the query covers positions "

@@ -1,7 +1,7 @@
 """The far-fact lesson's stories: a held-out recall story or the reader's own, cut right before the answer, with
 the token positions of the fact and of its colour word (lessons/far_fact.py reads a trace at those positions).
 
-Inputs follow the recall evaluation (model/training/evaluation.py): the story's tokens after one `<|eos|>`, cut
+Inputs follow the recall evaluation (lab/training/evaluation.py): the story's tokens after one `<|eos|>`, cut
 right before the answer. The sample (`far_sample`) is chosen by a fixed rule (lessons/far_fact.py `FAR_RULE`)
 from the held-out far bucket; a reader's own story goes through `own_story`, which checks the input and returns
 a message instead of raising.
@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from model.corpus import COLOURS, EOS_ID, load_heldout_stories, token_index_at_char
+from model.heldout import COLOURS, load_heldout_stories, token_index_at_char
+from model.tokenizer import EOS_ID
 
 MAX_STORY_CHARS = 20000
 MAX_STORY_TOKENS = 2048      # the panel traces every layer at every row of the story
@@ -44,7 +45,7 @@ class FactTokens:
 
     @property
     def distance(self) -> int:
-        """Answer position minus the fact colour's first position (model.corpus.stories' definition)."""
+        """Answer position minus the fact colour's first position (lab.corpus.stories' definition)."""
         return self.query + 1 - self.colour_positions[0]
 
 
@@ -55,7 +56,7 @@ def covering_positions(offsets: list[tuple[int, int]], start: int, end: int, shi
 
 
 def tokens_of(tokenizer, story: FactStory, full_text: str | None = None, answer_start: int | None = None) -> FactTokens:
-    """Token positions of a story's fact, with the same input bench/quality.py scores: `<|eos|>` then the story.
+    """Token positions of a story's fact, with the same input lab/probes/quality.py scores: `<|eos|>` then the story.
 
     With `full_text` and `answer_start` (a held-out story that still holds its answer) the prompt is the full
     text's tokens before the answer token and the answer id is the token there, exactly as in the evaluation;

@@ -14,7 +14,7 @@ other text follows (`gap` tokens), and the span is said again. From a trace of t
 - `sink`: the mean share on the sink;
 and, from the final logits, whether the model's top guess at each token of the second copy is the token that
 followed it the first time (the copy), against the same positions of the first copy (no earlier copy to read).
-`python -m bench.heads` prints the same table over four passages; the page reads one.
+`python -m lab.probes.heads` prints the same table over four passages; the page reads one.
 """
 
 from __future__ import annotations

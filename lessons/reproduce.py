@@ -246,7 +246,7 @@ def lookback_heads(weights: str, passage: int, span: int, gap: int, layer: int, 
     if own_text is not None:
         row += [f"span = model.encode({own_text!r})[:{span}]   # your text's first tokens are the span"]
     return _join(model_lines(weights),
-                 ["from model.corpus import heldout_natural_tokens",
+                 ["from model.heldout import heldout_natural_tokens",
                   "from lessons.lookback_heads import copy_row, head_pattern, lens_rise, look_back, passage_parts"],
                  ["tokens = heldout_natural_tokens(model.tokenizer)"] + row +
                  ["ids, layout = copy_row(lead, span, filler)",

@@ -1,8 +1,9 @@
 """DeepSeek-V4.1-Flash in PyTorch: config, layer map, model, engine, trace (docs/design/architecture.md §4).
 
 The names most callers need; each sub-package (`model.arch`, `model.inference`, `model.checkpoint`,
-`model.training`, `model.corpus`) is a face of its own with an `__all__`, and the leaves (`model.config`,
-`model.layer_map`, `model.quant`, `model.fusion`, `model.accounting`) are imported as they are.
+`model.cli`) is a face of its own with an `__all__`, and the top-level modules (`model.config`,
+`model.layer_map`, `model.quant`, `model.fusion`, `model.tokenizer`, `model.scenes`, `model.accounting`,
+`model.heldout`) are imported as they are.
 """
 
 from .accounting import count_params

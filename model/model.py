@@ -12,12 +12,12 @@ from typing import Any
 from .arch.backbone import Backbone, ModelOutput
 from .arch.engram import NgramHasher
 from .config import V41Config
-from .corpus.tokenizer import compressed_token_map
 from .errors import InputError
 from .inference.cache import Cache
 from .inference.generation import GenerateResult, SpecOptions, generate
 from .inference.sampling import Sampler
 from .inference.trace import run_trace
+from .tokenizer import compressed_token_map
 
 __all__ = ["V41Model", "ModelOutput", "InputError"]
 

@@ -1,5 +1,5 @@
 """Ablation lab: switch one component off at a time and compare quality, time and cache bytes side by side.
-Quality numbers come from model/training/evaluation.py's `evaluate` (through lessons/ablation.py); each configuration's
+Quality numbers come from lab/training/evaluation.py's `evaluate` (through lessons/ablation.py); each configuration's
 result is cached, so adding one configuration only runs that one.
 """
 

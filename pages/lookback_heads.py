@@ -30,7 +30,7 @@ from lessons.lookback_heads import (
     passage_parts,
     reach_sweep,
 )
-from model.corpus import heldout_natural_tokens
+from model.heldout import heldout_natural_tokens
 from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure

@@ -78,7 +78,7 @@ def micro():
 
 def random_tiny(seed: int = 0):
     """The tiny preset with random weights and the shipped tokenizer bound (Engram map from it)."""
-    from model.corpus import compressed_token_map, load_tokenizer
+    from model.tokenizer import compressed_token_map, load_tokenizer
 
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     _, n = compressed_token_map(tok)

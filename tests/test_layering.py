@@ -1,15 +1,19 @@
 """Imports point one way, in the app and inside model/ (docs/design/style.md §1).
 
-An `ast` walk of every module of the app (app.py, pages/, ui/, lessons/, model/, bench/) reads each
+An `ast` walk of every module of the tree (app.py, pages/, ui/, lessons/, model/, bench/, lab/) reads each
 import (at module level, inside functions and under `if TYPE_CHECKING:`) and resolves relative names.
 
 The app: pages -> ui -> lessons -> model. An import may go to the same layer or a lower one; lessons/
-and model/ import no Streamlit, Plotly or pandas; nothing outside bench/ imports bench (the benchmarks
-sit beside the app, not under it); an import inside a function needs a comment that says why (on its
-line or the line above).
+and model/ import no Streamlit, Plotly or pandas; nothing outside bench/ and lab/ imports bench (the
+benchmarks sit beside the app, not under it); an import inside a function needs a comment that says why
+(on its line or the line above).
+
+The lab (lab/: training, corpus, research probes) may import anything; nothing in the product (app.py,
+pages/, ui/, lessons/, model/) imports it, so the app runs without it. bench/ may (the training benchmark
+times the lab's step).
 
 Inside model/: no import cycle anywhere; every import goes to the same or a lower rank (`RANKS`);
-`arch/` imports nothing from inference, checkpoint, training, corpus or cli; nothing imports the
+`arch/` imports nothing from inference, checkpoint, heldout or cli; nothing imports the
 package root `model`; imports inside functions only in `cli/` (which loads one command lazily).
 
 The faces: each sub-package of model/ re-exports its public names in its `__init__` (`__all__`). Code
@@ -34,23 +38,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 # rank of each top-level part of model/; an import may only go to the same rank or a lower one
 RANKS = {
-    "errors": 0, "fusion": 0, "config": 0, "layer_map": 0, "quant": 0,
-    "corpus": 1,
+    "errors": 0, "fusion": 0, "config": 0, "layer_map": 0, "quant": 0, "tokenizer": 0, "scenes": 0,
     "arch": 2,
     "inference": 3,
     "model": 4, "accounting": 4,
-    "checkpoint": 5,
-    "training": 6,
+    "checkpoint": 5, "heldout": 5,
     "cli": 7,
     # the command-line entry point and the public API sit on top of everything
     "__main__": 8, "__init__": 8,
 }
-ARCH_BANS = {"inference", "checkpoint", "training", "corpus", "cli", "model", "accounting"}
+ARCH_BANS = {"inference", "checkpoint", "heldout", "cli", "model", "accounting"}
 
 # the app's layers, lowest first; bench/ is outside them (it may import any of them, none imports it)
 APP = {"model": 0, "lessons": 1, "ui": 2, "pages": 3, "app": 4}
 DRAWING = {"streamlit", "plotly", "pandas"}          # no drawing library below ui/
-APP_DIRS = ("model", "lessons", "ui", "pages", "bench")
+APP_DIRS = ("model", "lessons", "ui", "pages", "bench", "lab")
+PRODUCT = ("app", "pages", "ui", "lessons", "model")  # what the app runs; none of it imports the lab
 
 
 class Import:
@@ -206,7 +209,8 @@ def model_import_habits(root: Path = REPO) -> list[str]:
 # ---- the app ----------------------------------------------------------------------------------------------------
 def app_violations(root: Path = REPO) -> list[str]:
     """Upward imports between the app's layers, drawing libraries below ui/, imports of bench/ from outside
-    it, and uncommented function-level imports in app.py, pages/, ui/ and lessons/."""
+    it and the lab, imports of the lab from the product, and uncommented function-level imports in app.py,
+    pages/, ui/ and lessons/."""
     mods = modules(root)
     bad = []
     for m, p in mods.items():
@@ -217,8 +221,11 @@ def app_violations(root: Path = REPO) -> list[str]:
                 bad.append(f"{where} {layer}/ imports {imp.target} from the layer above")
             if layer in ("model", "lessons") and imp.top in DRAWING:
                 bad.append(f"{where} {layer}/ imports {imp.target}: drawing belongs to ui/ and pages/")
-            if layer != "bench" and imp.top == "bench":
-                bad.append(f"{where} imports {imp.target}: nothing outside bench/ imports bench")
+            if layer not in ("bench", "lab") and imp.top == "bench":
+                bad.append(f"{where} imports {imp.target}: nothing outside bench/ and lab/ imports bench")
+            if layer in PRODUCT and imp.top == "lab":
+                bad.append(f"{where} imports {imp.target}: the product (app.py, pages, ui, lessons, model) never "
+                           "imports the lab")
             if layer in ("app", "pages", "ui", "lessons") and imp.in_function and not imp.commented:
                 bad.append(f"{where} imports {imp.target} inside a function with no comment saying why")
     return list(dict.fromkeys(bad))        # one line per statement, however many names it imports
@@ -226,10 +233,9 @@ def app_violations(root: Path = REPO) -> list[str]:
 
 # ---- the faces of model/'s sub-packages ---------------------------------------------------------------------------
 FACE_USERS = ("app", "pages", "ui", "lessons", "bench")   # code outside model/ that must import through the faces
-# (file, deep module) -> why that file must reach past the face
-FACE_EXCEPTIONS = {
-    ("bench/mhc_post.py", "model.arch.block"): "the spy replaces the hc_mixes the block module calls with its own",
-}
+# (file, deep module) -> why that file must reach past the face (the lab is not held to the faces: it trains and
+# probes the model's insides)
+FACE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def face_exports(root: Path = REPO) -> dict[str, list[str]]:
@@ -370,6 +376,11 @@ CLEAN = {
     "model/inference/__init__.py": "from .engine import prefill\n__all__ = ['prefill']\n",
     "model/inference/engine.py": "from ..arch import attention\ndef prefill(): ...\n",
     "bench/__init__.py": "", "bench/quality.py": "from lessons import lesson\nfrom model.inference import prefill\n",
+    "bench/train.py": "from lab.training import step\n",
+    "lab/__init__.py": "", "lab/training/__init__.py": "",
+    "lab/training/step.py": "import torch\nfrom model.arch import attention\n",
+    "lab/probes/__init__.py": "",
+    "lab/probes/heads.py": "from bench import quality\nfrom lessons import lesson\nfrom ui import widgets\n",
 }
 
 
@@ -392,6 +403,13 @@ def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
         "model imports lessons": ("model/arch/bad.py", "from lessons import lesson\n", app_violations),
         "model imports pandas": ("model/arch/bad.py", "import pandas\n", app_violations),
         "pages imports bench": ("pages/bad.py", "import bench.quality\n", app_violations),
+        "model imports the lab": ("model/config.py", "from lab.training import step\nx = 1\n", app_violations),
+        "arch imports the lab": ("model/arch/bad.py", "import lab.training.step\n", app_violations),
+        "lessons imports the lab": ("lessons/bad.py", "from lab.probes import heads\n", app_violations),
+        "ui imports the lab in a commented function": ("ui/bad.py", "def f():\n    import lab.training  # lazy\n",
+                                                        app_violations),
+        "pages imports the lab": ("pages/bad.py", "from lab import training\n", app_violations),
+        "app imports the lab": ("app.py", "import streamlit as st\nimport lab\n", app_violations),
         "an uncommented lazy import": ("ui/bad.py", "def f():\n    from lessons import lesson\n", app_violations),
         "arch imports inference": ("model/arch/bad.py", "from ..inference import engine\n", model_back_edges),
         "config imports arch": ("model/config.py", "from .arch import attention\n", model_back_edges),

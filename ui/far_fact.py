@@ -127,7 +127,7 @@ def _json_at(p: Path) -> dict | None:
 
 def training_record(directory: Path | None = None) -> dict | None:
     """The training.json of a weights directory (the shipped weights by default): its final evaluation and what
-    `bench.quality --record` measured; None when it is missing, unreadable or too big. Re-read when it changes."""
+    `lab.probes.quality --record` measured; None when it is missing, unreadable or too big. Re-read when it changes."""
     return _json_at((directory or TINY_DIR) / "training.json")
 
 

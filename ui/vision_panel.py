@@ -1,7 +1,7 @@
 """Images in the app: a picture input (upload with limits, or a sample) and the vision drawings.
 
 For the Figure 3 walkthrough's vision box and the prompt inspector (docs/design/architecture.md §3.6):
-- `image_input(key)` -> PIL image or None: samples from model/corpus/scenes.py or an upload checked by
+- `image_input(key)` -> PIL image or None: samples from model/scenes.py or an upload checked by
   content (PNG/JPEG only, size and pixel limits); problems are shown with `st.error`, never raised.
 - `draw_vision_steps(model, image)`: picture -> patches -> image tokens -> sequence positions.
 - `draw_image_prompt(model, text, image)`: which positions are image tokens, how the routers treat
@@ -23,7 +23,6 @@ from PIL import Image
 from lessons import vision as lv
 from model import ImageError, InputError
 from model.arch import encode_image, has_vision
-from model.corpus import draw_scene, sample_scenes
 from model.inference import (
     MAX_UPLOAD_BYTES,
     MAX_UPLOAD_PIXELS,
@@ -35,6 +34,7 @@ from model.inference import (
     to_pixels,
     trace_with_image,
 )
+from model.scenes import draw_scene, sample_scenes
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 

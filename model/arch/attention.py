@@ -185,7 +185,7 @@ class Attention(torch.nn.Module):
         self.layer_id = spec.index
         self.ratio = spec.compress_ratio
         self.n_heads, self.head_dim, self.window = cfg.num_attention_heads, cfg.head_dim, cfg.sliding_window
-        self.limit = self.window  # a training curriculum may narrow the window (model.training.step.set_window)
+        self.limit = self.window  # a training curriculum may narrow the window (lab.training.step.set_window)
         self.kind = "compress" if self.ratio else "main"
         self.wq_a = torch.nn.Linear(cfg.hidden_size, cfg.q_lora_rank, bias=False)
         self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)

@@ -16,7 +16,7 @@ so its tensors are `mtp.{i}.*`:
   the Markov head adds b(x_{j-1}) = head(embed[x_{j-1}]) left to right while sampling, and the
   confidence head c_j = sigmoid(proj([h_j; embed[x_{j-1}]])) estimates P(draft j accepted |
   drafts before it accepted).
-Drafting and verification are model/inference/speculative.py; training is model/training/dspark.py.
+Drafting and verification are model/inference/speculative.py; training is lab/training/drafter.py.
 """
 
 from __future__ import annotations

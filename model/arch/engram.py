@@ -3,7 +3,7 @@
 Follows docs/design/equations.md §10 (V4.1 production form). Bit-exact hashing:
 1. A compressed token map from the tokenizer: ids whose text normalises alike (NFKC, NFD, strip
    accents, lowercase, collapse whitespace, strip; a lone space kept) share one compressed id. The map
-   is built next to the tokenizer (model/corpus/tokenizer.py) and handed to `NgramHasher`.
+   is built next to the tokenizer (model/tokenizer.py) and handed to `NgramHasher`.
 2. Per position, the compressed ids of the token and the N-1 tokens before it (pad id where the
    look-back runs past the start or into an image span) are multiplied by odd per-layer int64
    multipliers (numpy default_rng(10007 * layer_id)) and XOR-chained; after adding the n-th token

@@ -20,9 +20,9 @@ from tokenizers import Tokenizer
 from ..arch.engram import NgramHasher
 from ..arch.rope import Rotary
 from ..config import ConfigError, V41Config
-from ..corpus.tokenizer import compressed_token_map, load_tokenizer
 from ..errors import CheckpointError
 from ..model import V41Model
+from ..tokenizer import compressed_token_map, load_tokenizer
 from .native import default_device, load_state_dict, shard_map
 from .parts import attach_parts, cast_params
 from .quantization import QuantSpec

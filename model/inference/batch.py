@@ -3,7 +3,7 @@
 A server that many people use at once (ui/queue.py's BatchWorker) runs the prompts that arrive
 together as one batch: on a small CPU a forward of a short prompt is mostly per-op overhead and
 weight reads, which a batch pays once. The rows are padded on the right to the longest and each
-result is cut back to its own row. Why padding changes no real row (tests/test_batch.py checks
+result is cut back to its own row. Why padding changes no real row (tests/model/test_batch.py checks
 each claim against solo runs):
 - attention is causal: a query at t reads window rows <= t and entries visible at t;
 - a compressed entry packs rows [e*r, (e+1)*r) and is visible to a query at t only when

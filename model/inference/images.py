@@ -3,7 +3,7 @@
 Follows docs/design/architecture.md §1 and §3.6 (the vision tower's `vision_config`: patch size, pixel-unshuffle
 ratio, `max_image_tokens`, `min_pixels`, `max_wh_ratio`).
 
-Two parts, both free of Streamlit (the generated training scenes are in model/corpus/scenes.py;
+Two parts, both free of Streamlit (the generated training scenes are in model/scenes.py;
 the prompt around a picture is model/inference/vision_inputs.py):
 
 1. `load_image(data)`: an uploaded file's bytes -> an RGB `PIL.Image`, or `ImageError` with a

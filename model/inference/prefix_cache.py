@@ -31,7 +31,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from ..corpus.sources import sha256_file
+from ..tokenizer import sha256_file
 from .cache import Cache
 
 

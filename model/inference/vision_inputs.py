@@ -49,7 +49,7 @@ class VisionInputs(NamedTuple):
 
 
 def doc_prefix(model) -> list[int]:
-    """Documents in our training stream start after <|eos|> (model/corpus/dataset.py); the release uses bos."""
+    """Documents in our training stream start after <|eos|> (lab/corpus/dataset.py); the release uses bos."""
     eos = model.cfg.eos_token_id
     eos = eos[0] if isinstance(eos, list) else eos
     return [] if eos is None else [int(eos)]

@@ -1,6 +1,6 @@
 """Bad input as only a browser shows it: hostile text stays text (no markup, no script runs), the browser's
 own inputs refuse what is out of range, bad URLs give messages, and the same tab keeps working after each.
-The fast AppTest half of the bad-input suite is tests/test_bad_input.py."""
+The fast AppTest half of the bad-input suite is tests/app/test_bad_input.py."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_several_tabs_at_once_each_get_their_own_result(app, browser):
-    from model.corpus import load_tokenizer
+    from model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     prompts = [f"Tab {i} says:" + " the key is in the blue box." * (i + 1) + " The box is" for i in range(4)]

@@ -1,6 +1,6 @@
 """The far-fact panel in a real browser: the held-out sample draws its figure and marked excerpt, a reader's story
 with markup stays text, a mistyped fact gives the message and the same tab recovers. The AppTest half is
-tests/test_app_far_fact.py."""
+tests/app/test_far_fact.py."""
 
 from __future__ import annotations
 

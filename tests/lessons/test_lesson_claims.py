@@ -1,0 +1,312 @@
+"""Teaching fidelity: every corrected claim is checked against numbers computed here independently
+(from the config, the engine, or arithmetic in the test), never against the text it replaced."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import random_model
+
+
+# ---- DSpark: block size, never-checked rows, the greedy correction ------------------------------------------
+def _step(**kw):
+    from model.inference import StepLog
+
+    base = dict(step=0, anchor=5, anchor_pos=10, drafted=[11, 12, 13], q_draft=[0.6, 0.315, 0.5],
+                p_draft=[0.3, 0.073, 0.9], target_top=[11, 12, 40, 41], confidence=[0.9, 0.8, 0.7],
+                survival=[0.9, 0.72, 0.504], accepted=0, rules=["reject"], ratios=[0.5], uniforms=[0.7],
+                resampled=40, bonus=None, emitted=[40], rows_appended=4, rows_rolled_back=3, cache_length=11)
+    base.update(kw)
+    return StepLog(**base)
+
+
+def test_never_checked_rows_get_no_keep_chance_and_a_hypothetical_one_with_the_active_rule():
+    from lessons.dspark import step_rows
+
+    rows = step_rows(_step(), greedy=False)           # stochastic, refused at the first guess
+    assert rows[0]["keep chance"] == pytest.approx(0.5)
+    assert rows[1]["keep chance"] is None and rows[2]["keep chance"] is None
+    assert rows[1]["p(guess)"] == 0.073                # the verify pass's real p is kept
+    assert rows[1]["hypothetical keep chance (never checked)"] == pytest.approx(0.073 / 0.315)   # 0.23, not 1
+    assert rows[2]["hypothetical keep chance (never checked)"] == pytest.approx(1.0)             # p > q
+    assert "leftover" in rows[-1]["verdict"]
+    g = step_rows(_step(rules=["accept", "reject"], ratios=[], uniforms=[], accepted=1, resampled=30,
+                        target_top=[11, 30, 40, 41], emitted=[11, 30]), greedy=True)
+    assert [r["keep chance"] for r in g[:2]] == [1.0, 0.0] and g[2]["keep chance"] is None
+    assert g[2]["hypothetical keep chance (never checked)"] == 0.0   # 13 is not the target's top (40)
+    assert "top token" in g[-1]["verdict"] and "leftover" not in g[-1]["verdict"]
+
+
+def test_block_is_the_anchor_plus_at_most_four_drafts_everywhere():
+    from lessons.dspark import block_sentence
+    from lessons.figure3 import box_text, steps
+    from lessons.figure3_layout import Box
+    from model import V41Config
+
+    cfg = V41Config.preset("v4.1-flash")
+    drafts = cfg.dspark_block_size - 1
+    text = next(s.body for s in steps(cfg) if s.key == "drafter")
+    box = box_text(Box("drafter", "drafter", "", 0, 0, 1, 1), cfg)
+    for t in (text, box, block_sentence(cfg.dspark_block_size)):
+        assert f"up to {drafts} drafted tokens" in t
+        assert f"up to {cfg.dspark_block_size} tokens" not in t
+
+
+def test_dspark_intro_prices_an_accepted_guess():
+    from lessons.dspark import INTRO
+
+    assert "for free" not in INTRO
+    assert "saves one sequential pass" in INTRO and "drafter work" in INTRO
+
+
+# ---- Cache calculator: the persistent figure is what the engine saves -----------------------------------------
+@pytest.mark.parametrize("mode", ["bounded", "exact"])
+def test_persistent_figure_equals_the_engines_saved_prefix_state(mode):
+    from lessons.calculator import Knobs, calculate
+    from lessons.designs import v41_design
+    from model import prefill
+    from model.inference import PrefixCache
+
+    m = random_model("tiny")
+    cfg = m.cfg
+    pc = PrefixCache(m, align=64, min_tokens=64)
+    ids = torch.randint(8, cfg.vocab_size, (1, 200), generator=torch.Generator().manual_seed(0))
+    prefill(m, ids, mode, prefix_cache=pc, rollback=1)
+    (state,) = pc.host.values()
+    saved_tokens = int(state["meta"][0])
+    # everything the saved state holds except the token history and bookkeeping scalars
+    held = sum(v.nbytes for k, v in state.items()
+               if k not in ("tokens", "compressed", "meta") and not k.endswith(".length"))
+    assert ("carry.streams" in state) == (mode == "bounded")
+    k = Knobs(context=saved_tokens, rollback=1, mode=mode, window=cfg.sliding_window, bits=4, layers=16)
+    calc = calculate(v41_design(cfg, k, drafter=False, use_knobs=False), k)
+    assert calc.persistent.total == held
+
+
+def test_replay_tab_compares_net_bytes():
+    from lessons.calculator import replay_tradeoff, replay_verdict
+    from lessons.designs import build, defaults
+    from model import V41Config
+
+    cfg = V41Config.preset("v4.1-flash")
+    k = defaults("v4.1-flash")
+    tr = replay_tradeoff(build("v4.1-flash", k), k, [1] * cfg.num_hidden_layers, 1, 1, 1,
+                         input_numbers=cfg.hc_mult * (cfg.hidden_size + 1))
+    windows = 20 * 128 * (512 + 512 // 32)             # 20 decoder layers x 128 rows x FP8 row + UE8M0 scales
+    replay_input = 128 * 4 * (5120 + 1) * 4            # fp32 streams + pre
+    assert (tr.stored_bytes, tr.input_bytes, tr.net_bytes) == (windows, replay_input, replay_input - windows)
+    text = replay_verdict(tr)
+    assert "does not save storage" in text and f"{windows // 128:,} B per" in text
+
+
+# ---- bounded replay: approximate, with the reason; the Inspector's agreement is measured -----------------------
+def test_bounded_note_gives_the_reason():
+    from lessons.layers import bounded_note
+    from model import V41Config
+
+    t = bounded_note(V41Config.preset("v4.1-flash"))
+    assert "approximation" in t and "cut at the start" in t and "128" in t
+
+
+def test_inspector_agreement_is_measured_not_typed():
+    from lessons.inspect import bounded_agreement
+    from model import prefill
+
+    m = random_model("micro")
+    w = m.cfg.sliding_window
+    for n in (w // 2, 3 * w):
+        ids = torch.randint(8, m.cfg.vocab_size, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+        a = bounded_agreement(m, ids)
+        x = torch.tensor([ids])
+        diff = float((prefill(m, x, "bounded").logits - prefill(m, x, "exact").logits).abs().max())
+        assert a.max_abs_diff == pytest.approx(diff)
+        assert ("identical" in a.sentence()) == (diff == 0.0)
+        assert "measured" in a.sentence()
+    assert a.max_abs_diff > 0     # a prompt past the segment: bounded is not exact
+
+
+def test_prefill_split_names_only_the_publishing_projection():
+    from lessons.workload import V41_SPLIT
+
+    assert "only the projection that publishes" in V41_SPLIT
+    assert "passes only the 20-layer encoder and the decoder's first layer" not in V41_SPLIT
+
+
+# ---- Figure 3's steps -------------------------------------------------------------------------------------------
+def _steps(**kw):
+    from lessons.figure3 import steps
+    from model import V41Config
+
+    return {s.key: s for s in steps(V41Config.preset("v4.1-flash"), **kw)}
+
+
+def test_engram_lookup_is_cheap_its_projection_is_not_free_and_mhc_coefficients_are_per_token():
+    from model import V41Config
+
+    cfg = V41Config.preset("v4.1-flash")
+    tables = sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
+    st = _steps()
+    body = st["engram"].body
+    assert "large in memory" in body and f"{tables / 1e9:,.0f}B parameters" in body
+    assert "matrix work" in body and "cheap in arithmetic" not in body.lower()
+    st = _steps(engram_params=196_928_504_320, total_params=763_205_315_795)
+    assert "197B parameters, out of 763B" in st["engram"].body
+    assert "for every token from the streams" in st["mhc"].body and "learned mixing weights" not in st["mhc"].body
+
+
+def test_engram_projection_work_is_put_in_numbers_when_the_counts_are_given():
+    # the release's figures: 157,327,360 projection weights per Engram layer, 16.1B active per decoded token
+    body = _steps(engram_params=196_928_504_320, total_params=763_205_315_795, engram_proj=157_327_360,
+                  active_decode=16_130_606_192)["engram"].body
+    assert "about 157M multiply-adds per token at each Engram layer" in body
+    assert "at 2 such layers, about 2% of the weights" in body       # 2 x 157.3M / 16.13B = 1.95%
+    body = _steps(engram_params=196_928_504_320, total_params=763_205_315_795, engram_proj=157_327_360,
+                  active_decode=3_146_547_200)["engram"].body
+    assert "about 10% of the weights" in body                         # the share follows the counts
+    assert "multiply-adds" not in _steps()["engram"].body              # no counts given: no number claimed
+
+
+def test_fresh_step_shows_the_modes_table_with_the_ten_and_thirty_numbers():
+    from lessons.shares import mix
+
+    fresh = _steps()["fresh"]
+    assert [r["mode"] for r in fresh.table] == ["Full", "Reuse", "Reindex"]
+    assert all("query" in r["also, in every mode"] for r in fresh.table)
+    assert "subset" in fresh.table[0]["also, in every mode"]
+    a, b = mix((10, 30), (0.8, 0.2)).result, mix((10, 30), (0.1, 0.9)).result
+    assert f"give {a:g}" in fresh.body and f"give {b:g}" in fresh.body
+
+
+ALLOWED_SECTIONS = {"§2.2", "§2.3", "§2.3.1", "§2.3.2", "§2.4.1", "§2.4.2", "§2.4.3", "§3.2.2", "§4.2.1"}
+
+
+def test_every_step_reads_along_with_only_the_sections_the_sources_name():
+    import re
+
+    for s in _steps().values():
+        assert s.read_along.startswith("Read along: the DeepSeek-V4.1-Flash technical report")
+        assert set(re.findall(r"§[0-9.]*[0-9]", s.read_along)) <= ALLOWED_SECTIONS, s.read_along
+    st = _steps()
+    assert "§2.4.3" in st["drafter"].read_along and "§3.2.2" in st["line"].read_along
+    assert "Figure 4 in §2.3.1" in st["fresh"].read_along and "no section" in st["check"].read_along
+
+
+def test_repeat_decoder_and_encoder_steps():
+    st = _steps()
+    assert "Compact" in st["repeat"].body and "x3" in st["repeat"].body and "x5" in st["repeat"].body
+    assert "Nothing here prepares" not in st["decoder"].body and "Only its first layer (20, Full)" in st["decoder"].body
+    assert "FP4" in st["encoder"].body and "K=V" in st["encoder"].body and "256 B of values plus 32 B" in \
+        st["encoder"].body      # 512 numbers x 4 bits; 512 / 16 scales x 1 byte
+
+
+# ---- Indexer pools, Ablation lab --------------------------------------------------------------------------------
+def test_pool_statistics_name_whose_pool_they_describe():
+    from lessons.pools import scale_note
+    from model import V41Config
+
+    tiny, rel = V41Config.preset("tiny"), V41Config.preset("v4.1-flash")
+    t = scale_note(tiny, rel)
+    assert f"({tiny.candidate_topk_blocks * tiny.candidate_block_size:,} entries, top-{tiny.index_topk}" in t
+    assert "(16,384 entries, top-512)" in t
+    assert scale_note(tiny, rel, tiny.candidate_topk_blocks, tiny.index_topk) == t
+    moved = scale_note(tiny, rel, 1, 256)                  # the sliders moved: the note says the chosen sizes
+    assert f"1 block x {tiny.candidate_block_size} = {tiny.candidate_block_size:,} entries, top-256" in moved
+    assert "(16,384 entries, top-512)" in moved and "chosen above" in moved
+    clamped = scale_note(tiny, rel, 2, 11, chosen=False)   # a short prompt: the sliders' most, not the reader's pick
+    assert "the most this prompt's entries allow" in clamped and "chosen above" not in clamped
+
+
+def _abl_rows(full_far, win_far, n=30, loss_full=3.0, loss_win=3.0):
+    from lessons import ablation as abl
+
+    return abl.ablation_table([
+        {"configuration": "full model", "loss": loss_full, "recall_far": full_far, "recall_far_n": n,
+         "prefill_s": 1.0, "cache_bytes": 100},
+        {"configuration": "window only", "loss": loss_win, "recall_far": win_far, "recall_far_n": n,
+         "prefill_s": 0.5, "cache_bytes": 100}])
+
+
+def test_ablation_reading_names_no_change_within_noise_and_says_when_far_context_is_unused():
+    from lessons import ablation as abl
+
+    text = " ".join(abl.reading(_abl_rows(0.30, 0.2667)))       # 9/30 vs 8/30: one story
+    assert "Largest" not in text
+    assert "gain nothing measurable from the compressed branch, the direct road past the window" in text
+    assert "context beyond the window" not in text                 # the window chain still reaches past it
+    text = " ".join(abl.reading(_abl_rows(0.9, 0.1, loss_win=3.2)))
+    assert "Largest loss increase: window only" in text and "Largest drop in far recall: window only" in text
+    assert "do use the compressed branch (the direct road past the window)" in text
+    assert abl.recall_noise(0.5, 100, 0.5, 100) == pytest.approx(100 * 2 * (0.5 / 100) ** 0.5)
+
+
+def test_ablation_memory_note_is_the_calculators_bytes():
+    from lessons import ablation as abl
+    from lessons.calculator import Knobs, calculate
+    from lessons.designs import v41_design
+    from lessons.units import human_bytes
+    from model import V41Config
+
+    cfg = V41Config.preset("tiny")
+    note = abl.memory_note(cfg, 300)
+    for mode in ("exact", "bounded"):
+        k = Knobs(context=300, mode=mode, window=cfg.sliding_window, bits=4, layers=16)
+        c = calculate(v41_design(cfg, k, drafter=False, use_knobs=False), k)
+        assert human_bytes(c.hbm.total) in note and human_bytes(c.persistent.total) in note
+
+
+# ---- Compare designs: V4-Flash -> V4.1 ----------------------------------------------------------------------------
+def test_waterfall_runs_from_v4_flash_to_v41_and_pooling_less_costs_bytes():
+    from lessons.calculator import calculate
+    from lessons.designs import build, defaults, v4_to_v41_waterfall
+
+    fall = v4_to_v41_waterfall()
+    v4 = calculate(build("v4-flash"), defaults("v4-flash")).hbm.growth_per_token
+    v41 = calculate(build("v4.1-flash"), defaults("v4.1-flash")).hbm.growth_per_token
+    assert fall[0].bytes_per_token == pytest.approx(v4) and fall[-1].bytes_per_token == pytest.approx(v41)
+    assert fall[0].bytes_per_token == pytest.approx(21 * (584 + 132) / 4 + 20 * 584 / 128)    # 3,850.25
+    assert fall[-1].bytes_per_token == pytest.approx(3 * (288 + 68) / 2 + (288 + 68))          # 890
+    assert sum(w.change for w in fall[1:]) == pytest.approx(fall[-1].bytes_per_token - fall[0].bytes_per_token)
+    by = {w.step: w for w in fall}
+    assert by["ratios"].change > 0 and by["stored copies"].change < 0
+    assert by["FP4 entries with block scales"].change < 0 and by["smaller index keys"].change < 0
+
+
+# ---- no internal citation reaches a reader ---------------------------------------------------------------------
+INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
+
+
+def test_reader_visible_sources_are_public_with_a_sureness_marker():
+    from lessons.designs import DESIGNS, build
+    from lessons.sources import SURENESS, footer_lines
+
+    for key in DESIGNS:
+        d = build(key)
+        for s in d.sources + d.unknowns + [d.summary]:
+            assert not any(x in s for x in INTERNAL), (key, s)
+    for line in footer_lines():
+        assert any(line.endswith(f"({m})") for m in SURENESS.values())
+
+
+def test_glossary_has_every_term_the_issue_lists():
+    from lessons.glossary import terms
+
+    names = " ".join(t.term for t in terms())
+    for word in ("CSA2(r", "window", "compressed entry", "K=V", "Full / Reuse / Reindex", "candidate pool", "top-k",
+                 "FP4", "E4M3", "UE8M0", "bounded replay", "mHC", "Engram", "DSpark block", "acceptance"):
+        assert word in names, word
+    pool = next(t for t in terms() if t.term == "candidate pool")
+    assert "16,384" in pool.meaning
+
+
+def test_map_line_is_the_running_models_own():
+    from lessons.layers import map_line
+    from model import V41Config, layer_map
+
+    cfg = V41Config.preset("tiny")
+    line = map_line(cfg)
+    for s in layer_map(cfg):
+        tag = "window" if s.role == "SWA" else f"{s.role} r{s.compress_ratio}"
+        assert f"{s.index} {tag}" in line
+    full = next(s for s in layer_map(cfg) if s.stack == "decoder" and s.role == "Full")
+    assert f"{full.index + 1} Full r1" in map_line(cfg, one_based=True) and "1-based" in map_line(cfg, True)
