@@ -1,6 +1,6 @@
 """`python -m bench.compare BEFORE AFTER --bench NAME [...]`: benchmarks of two checkouts, run alternately.
 
-Not a benchmark itself: the runner behind the before/after tables in docs/runs/. Each `--bench` is a
+Not a benchmark itself: the runner behind the before/after tables in lab/runs/. Each `--bench` is a
 benchmark's name and its arguments as one string (`--bench "prefill --lengths 2048 8192"`); each runs
 `--runs` times per side, as `python -m bench.NAME ARGS` with the checkout as working directory (so that
 checkout's `model/`, `lessons/` and `bench/` are imported), with this interpreter. The two sides take

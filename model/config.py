@@ -462,7 +462,7 @@ def _tiny() -> V41Config:
 def _tiny8() -> V41Config:
     """The tiny widths on micro's 8-layer map, every role kept: 0-1 window only (Engram on 1), 2 Full
     ratio 2 (encoder KV and index source), 3 Reuse, 4 Full ratio 1 (candidate source, decoder start),
-    5 Reuse, 6 Reindex, 7 Reuse. The fallback of the far-recall curriculum (docs/training.md): micro
+    5 Reuse, 6 Reindex, 7 Reuse. The fallback of the far-recall curriculum (lab/README.md): micro
     forms a look-back through the entries where tiny's 12 layers have not yet."""
     cfg = _tiny()
     cfg.num_hidden_layers = 8

@@ -1,4 +1,4 @@
-"""Recall drills for training (docs/training.md §2-§3): several facts about objects in coloured containers, filler
+"""Recall drills for training (lab/README.md §2-§3): several facts about objects in coloured containers, filler
 between them, then every object asked about in a shuffled order and answered; binding drills say facts and answers
 with 0..N link words between the object and its colour (`LINKS`), so that the object starts next to its colour and
 moves away a word at a time. `recall_drill_sources` also says where each answer's colour was stated (the lookup

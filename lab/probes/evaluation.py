@@ -242,7 +242,7 @@ def rival_reads(model, path: Path | None = None, bucket: str = "far", max_storie
 
 @torch.no_grad()
 def lookup_reads(model, rows: Rows) -> tuple[float, float]:
-    """The lookup loss's target read back (docs/training.md §3): over the answer rows of `rows` whose source lies past
+    """The lookup loss's target read back (lab/README.md §3): over the answer rows of `rows` whose source lies past
     the model's window, (the share whose ratio-1 attention, dense, heads and layers summed, is larger on the source
     than on any of the row's other sources; a random pick's share). nan when no row has a source that far back."""
     target = lookup_target(rows.sources.to(model.device), window_of(model))

@@ -2,7 +2,7 @@
 
 Synthetic copy rows (lab.training.batches.copy_rows: spans of 3-5 ids said again after exactly `gap` other
 ids) at each gap, read at a sliding window (default 2, the far-recall curriculum's training window, where only
-the entries can serve the copy; docs/training.md §2), in three modes: dense (every visible entry attended),
+the entries can serve the copy; lab/README.md §2), in three modes: dense (every visible entry attended),
 sparse (the default selection) and window only (the global branch off: nothing older than the window is read
 directly). Accuracy is the share of the second copies' predictable tokens predicted exactly; chance is one over
 the number of copy ids. Ends with one line `far_copy: key=value ...`.

@@ -1,5 +1,5 @@
 """Training batches: natural-text rows plus the look-back practice rows (recall drills, repeated text
-spans, shuffled-token copies; docs/training.md §2-§3), each with answer marks on the targets only a
+spans, shuffled-token copies; lab/README.md §2-§3), each with answer marks on the targets only a
 look-back can predict (the diagnosis is in lab/training/lookback.py).
 
 The targets marked carry `answer_weight` times the loss (lab/training/step.py), without which their

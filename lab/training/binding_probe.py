@@ -1,4 +1,4 @@
-"""Does a fact's entry name its object? Frozen linear probes of binding (docs/training.md §3, the entry probe).
+"""Does a fact's entry name its object? Frozen linear probes of binding (lab/README.md §3, the entry probe).
 
 A far fact comes back only if the answer row's query (which holds the asked object) meets an entry that holds the
 same object: the colour's decoder entry must say which object it belongs to. `entry_reads` fits a linear read-out,

@@ -5,7 +5,7 @@ copy probe that gates a curriculum stage. The held-out sets and the evaluation t
 recall by bucket, fact binding) are model/heldout.py's; the research probes are lab/probes/evaluation.py.
 
 Dense numbers say whether the look-back circuit exists; sparse ones whether the indexer's selection
-delivers it (docs/training.md).
+delivers it (lab/README.md).
 """
 
 from __future__ import annotations

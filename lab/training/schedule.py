@@ -2,7 +2,7 @@
 step: learning rate (warm-up then cosine), the staged training window and copy gap, the batch seed.
 
 Follows docs/design/equations.md §13 (dense warm-up of the indexer, then sparse training) and the look-back
-curriculum of docs/training.md §3: step-staged windows and gaps (`window_stages`, `copy_gap_stages`), and gated
+curriculum of lab/README.md §3: step-staged windows and gaps (`window_stages`, `copy_gap_stages`), and gated
 stages (`curriculum`, `Stage`: each rung held until its copy probe passes `gate`; lab/training/run.py).
 """
 

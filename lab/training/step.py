@@ -6,15 +6,15 @@ balancing rule (docs/design/equations.md §13 training the indexer,
 - the lookup loss (`lookup_weight` > 0): at each answer row whose source lies beyond the training window, the
   decoder's ratio-1 attention is asked to fall on that source's entry (some head of some layer reading it), and
   more on it than on the row's other facts: a signal for the match itself where the answer's loss alone left it
-  at random (docs/training.md §3);
+  at random (lab/README.md §3);
 - the entry probe (`entry_weight` > 0): a linear read-out, trained with the model, of the object said just
   before each fact's colour, from that colour's decoder entry (the ratio-1 KV source's latent): the lookup loss
   asks the answer row to find the entry of the asked object, and this asks the entry to name it
-  (docs/training.md §3);
+  (lab/README.md §3);
 - the selection loss (`select_weight` > 0): at the same answer rows, the index scores of the layers that select
   ratio-1 entries are asked to put the source's entry first among every visible entry, so that in sparse
   attention the top-k holds the fact asked for and not its rivals; it trains the indexers only (their inputs
-  are detached) (docs/training.md §3);
+  are detached) (lab/README.md §3);
 - the indexer's own signal: KL from the main attention's distribution over compressed entries to the
   index scores, with the indexer's inputs detached; dense (every visible entry attended, KL over all
   of them) for the first `dense_warmup_frac` of the steps, then sparse (top-k attended, KL over the

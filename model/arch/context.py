@@ -47,7 +47,7 @@ class KLInputs:
 @dataclass
 class PoolTarget:
     """The aggregated target of the candidate source's indexer (training, dense): the source's index scores over
-    its entries, and the attention every layer reading those entries gave them, summed (docs/training.md §3)."""
+    its entries, and the attention every layer reading those entries gave them, summed (lab/README.md §3)."""
 
     table: EntryTable         # the candidate source's entries: only layers reading this table add to `attn`
     scores: torch.Tensor      # [B, S, T] the candidate source's index scores (with grad)
@@ -87,7 +87,7 @@ class LookupTarget:
     """Training: answer rows, the earlier position each should read (the fact its answer repeats) and its rivals
     (the other facts of its row), and the attention the layers reading entries of compression `ratio` pay their
     entries, per layer [N, H, 1 + R]. `loss` asks that some head of some such layer reads the source, and that the
-    attention those layers give the row's facts goes to the right one (docs/training.md §3, the lookup loss)."""
+    attention those layers give the row's facts goes to the right one (lab/README.md §3, the lookup loss)."""
 
     batch: torch.Tensor      # [N] row of the batch
     row: torch.Tensor        # [N] the answer row (the position that predicts the answer)

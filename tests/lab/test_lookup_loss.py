@@ -1,4 +1,4 @@
-"""The lookup loss (lab/training/step.py, docs/training.md §3): each answer row's ratio-1 attention asked onto the
+"""The lookup loss (lab/training/step.py, lab/README.md §3): each answer row's ratio-1 attention asked onto the
 entry of the token it repeats, and `lookup_reads`, which reads that target back."""
 
 from __future__ import annotations
