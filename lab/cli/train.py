@@ -1,5 +1,5 @@
 """`python -m lab train`: train the tiny language model, CPU by default,
-CUDA when available, then its DSpark drafter (lab/training/run.py; see README, 'Training').
+CUDA when available, then its DSpark drafter (lab/training/run.py; see lab/README.md).
 
 Every TrainConfig field is an option (`--drill-frac 0.25`); a command-line run is `--fast` (compiled
 kernels, same maths) unless told `--no-fast`. A shell run re-executes itself once with the allocator

@@ -6,7 +6,7 @@ Trains the `micro` preset (window 8) from scratch on rows of shuffled ids in whi
 are said again 0-2 ids later (lab.training.batches.copy_rows), answers weighted x20, compressed attention
 dense; every 50 steps it reports the share of a held-out copy predicted and, per layer, the
 previous-token and induction shares of each head (lessons/lookback_heads.py `head_scores`). `--engram off` switches
-Engram off in training and evaluation. The README ("The shipped run") quotes its numbers: the
+Engram off in training and evaluation. lab/LOG.md (2026-11-30) quotes its numbers: the
 induction head of layer 1 forms while layer 0 is still at the uniform share on the previous position.
 Last line: `micro_copy: engram=... steps=... copy=... max_induction=... max_prev_layer0=...`.
 """
