@@ -237,6 +237,31 @@ def qp_set(**kw) -> None:
         _write(changes)
 
 
+def _link_key(name: str) -> str:
+    return f"_state_link_{page_id()}_{name}"     # per page: the same name on two pages keeps two values
+
+
+def link_value(name: str, default: Any, parse: Callable[[str], Any], what: str) -> Any:
+    """A page value that no widget holds (a guided tour's stop, say), kept by the widgets' rules: on arrival
+    the URL's `name` when `parse` accepts it (it returns None for a bad one, which gets a warning quoting it
+    as plain text and saying the value should be `what`), else the session's value, else `default`. The value
+    is written back into the URL with the run's other writes, and left out when it is the default.
+    Change it with `set_link_value`."""
+    raw = _raw(name) if arrived() else None
+    url = None if raw is None else parse(raw)
+    if raw is not None and url is None:
+        st.warning(f"URL parameter {name} = {quoted(raw)} is not {what}; showing the page's own choice.")
+    value = seed(_link_key(name), url, default)
+    qp_set(**{name: None if value == default else value})
+    return value
+
+
+def set_link_value(name: str, value: Any, default: Any) -> None:
+    """Change a `link_value` (from a button's callback or later in the run) and its URL parameter."""
+    st.session_state[_link_key(name)] = value
+    qp_set(**{name: None if value == default else value})
+
+
 def prompt_to_url(text: str | None, default: str | None = None) -> None:
     """Put a typed prompt into the URL (also an empty or rejected one, so the link shows what the page
     shows); a prompt longer than URL_PROMPT_CHARS is left out, and the page says so."""
