@@ -12,6 +12,12 @@ live in the sidebar that app.py draws around every page (ui.common).
 
 URL values are read with `qp_*`; a bad one gets a warning that quotes it as plain text (ui.text) and the
 default is shown. Warnings are given on arrival only: after the first run the URL holds valid values.
+
+Why not Streamlit's `bind="query-params"` (1.67, measured on a two-page app in Chromium): a bound choice puts its
+shown label in the link (`weights=Random+tiny`, `pick=layer+3`), so 0-based layer links cannot survive a
+`format_func`; a key is one parameter for the whole app, so a `layer` set on one page moves another page's
+widget; leaving a page and coming back adds one history entry per restored value; Back shows a page at its
+defaults and drops the session's values; a bad value is dropped without a word. Each breaks a rule above.
 """
 
 from __future__ import annotations
