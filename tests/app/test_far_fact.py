@@ -93,7 +93,7 @@ TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
 @pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")
 @pytest.mark.parametrize("own", [False, True, "nearest"])
 def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
-    from test_reproduce import run_snippet
+    from tests.app.test_reproduce import run_snippet
 
     at = AppTest.from_file(str(ROOT / "pages" / "ablation.py"), default_timeout=300)
     at.query_params.update({"weights": "trained", "numbering": "1"})
