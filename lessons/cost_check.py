@@ -9,6 +9,7 @@ that the formula has no row for shows up by name. What this module does not know
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from model.inference import cache as cache_mod
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
 from .cost import FP32, Cost, Workload, check_workload, cost
+from .roofline import Machine
 
 TOLERANCE = 0.02
 
@@ -184,3 +186,84 @@ def engine_cache_bytes(model, wl: Workload, ids: torch.Tensor | None = None) -> 
     return {"window read": tally.get("window read", 0.0), "window written": tally.get("window written", 0.0),
             "latents read": tally.get("latents read", 0.0), "index keys read": tally.get("index keys read", 0.0),
             "entries and keys written": tally.get("latents written", 0.0) + tally.get("index keys written", 0.0)}
+
+
+# ------------------------------------------------------------------------------------------------
+# The running model on this machine's roofline
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Here:
+    """The running model timed here and set against the measured peaks."""
+
+    prompt: int
+    prefill_s: float
+    prefill_flops: float          # as run, the work this engine does
+    decode_s: float               # per step
+    decode_bytes: float           # per step, weights (fp32) + cache + activations
+    decode_flops: float
+    machine: Machine
+
+    @property
+    def prefill_gflops(self) -> float:
+        return self.prefill_flops / self.prefill_s / 1e9
+
+    @property
+    def prefill_peak_frac(self) -> float:
+        """Share of the measured matmul peak that prefill reaches."""
+        return self.prefill_gflops / self.machine.gflops
+
+    @property
+    def decode_bound_s(self) -> float:
+        """The time a decode step needs at least: its bytes at the measured bandwidth."""
+        return self.decode_bytes / (self.machine.gbs * 1e9)
+
+    @property
+    def decode_bw_frac(self) -> float:
+        """Share of the bandwidth bound that decode reaches (bound time / measured time)."""
+        return self.decode_bound_s / self.decode_s
+
+    def sentence(self) -> str:
+        return (f"Here, prefill of {self.prompt:,} tokens reaches **{self.prefill_peak_frac:.0%}** of the measured "
+                f"matmul peak ({self.prefill_gflops:,.1f} of {self.machine.gflops:,.1f} GFLOP/s); a decode step "
+                f"reaches **{self.decode_bw_frac:.1%}** of the bandwidth bound: it moves "
+                f"{self.decode_bytes / 1e6:,.1f} MB, which at {self.machine.gbs:,.1f} GB/s would take "
+                f"{self.decode_bound_s * 1e3:,.2f} ms, but takes {self.decode_s * 1e3:,.1f} ms.")
+
+
+def measure_here(model, machine: Machine, prompt: int = 512, steps: int = 8, repeats: int = 2,
+                 progress=None) -> Here:
+    """Time an exact prefill of `prompt` tokens (best of `repeats`) and `steps` decode steps after it (best step),
+    and cost them (as run, fp32)."""
+    cfg = model.cfg
+    ids = workload_ids(model, Workload("prefill", prompt + steps))
+    dev = model.device
+    best_pf, cache = float("inf"), None
+    with torch.no_grad():
+        for r in range(repeats):
+            _sync(dev)
+            t0 = time.perf_counter()
+            cache = prefill(model, ids[:, :prompt], "exact").cache
+            _sync(dev)
+            best_pf = min(best_pf, time.perf_counter() - t0)
+            if progress is not None:
+                progress((r + 1) / (repeats + 1), f"prefill {r + 1} of {repeats}")
+        best_dec = float("inf")
+        for s in range(steps):
+            _sync(dev)
+            t0 = time.perf_counter()
+            decode_step(model, cache, ids[:, prompt + s:prompt + s + 1])
+            _sync(dev)
+            best_dec = min(best_dec, time.perf_counter() - t0)
+    mid = prompt + steps // 2
+    dc = cost(cfg, Workload("decode", mid), FP32, as_run=True)
+    pc = cost(cfg, Workload("prefill", prompt, "exact"), FP32, as_run=True)
+    if progress is not None:
+        progress(1.0, "done")
+    return Here(prompt=prompt, prefill_s=best_pf, prefill_flops=pc.flops, decode_s=best_dec, decode_bytes=dc.bytes,
+                decode_flops=dc.flops, machine=machine)
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()

@@ -1,0 +1,59 @@
+"""`python -m bench.flops`: the cost model's FLOPs against what PyTorch's flop counter counts in the running model,
+and the running model on this machine's measured roofline.
+
+Counted / formula for the tiny model: prefill of 64, 256 and 1,024 tokens, exact and bounded (summed); decode steps
+at three contexts (summed); a verify of 4 drafts. Each ratio must lie in [0.98, 1.02]. Then this machine's fp32
+matmul peak and memory-copy bandwidth (lessons.roofline.measure_machine), and the share of each the tiny model
+reaches: prefill's FLOP/s against the matmul peak, a decode step's bandwidth bound against its measured time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench._common import add_device_option, line, pick_device, tiny_model
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lessons.cost import Workload
+    from lessons.cost_check import check_flops, measure_here
+    from lessons.roofline import measure_machine
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_device_option(ap)
+    ap.add_argument("--quick", action="store_true", help="skip the 1,024-token prefills")
+    args = ap.parse_args(argv)
+    device = pick_device(args.device)
+    model, what = tiny_model(device)
+    print(f"model: {what} on {device}")
+    lengths = (64, 256) if args.quick else (64, 256, 1024)
+    groups = {
+        "prefill": [Workload("prefill", n, mode) for n in lengths for mode in ("exact", "bounded")],
+        "decode": [Workload("decode", c) for c in (40, 300, 700)],
+        "verify": [Workload("verify", 300, drafts=4)],
+    }
+    ratios, ok = {}, True
+    for name, wls in groups.items():
+        counted = formula = 0.0
+        for wl in wls:
+            chk = check_flops(model, wl)
+            counted += chk.counted
+            formula += chk.formula
+            ok &= chk.ok
+            print(f"{wl.describe():44s} counted {chk.counted:>16,.0f}  formula {chk.formula:>16,.0f}  "
+                  f"ratio {chk.ratio:.4f}{'' if not chk.unmatched else '  unmatched: ' + ', '.join(chk.unmatched)}")
+        ratios[name] = counted / formula
+    here = measure_here(model, measure_machine(device.type), prompt=512, steps=8)
+    m = here.machine
+    print(f"machine: {m.gflops:,.1f} GFLOP/s fp32 matmul, {m.gbs:,.1f} GB/s copy ({m.device})")
+    print(f"prefill 512: {here.prefill_s:.3f} s, {here.prefill_gflops:,.1f} GFLOP/s; decode step "
+          f"{here.decode_s * 1e3:.2f} ms, {here.decode_bytes / 1e6:,.1f} MB moved")
+    print(line("flops", prefill_ratio=f"{ratios['prefill']:.4f}", decode_ratio=f"{ratios['decode']:.4f}",
+               verify_ratio=f"{ratios['verify']:.4f}", cpu_peak_gflops=m.gflops, cpu_gbs=m.gbs,
+               prefill_peak_frac=here.prefill_peak_frac, decode_bw_frac=here.decode_bw_frac))
+    return 0 if ok and all(0.98 <= r <= 1.02 for r in ratios.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

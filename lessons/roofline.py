@@ -1,0 +1,259 @@
+"""The roofline: which workloads are limited by arithmetic and which by memory, on named GPUs and on this machine.
+
+A step needs at least max(FLOPs / peak compute, bytes / memory bandwidth) seconds; the ratio FLOPs / bytes (the
+arithmetic intensity) against the chip's ridge (peak / bandwidth) says which term wins. The GPU figures are
+spec-sheet peaks (`GPUS`, each with its source and how sure it is); this machine's are measured live by a matmul and
+a memory copy (`measure_machine`). Costs come from `lessons.cost`. What this module does not know: real kernels
+reach only part of either peak, and overlap, communication between GPUs and scheduling are left out, so every time
+here is a lower bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from model.accounting import cache_bytes
+from model.config import V41Config
+
+from .cost import RELEASE, Cost, Precision, Workload, cost, weight_bytes
+from .units import human_bytes
+
+
+@dataclass(frozen=True)
+class Chip:
+    key: str
+    name: str
+    peak: float            # FLOP/s, dense, at the precision the release computes its matmuls in (FP8)
+    bandwidth: float       # bytes/s
+    memory: float          # bytes of accelerator memory
+    source: str
+    sure: str              # how sure the figures are, and why
+    bf16: float = 0.0      # FLOP/s dense at BF16, for the table
+    measured: bool = False
+
+    @property
+    def called(self) -> str:
+        """The chip in a sentence: 'the NVIDIA H100 SXM', 'this machine (CPU, measured)'."""
+        return self.name if self.measured else f"the {self.name}"
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) at which the chip turns from memory-bound to compute-bound."""
+        return self.peak / self.bandwidth
+
+
+# Public spec sheets; the sheets print tensor-core figures "with sparsity": dense is half of those.
+GPUS: dict[str, Chip] = {
+    "h100": Chip("h100", "NVIDIA H100 SXM", 1979e12, 3.35e12, 80e9,
+                 "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column)",
+                 "high: FP8 3,958 and BF16 1,979 TFLOPS with sparsity, so half dense; HBM3 3.35 TB/s, 80 GB",
+                 bf16=989e12),
+    "h200": Chip("h200", "NVIDIA H200", 1979e12, 4.8e12, 141e9,
+                 "NVIDIA H200 Tensor Core GPU datasheet (SXM column)",
+                 "high: the H100's compute with HBM3e at 4.8 TB/s and 141 GB", bf16=989e12),
+    "b200": Chip("b200", "NVIDIA B200", 4.5e15, 8e12, 180e9,
+                 "NVIDIA DGX B200 / HGX B200 datasheet (per GPU)",
+                 "medium: NVIDIA's B200 figures moved between announcements (192 GB at launch, 180 GB in the "
+                 "HGX/DGX sheets) and depend on the power configuration", bf16=2.25e15),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# This machine, measured
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Machine:
+    gflops: float          # fp32 matmul, GFLOP/s
+    gbs: float             # memory copy, GB/s (bytes read + written)
+    device: str
+    seconds: float
+
+    def chip(self) -> Chip:
+        return Chip("here", f"this machine ({self.device.upper()}, measured)", self.gflops * 1e9, self.gbs * 1e9, 0.0,
+                    "measured here: an fp32 matmul and a memory copy", "measured now; a shared machine varies",
+                    measured=True)
+
+
+def _best(fn, repeats: int, device: torch.device) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_machine(device: str = "cpu", n: int = 1024, copy_mib: int = 64, repeats: int = 5) -> Machine:
+    """Peak compute (an n x n x n fp32 matmul) and memory bandwidth (a copy of copy_mib MiB) here, best of
+    `repeats` (the least disturbed run of a shared machine). About a second on a CPU."""
+    dev = torch.device(device)
+    t0 = time.perf_counter()
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g).to(dev), torch.randn(n, n, generator=g).to(dev)
+    out = torch.empty(n, n, device=dev)
+    torch.matmul(a, b, out=out)                                  # warm-up
+    mm = _best(lambda: torch.matmul(a, b, out=out), repeats, dev)
+    src = torch.ones(copy_mib * 2 ** 18, device=dev)             # float32: 4 bytes each
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    cp = _best(lambda: dst.copy_(src), repeats, dev)
+    return Machine(gflops=2 * n ** 3 / mm / 1e9, gbs=2 * src.nbytes / cp / 1e9, device=dev.type,
+                   seconds=time.perf_counter() - t0)
+
+
+@functools.lru_cache(maxsize=4)
+def machine(device: str = "cpu") -> Machine:
+    """`measure_machine`, once per process."""
+    return measure_machine(device)
+
+
+# ------------------------------------------------------------------------------------------------
+# Placing workloads
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Placement:
+    chip: Chip
+    label: str
+    flops: float
+    bytes: float
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else math.inf
+
+    @property
+    def memory_bound(self) -> bool:
+        return self.intensity < self.chip.ridge
+
+    @property
+    def bound(self) -> str:
+        return "memory-bound" if self.memory_bound else "compute-bound"
+
+    @property
+    def seconds(self) -> float:
+        """Lower bound on the time: the larger of the compute time and the memory time at peak."""
+        return max(self.flops / self.chip.peak, self.bytes / self.chip.bandwidth)
+
+    @property
+    def attainable(self) -> float:
+        """FLOP/s the roof allows at this intensity."""
+        return min(self.chip.peak, self.intensity * self.chip.bandwidth)
+
+
+def place(c: Cost, chip: Chip, label: str | None = None) -> Placement:
+    return Placement(chip, label or c.workload.describe(), c.flops, c.bytes)
+
+
+def release_workloads(cfg: V41Config, context: int, batch: int, drafts: int, prompt: int,
+                      pr: Precision = RELEASE) -> dict[str, Cost]:
+    """The workloads the page places: the prompt read in one pass (bounded), a decode step at batch 1 and at `batch`,
+    and a verify of `drafts` drafts at batch 1."""
+    out = {"prefill": cost(cfg, Workload("prefill", prompt, "bounded", chunk=prompt), pr),
+           "decode": cost(cfg, Workload("decode", context), pr)}
+    if batch > 1:
+        out["decode_batch"] = cost(cfg, Workload("decode", context, batch=batch), pr)
+    if drafts:
+        out["verify"] = cost(cfg, Workload("verify", context, drafts=drafts), pr)
+    return out
+
+
+def compute_bound_batch(cfg: V41Config, chip: Chip, context: int, pr: Precision = RELEASE,
+                        limit: int = 1 << 16) -> int | None:
+    """The smallest batch at which one decode step at `context` is compute-bound on `chip` (None: not up to
+    `limit`). Intensity grows with the batch (weights are read once for all sequences), so a bisection finds it."""
+    def bound(b: int) -> bool:
+        return not place(cost(cfg, Workload("decode", context, batch=b), pr), chip).memory_bound
+
+    if not bound(limit):
+        return None
+    lo, hi = 0, limit            # bound(lo) false (or lo = 0), bound(hi) true
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if bound(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def resident_weights(cfg: V41Config, pr: Precision = RELEASE) -> float:
+    """Bytes of weights held on the accelerators: the backbone and Engram's projections. Engram's tables are left in
+    host memory (a token reads a few of their rows), and the drafter and vision tower are not counted."""
+    return sum(v for k, v in weight_bytes(cfg, pr).items() if k != "engram_table")
+
+
+def largest_context(cfg: V41Config, chip: Chip, gpus: int, batch: int = 1, pr: Precision = RELEASE) -> int:
+    """The longest context whose weights and cache (for `batch` sequences) fit in `gpus` x the chip's memory;
+    0 when the weights alone do not fit; at most max_position_embeddings."""
+    room = gpus * chip.memory - resident_weights(cfg, pr)
+    if room <= 0:
+        return 0
+
+    def fits(t: int) -> bool:
+        return cache_bytes(cfg, t, mode="bounded", batch=batch).total <= room
+
+    top = cfg.max_position_embeddings
+    if fits(top):
+        return top
+    if not fits(1):
+        return 0
+    lo, hi = 1, top
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ------------------------------------------------------------------------------------------------
+# Sentences
+# ------------------------------------------------------------------------------------------------
+
+def ms(s: float) -> str:
+    """A duration in the unit that reads best: 1.25 s, 3.9 ms, 850 µs."""
+    if s >= 1:
+        return f"{s:,.3g} s" if s < 1000 else f"{s:,.0f} s"
+    return f"{s * 1e3:,.3g} ms" if s >= 1e-3 else f"{s * 1e6:,.3g} µs"
+
+
+def verdict(p: Placement, crossover: int | None, batch: int) -> str:
+    """What bounds a decode step on the chosen chip at the chosen batch, and from which batch that changes."""
+    per = "for the whole batch" if batch > 1 else ""
+    s = (f"On {p.chip.called}, one decode step at batch {batch:,} is **{p.bound}**: it does "
+         f"{p.intensity:,.1f} FLOP per byte moved, {'under' if p.memory_bound else 'over'} the chip's ridge of "
+         f"{p.chip.ridge:,.0f} FLOP/byte, so it takes at least **{ms(p.seconds)}** {per}".rstrip() + ".")
+    if crossover is None:
+        s += " Up to a batch of 65,536 it never turns compute-bound here."
+    elif p.memory_bound:
+        s += f" It turns compute-bound from a batch of **{crossover:,}** sequences."
+    else:
+        s += f" It is compute-bound from a batch of {crossover:,}."
+    return s
+
+
+def fit_sentence(cfg: V41Config, chip: Chip) -> str:
+    w = resident_weights(cfg)
+    one, eight = largest_context(cfg, chip, 1), largest_context(cfg, chip, 8)
+
+    def say(n: int, gpus: str) -> str:
+        if n == 0:
+            return f"on {gpus} the weights alone do not fit"
+        if n >= cfg.max_position_embeddings:
+            return f"on {gpus} the full {cfg.max_position_embeddings:,}-token context fits"
+        return f"on {gpus} a context of up to {n:,} tokens fits"
+
+    return (f"The weights held on the GPUs take {human_bytes(w)} at their stored precision: "
+            f"{say(one, 'one ' + chip.name)}, and {say(eight, 'eight')} (one sequence).")
