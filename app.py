@@ -27,6 +27,7 @@ SECTIONS = {
     "Memory": [
         ("pages/cache_calculator.py", "Cache calculator", ":material/calculate:", False),
         ("pages/prefill_decode.py", "Prefill vs decode", ":material/swap_horiz:", False),
+        ("pages/where_time_goes.py", "Where the time goes", ":material/speed:", False),
         ("pages/compare_designs.py", "Compare designs", ":material/compare:", False),
     ],
     "Run a prompt": [

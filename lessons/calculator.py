@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from model import V41Config, layer_map
 from model.accounting import keep_rows
 
 from .units import counted, human_bytes, human_flops
@@ -428,13 +429,36 @@ class ReplayTradeoff:
         return self.input_bytes / self.rows_replayed if self.rows_replayed else 0.0
 
 
+@dataclass(frozen=True)
+class DecoderScans:
+    """The decoder's index scans during a replay: `broad` layers score every visible entry (the candidate source),
+    `pooled` layers only the candidate pool of `pool` entries (Reindex, with a pool-restricted kernel)."""
+
+    heads: int
+    dim: int
+    broad: int
+    pooled: int
+    pool: int
+
+
+def decoder_scans(cfg: V41Config) -> DecoderScans:
+    """The scans of a V4.1 config's decoder layers, from its layer map."""
+    dec = [s for s in layer_map(cfg) if s.index >= cfg.decoder_start and s.selects]
+    pooled = sum(1 for s in dec if s.searches_pool)
+    return DecoderScans(cfg.index_n_heads, cfg.index_head_dim, len(dec) - pooled, pooled,
+                        cfg.candidate_topk_blocks * cfg.candidate_block_size)
+
+
 def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads: int, head_dim: int,
                     topk: int, input_numbers: int = 0,
-                    reuses: tuple[int, ...] = (1, 10, 100, 1000)) -> ReplayTradeoff:
+                    reuses: tuple[int, ...] = (1, 10, 100, 1000), scans: DecoderScans | None = None) -> ReplayTradeoff:
     """Bytes of the decoder's window rows (what bounded replay does not keep) vs the work of replaying the last
     `knobs.replay` rows through the decoder layers: 2 x active parameters per row (multiply-adds), plus
-    attention: 2 matmuls x 2 FLOPs x heads x head_dim x keys read (window + selected entries). `input_numbers`
-    is the width of one decoder input row (mHC streams + pre mix) that the replay starts from."""
+    attention: 2 matmuls x 2 FLOPs x heads x head_dim x keys read (window + selected entries), plus, with `scans`,
+    the indexer's scans: 2 FLOPs x index heads x index dims x entries scored, per row, a broad scan over every entry
+    the row sees and a pool scan over at most the pool (an engine that scores every entry at every selecting layer,
+    as ours does, is also shown). `input_numbers` is the width of one decoder input row (mHC streams + pre mix)
+    that the replay starts from."""
     if not d.has_replay:
         raise CalcError(f"{d.label} has no bounded replay: it keeps every window")
     validate_knobs(knobs)
@@ -451,14 +475,29 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
     mm = 2.0 * params * r
     keys = min(r, knobs.window) + topk
     att = 4.0 * heads * head_dim * keys * len(dec) * r
-    work = mm + att
     der = [
         ("window rows kept (decoder)", " + ".join(parts) or "none", float(stored), human_bytes(stored)),
         ("matmul work", f"2 x {params:,} active parameters in the decoder x {counted(r, 'row')}", mm, human_flops(mm)),
         ("attention work", f"4 x {heads} heads x {head_dim} dims x ({min(r, knobs.window)} window + {topk} selected) "
                            f"keys x {counted(len(dec), 'layer')} x {counted(r, 'row')}", att, human_flops(att)),
-        ("work per reuse", "matmul + attention", work, human_flops(work)),
     ]
+    work = mm + att
+    if scans is not None and scans.heads:
+        # the replayed rows are the context's last r: the row at position t sees t + 1 entries (ratio 1)
+        first = max(0, knobs.context - r)
+        seen = sum(t + 1 for t in range(first, knobs.context))
+        pooled = sum(min(t + 1, scans.pool) for t in range(first, knobs.context))
+        per = 2.0 * scans.heads * scans.dim
+        scan = per * (scans.broad * seen + scans.pooled * pooled)
+        engine = per * (scans.broad + scans.pooled) * seen
+        der.append(("indexer scan work", f"2 x {scans.heads} heads x {scans.dim} dims x ({scans.broad} broad "
+                    f"{'scan' if scans.broad == 1 else 'scans'} over up to {knobs.context:,} entries + "
+                    f"{scans.pooled} pool scans over up to {scans.pool:,}) per row, {counted(r, 'row')}; an engine "
+                    f"that scores every entry at all {scans.broad + scans.pooled} selecting layers, as ours does, "
+                    f"spends {human_flops(engine)}", scan, human_flops(scan)))
+        work += scan
+    der.append(("work per reuse", "matmul + attention" + (" + indexer scan" if work > mm + att else ""), work,
+                human_flops(work)))
     inp = r * input_numbers * 4
     if input_numbers:
         der.append(("replay input kept by our engine",

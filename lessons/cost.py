@@ -272,8 +272,9 @@ def _call(cfg: V41Config, c: _Call, batch: int, pr: Precision, as_run: bool, acc
         _linear(acc, i, "projections", "wq_a", at, n, d, ql, pr.linear, a)
         _linear(acc, i, "projections", "wq_b", at, n, ql, h * hd, pr.linear, a)
         _linear(acc, i, "projections", "wkv (window row)", at, n, d, hd, pr.linear, a)
-        acc.add(i, "projections", "wo_a (grouped)", at, flops=2.0 * n * h * hd * ol, weight_bytes=h * hd * ol * pr.linear,
-                act_bytes=n * (h * hd + g * ol) * a)   # o_groups blocks of [H*hd/G -> o_lora]: H*hd*o_lora in all
+        # o_groups blocks of [H*hd/G -> o_lora]: H*hd*o_lora weights in all
+        acc.add(i, "projections", "wo_a (grouped)", at, flops=2.0 * n * h * hd * ol,
+                weight_bytes=h * hd * ol * pr.linear, act_bytes=n * (h * hd + g * ol) * a)
         _linear(acc, i, "projections", "wo_b", at, n, g * ol, d, pr.linear, a)
         # ---- window attention ----
         floor = c.window_floor if (c.window_floor is not None and i >= dec) else 0

@@ -17,7 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from model import decode_step, prefill
-from model.inference import cache as cache_mod
+from model.inference import PackedRows
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
 from .cost import FP32, Cost, Workload, check_workload, cost
@@ -121,6 +121,23 @@ def check_flops(model, wl: Workload, ids: torch.Tensor | None = None) -> Counter
     return CounterCheck(workload=wl, counted=total, formula=f.flops, modules=modules, unmatched=unmatched, ops=ops)
 
 
+CHECKS = (Workload("prefill", 256, "exact"), Workload("prefill", 256, "bounded"), Workload("decode", 300),
+          Workload("verify", 300, drafts=4))
+
+
+def check_rows(model, progress=None) -> list[dict]:
+    """The formula against the counter for one workload of each kind, as table rows."""
+    out = []
+    for j, wl in enumerate(CHECKS):
+        chk = check_flops(model, wl)
+        out.append({"workload": wl.describe(), "counted FLOPs": chk.counted, "formula FLOPs": chk.formula,
+                    "counted / formula": round(chk.ratio, 4), "modules compared": len(chk.modules),
+                    "ops without a row": ", ".join(chk.unmatched) or "none"})
+        if progress is not None:
+            progress((j + 1) / len(CHECKS), wl.describe())
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Cache bytes read and written by the engine's packed stores
 # ------------------------------------------------------------------------------------------------
@@ -131,7 +148,7 @@ STORE_OF = {WINDOW_FMT.name: "window", LATENT_FMT.name: "latents", INDEX_FMT.nam
 @contextmanager
 def _cache_tally(tally: dict[str, float]):
     """Count the bytes PackedRows read (read, gather) and write (append) while inside, by store."""
-    rows = cache_mod.PackedRows
+    rows = PackedRows
     read0, gather0, append0 = rows.read, rows.gather, rows.append
 
     def read(self, start=0, stop=None):

@@ -138,6 +138,20 @@ def prefill_decode(read: int, written: int, rounds: int) -> str:
                   "    print(f\"{item}: {shown}\")"])
 
 
+def where_time_goes(gpu: str, batch: int, context: int, drafts: int) -> str:
+    return _join(["from model import V41Config",
+                  "from lessons.cost import Workload, cost",
+                  "from lessons.roofline import GPUS, compute_bound_batch, place, verdict",
+                  "from lessons.time_goes import agent_round, kind_rows"],
+                 ["cfg = V41Config.preset('v4.1-flash')",
+                  f"chip = GPUS[{gpu!r}]",
+                  f"step = cost(cfg, Workload('decode', {context}, batch={batch}))",
+                  f"print('verdict:', verdict(place(step, chip), compute_bound_batch(cfg, chip, {context}), {batch}))",
+                  f"print('round:', agent_round(cfg, chip, {drafts}).sentence())",
+                  "for row in kind_rows(step):",
+                  "    print(f\"{row['op kind']}: {row['FLOPs']} FLOPs, {row['bytes']}\")"])
+
+
 def compare_designs(keys: list[str], context: int, batch: int) -> str:
     return _join(["from lessons.calculator import calculate",
                   "from lessons.units import human_bytes",

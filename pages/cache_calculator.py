@@ -13,6 +13,7 @@ from lessons.calculator import (
     CalcError,
     Knobs,
     calculate,
+    decoder_scans,
     layer_label,
     replay_tradeoff,
     replay_verdict,
@@ -222,7 +223,8 @@ with tabs[4]:
                                  key=f"{P}_reuse", persist_state=KEEP)
         qp_set(reuse=reuse if reuse != 10 else None)
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
-                             cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse))
+                             cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse),
+                             scans=decoder_scans(cfg))
         a, b, c3 = st.columns(3)
         a.metric("Store: decoder window rows per saved context", human_bytes(tr.stored_bytes),
                  help=f"{tr.stored_bytes:,} bytes")

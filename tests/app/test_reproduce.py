@@ -269,3 +269,13 @@ def test_checkpoint_snippets_name_no_path():
 
     code = snippets.start("checkpoint", "Hello")
     assert snippets.CHECKPOINT_PLACEHOLDER in code and str(ROOT) not in code
+
+
+def test_where_time_goes_snippet(tmp_path):
+    at = app("where_time_goes", gpu="h200", batch=64, context=100000, drafts=3)
+    out = run_snippet(snippet(at), tmp_path)
+    shown = [m.value for m in at.markdown]
+    assert out["verdict"] in shown and out["round"] in shown
+    kinds = frame(at, "op kind")
+    for kind, flops, b in zip(kinds["op kind"], kinds["FLOPs"], kinds["bytes"]):
+        assert out[kind] == f"{flops} FLOPs, {b}", kind

@@ -242,6 +242,26 @@ def test_replay_tradeoff_bytes_vs_work():
         replay_tradeoff(build("gqa"), defaults("gqa"), pc.active_per_layer, 1, 1, 1)
 
 
+def test_replay_work_counts_the_indexer_scans():
+    """With the decoder's scans, the replay's work adds the broad scan of the candidate source over every entry each
+    replayed row sees, and the Reindex layers' scans of at most the pool."""
+    from lessons.calculator import decoder_scans
+    from model import count_params
+
+    cfg = V41Config.preset("micro")          # decoder: 4 (candidate source), 5, 6 (Reindex), 7; pool 3 x 2 = 6
+    pc = count_params(cfg)
+    k = Knobs(context=1000, window=cfg.sliding_window, replay=cfg.sliding_window, bits=4, layers=16)
+    d = v41_design(cfg, k)
+    args = (d, k, pc.active_per_layer, cfg.num_attention_heads, cfg.head_dim, cfg.index_topk)
+    plain, scanned = replay_tradeoff(*args), replay_tradeoff(*args, scans=decoder_scans(cfg))
+    seen = sum(range(993, 1001))             # rows 992..999 see 993..1000 entries
+    scan = 2 * 4 * 32 * (seen + 8 * 6)
+    assert scanned.flops_per_reuse == plain.flops_per_reuse + scan
+    row = next(r for r in scanned.derivation if r[0] == "indexer scan work")
+    assert row[2] == scan and "all 2 selecting layers" in row[1]
+    assert scanned.derivation[-1][1] == "matmul + attention + indexer scan"
+
+
 def test_agent_round():
     w = agent_round(10_000, 100, active_prefill=8, active_decode=16, stored=552)
     assert w.token_ratio == 100

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lessons.cost import FP32, RELEASE, KINDS, CostError, Workload, cost, routed_touched, sum_min, weight_numbers
+from lessons.cost import FP32, KINDS, RELEASE, CostError, Workload, cost, routed_touched, sum_min, weight_numbers
 from lessons.cost_check import check_flops, engine_cache_bytes, formula_cache_bytes
 from lessons.roofline import (
     GPUS,

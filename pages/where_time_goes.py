@@ -1,0 +1,78 @@
+"""Where the time goes: every op's FLOPs and bytes, the roofline of real GPUs and of this machine, the agent round as
+time bounds, and the running model measured here."""
+
+import streamlit as st
+
+from lessons import reproduce as snippets
+from lessons.cost_check import check_rows, measure_here
+from lessons.roofline import GPUS
+from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COUNT_TEXT, HERE_TEXT, INTRO, ROOF_TEXT
+from ui.common import page_header
+from ui.memory import run_on_click
+from ui.reproduce import reproduce
+from ui.state import KEEP, qp_choice, qp_set, seed, stop
+from ui.time_goes import decode_verdict, fits, here, intensities, op_tables, roofline, round_bounds
+
+P = "wt"
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
+CONTEXTS = [10_000, 100_000, 1_000_000]
+DRAFTS = [1, 2, 3, 4, 5, 6, 7, 8]
+sess = page_header("Where the time goes")
+st.markdown(INTRO)
+
+c = st.columns(4)
+seed(f"{P}_gpu", qp_choice("gpu", list(GPUS), "h100", "a GPU here (h100, h200 or b200)"), "h100")
+seed(f"{P}_batch", qp_choice("batch", BATCHES, 1, "a batch size here"), 1)
+seed(f"{P}_context", qp_choice("context", CONTEXTS, AGENT_READ, "a context here"), AGENT_READ)
+seed(f"{P}_drafts", qp_choice("drafts", DRAFTS, 4, "a number of drafts (1 to 8)"), 4)
+gpu = c[0].selectbox("GPU", list(GPUS), format_func=lambda k: GPUS[k].name, key=f"{P}_gpu", persist_state=KEEP)
+batch = c[1].select_slider("Batch (sequences decoded together)", BATCHES, key=f"{P}_batch", persist_state=KEEP)
+context = c[2].select_slider("Context (tokens)", CONTEXTS, format_func=lambda n: f"{n:,}", key=f"{P}_context",
+                             persist_state=KEEP)
+drafts = c[3].select_slider("DSpark drafts per verify", DRAFTS, key=f"{P}_drafts", persist_state=KEEP)
+qp_set(gpu=gpu if gpu != "h100" else None, batch=batch if batch != 1 else None,
+       context=context if context != AGENT_READ else None, drafts=drafts if drafts != 4 else None)
+
+text, _ = decode_verdict(gpu, context, batch)
+st.markdown(text)
+
+roofline(gpu, context, batch, drafts, key=f"{P}_roof")
+st.markdown(ROOF_TEXT)
+st.dataframe(intensities(gpu, context), hide_index=True, key=f"{P}_intensity")
+
+st.subheader(f"The agent round: {AGENT_READ:,} tokens read, {AGENT_WRITTEN} written")
+rb = round_bounds(gpu, drafts)
+st.dataframe(rb.rows(), hide_index=True, key=f"{P}_round")
+st.markdown(rb.sentence())
+st.markdown(fits(gpu))
+
+st.subheader("Every op")
+st.markdown(COUNT_TEXT)
+work = st.radio("Workload", ["decode", "verify", "prefill"], horizontal=True, key=f"{P}_work", persist_state=KEEP,
+                format_func=lambda k: {"decode": f"decode (batch {batch:,})", "verify": f"verify {drafts} drafts",
+                                       "prefill": f"prefill {context:,} tokens"}[k])
+kinds, ops, said = op_tables(work, context, batch, drafts)
+st.caption(f"DeepSeek-V4.1-Flash, {said}, at the release's stored precision.")
+st.dataframe(kinds, hide_index=True, key=f"{P}_kinds")
+with st.expander("Every op, layer by layer"):
+    st.dataframe(ops, hide_index=True, key=f"{P}_ops")
+st.info(CAVEAT)
+reproduce(snippets.where_time_goes(gpu, batch, context, drafts), "where-the-time-goes")
+
+st.subheader("The running model on this machine")
+st.markdown(HERE_TEXT)
+model = sess.model
+if model is None:
+    st.info(sess.error or "No model loaded: choose weights in the sidebar.")
+    stop()
+res = run_on_click("Measure here", f"{P}_measure", lambda progress: measure_here(model, here(), progress=progress),
+                   "Timing a prefill of 512 tokens and a few decode steps ...")
+m = here()
+st.caption(f"This machine's roof: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy).")
+if res is not None:
+    st.markdown(res.sentence())
+st.markdown(CHECK_TEXT)
+chk = run_on_click("Check the count against PyTorch's flop counter", f"{P}_check",
+                   lambda progress: check_rows(model, progress), "Counting FLOPs in four workloads ...")
+if chk is not None:
+    st.dataframe(chk, hide_index=True, key=f"{P}_checkrows")

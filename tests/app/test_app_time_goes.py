@@ -1,0 +1,69 @@
+"""AppTest for "Where the time goes": the roofline names the GPUs on an arithmetic-intensity axis, and the verdict
+sentence is computed from the chosen GPU and batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_page(page: str, **params) -> AppTest:
+    """The page on random tiny weights with these URL parameters, run once."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=240)
+    at.query_params["weights"] = "random"
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    return at.run()
+
+
+def no_errors(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def verdict(at) -> str:
+    texts = [m.value for m in at.markdown if "one decode step at batch" in m.value]
+    assert len(texts) == 1, texts
+    return texts[0]
+
+
+def roofline(at) -> dict:
+    charts = [c for c in at.get("plotly_chart") if "arithmetic intensity" in c.proto.spec]
+    assert len(charts) == 1
+    return json.loads(charts[0].proto.spec)
+
+
+def test_roofline_names_the_gpus_and_the_intensity_axis():
+    at = run_page("where_time_goes")
+    no_errors(at)
+    spec = roofline(at)
+    names = {t.get("name") for t in spec["data"]}
+    assert {"NVIDIA H100 SXM", "NVIDIA H200", "NVIDIA B200"} <= names
+    assert spec["layout"]["xaxis"]["title"]["text"] == "arithmetic intensity (FLOP/byte)"
+    assert spec["layout"]["xaxis"]["type"] == "log" and spec["layout"]["yaxis"]["type"] == "log"
+
+
+def test_switching_gpu_or_batch_changes_the_verdict():
+    at = run_page("where_time_goes")
+    no_errors(at)
+    first = verdict(at)
+    assert "NVIDIA H100 SXM" in first and "batch 1 " in first and "memory-bound" in first
+    at.selectbox(key="wt_gpu").set_value("b200").run()
+    no_errors(at)
+    second = verdict(at)
+    assert "NVIDIA B200" in second and second != first
+    at.select_slider(key="wt_batch").set_value(4096).run()
+    no_errors(at)
+    third = verdict(at)
+    assert "batch 4,096" in third and third != second
+    assert at.query_params["gpu"] in (["b200"], "b200") and at.query_params["batch"] in (["4096"], "4096")
+
+
+def test_url_opens_a_view_and_bad_values_warn():
+    at = run_page("where_time_goes", gpu="h200", batch="lots")
+    no_errors(at)
+    assert "NVIDIA H200" in verdict(at)
+    assert any("batch" in w.value for w in at.warning)

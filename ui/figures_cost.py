@@ -1,0 +1,41 @@
+"""Plotly figures for "Where the time goes" (no Streamlit here): the roofline of several chips with workloads placed
+under the chosen one."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from lessons.roofline import Chip, Placement
+
+CHIP_COLORS = {"h100": "#1f77b4", "h200": "#2ca02c", "b200": "#9467bd", "here": "#7f7f7f"}
+POINT_COLORS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+def roofline_figure(chips: Sequence[Chip], chosen: str, points: Sequence[Placement]) -> go.Figure:
+    """Log-log: attainable FLOP/s against arithmetic intensity, one roof per chip, the points under the chosen one."""
+    xs = [p.intensity for p in points if p.intensity > 0] + [c.ridge for c in chips]
+    lo = 10 ** math.floor(math.log10(min(xs) / 3))
+    hi = 10 ** math.ceil(math.log10(max(xs) * 3))
+    fig = go.Figure()
+    for c in chips:
+        x = [lo, c.ridge, hi]
+        y = [lo * c.bandwidth, c.peak, c.peak]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=c.name,
+                                 line=dict(color=CHIP_COLORS.get(c.key, "#333333"),
+                                           width=4 if c.key == chosen else 1.5,
+                                           dash="solid" if c.key == chosen else "dot"),
+                                 hovertemplate=f"{c.name}<br>ridge {c.ridge:,.0f} FLOP/byte<extra></extra>"))
+    for j, p in enumerate(points):
+        fig.add_trace(go.Scatter(x=[p.intensity], y=[p.attainable], mode="markers", name=p.label,
+                                 marker=dict(size=12, color=POINT_COLORS[j % len(POINT_COLORS)], symbol="diamond"),
+                                 hovertemplate=(f"{p.label}<br>{p.intensity:,.1f} FLOP/byte, {p.bound}"
+                                                "<extra></extra>")))
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP/byte)")
+    fig.update_yaxes(type="log", title="attainable compute (FLOP/s)")
+    fig.update_layout(height=460, margin=dict(l=10, r=10, t=40, b=10),
+                      title="Roofline: where each workload sits under each chip's roof",
+                      legend=dict(orientation="v", x=1.01, y=1))
+    return fig
