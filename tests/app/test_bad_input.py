@@ -186,6 +186,7 @@ URL_CASES = [
     ("cache_calculator", {"preset": "v3.2", "group": "600"}, "group=600"),
     ("prefill_decode", {"read": "abc", "written": "-1"}, "not a whole number"),
     ("prefill_decode", {"rounds": "1e9", "tread": "99999", "twritten": "0"}, "outside"),
+    ("where_time_goes", {"gpu": "<b>a100</b>", "batch": "3", "drafts": "99"}, "is not a GPU here"),
     ("compare_designs", {"designs": "foo,<i>bar</i>"}, "unknown design"),
     ("compare_designs", {"ctx": "abc", "batch": "0"}, "not a whole number"),
     ("inspector", {"sample": "99", "gen": "999"}, "outside"),

@@ -34,7 +34,7 @@ def heading(ui, pattern: str) -> str:
 
 
 COVERED = {"start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-           "prefill_decode", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
+           "prefill_decode", "where_time_goes", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
            "glossary"}
 
 
@@ -199,6 +199,18 @@ def test_prefill_decode(ui):
     assert "writing 2 took" in text
     ui.assert_clean()
     ui.shot("prefill_decode")
+
+
+def test_where_time_goes(ui):
+    ui.open("where_time_goes", gpu="b200", batch=64)
+    assert ui.charts() >= 1
+    ui.wait_text('[data-testid="stPlotlyChart"] .xtitle', "arithmetic intensity")
+    text = ui.wait_text('[data-testid="stMarkdownContainer"]', r"one decode step at batch 64 is")
+    assert "NVIDIA B200" in text
+    ui.click("wt_measure")
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"of the measured matmul peak")
+    ui.assert_clean()
+    ui.shot("where_time_goes")
 
 
 def test_compare_designs(ui):
