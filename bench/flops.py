@@ -3,14 +3,17 @@ and the running model on this machine's measured roofline.
 
 Counted / formula for the tiny model: prefill of 64, 256 and 1,024 tokens, exact and bounded (summed); decode steps
 at three contexts (summed); a verify of 4 drafts. Each ratio must lie in [0.98, 1.02]. Then this machine's fp32
-matmul peak and memory-copy bandwidth (lessons.roofline.measure_machine), and the share of each the tiny model
-reaches: prefill's FLOP/s against the matmul peak, a decode step's bandwidth bound against its measured time.
+matmul peak and memory-copy bandwidth with one torch thread, as the app runs (lessons.roofline.measure_machine), and
+the share of each the tiny model reaches: prefill's FLOP/s against the matmul peak, a decode step's bandwidth bound
+against its measured time.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+import torch
 
 from bench._common import add_device_option, line, pick_device, tiny_model
 
@@ -23,8 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_device_option(ap)
     ap.add_argument("--quick", action="store_true", help="skip the 1,024-token prefills")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the bench shares the machine)")
     args = ap.parse_args(argv)
     device = pick_device(args.device)
+    torch.set_num_threads(args.threads)  # an OpenMP team short of cores makes every op wait for its missing thread
     model, what = tiny_model(device)
     print(f"model: {what} on {device}")
     lengths = (64, 256) if args.quick else (64, 256, 1024)
@@ -46,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios[name] = counted / formula
     here = measure_here(model, measure_machine(device.type), prompt=512, steps=8)
     m = here.machine
-    print(f"machine: {m.gflops:,.1f} GFLOP/s fp32 matmul, {m.gbs:,.1f} GB/s copy ({m.device})")
+    print(f"machine: {m.gflops:,.1f} GFLOP/s fp32 matmul, {m.gbs:,.1f} GB/s copy ({m.device}, "
+          f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})")
     print(f"prefill 512: {here.prefill_s:.3f} s, {here.prefill_gflops:,.1f} GFLOP/s; decode step "
           f"{here.decode_s * 1e3:.2f} ms, {here.decode_bytes / 1e6:,.1f} MB moved")
     print(line("flops", prefill_ratio=f"{ratios['prefill']:.4f}", decode_ratio=f"{ratios['decode']:.4f}",

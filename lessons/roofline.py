@@ -73,11 +73,13 @@ class Machine:
     gbs: float             # memory copy, GB/s (bytes read + written)
     device: str
     seconds: float
+    threads: int = 1
 
     def chip(self) -> Chip:
-        return Chip("here", f"this machine ({self.device.upper()}, measured)", self.gflops * 1e9, self.gbs * 1e9, 0.0,
-                    "measured here: an fp32 matmul and a memory copy", "measured now; a shared machine varies",
-                    measured=True)
+        threads = f", {self.threads} thread{'s' if self.threads > 1 else ''}" if self.device == "cpu" else ""
+        return Chip("here", f"this machine ({self.device.upper()}{threads}, measured)", self.gflops * 1e9,
+                    self.gbs * 1e9, 0.0, "measured here: an fp32 matmul and a memory copy",
+                    "measured now; a shared machine varies", measured=True)
 
 
 def _best(fn, repeats: int, device: torch.device) -> float:
@@ -108,7 +110,7 @@ def measure_machine(device: str = "cpu", n: int = 1024, copy_mib: int = 64, repe
     dst.copy_(src)
     cp = _best(lambda: dst.copy_(src), repeats, dev)
     return Machine(gflops=2 * n ** 3 / mm / 1e9, gbs=2 * src.nbytes / cp / 1e9, device=dev.type,
-                   seconds=time.perf_counter() - t0)
+                   seconds=time.perf_counter() - t0, threads=torch.get_num_threads())
 
 
 @functools.lru_cache(maxsize=4)

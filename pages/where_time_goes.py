@@ -68,7 +68,7 @@ if model is None:
 res = run_on_click("Measure here", f"{P}_measure", lambda progress: measure_here(model, here(), progress=progress),
                    "Timing a prefill of 512 tokens and a few decode steps ...")
 m = here()
-st.caption(f"This machine's roof: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy).")
+st.caption(f"The roof of {m.chip().name}: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy).")
 if res is not None:
     st.markdown(res.sentence())
 st.markdown(CHECK_TEXT)
