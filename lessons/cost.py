@@ -5,7 +5,8 @@ for a batch of B sequences, or a DSpark verify pass over an anchor and k drafts 
 speculative.py run the same forward calls). Each op gets a row: its FLOPs (2 per multiply-add), the weights it reads
 at their stored precision (only the routed experts a call's tokens reach), the cache rows it reads and writes at
 their stored formats (model/quant.py), and an estimate of its activation traffic. Rows carry the module they run in,
-so that `lessons.cost_check` can hold them against what `torch.utils.flop_counter` counts in the running model.
+so that `lessons.cost_check` can hold them against what `torch.utils.flop_counter` counts in the running model. The
+weights a model holds at rest are lessons.roofline's.
 
 Two ways to count the attention-side work:
 - `as_run=True`: what this engine computes. Its window attention multiplies blocks of W queries by 2W-1 keys
@@ -51,9 +52,9 @@ class Precision:
     activation: float
 
 
-# docs/design/checkpoints.md §3 and equations.md §7: FP8 linears with one UE8M0 byte per 128 x 128 block, MXFP4
-# routed experts (E2M1 + one E8M0 byte per 32), "any float" parts in bf16, mHC in fp32, FP8 Engram rows with an fp32
-# scale per 32; activations in bf16.
+# docs/design/checkpoints.md §3 and docs/design/equations.md §7: FP8 linears with one UE8M0 byte per 128 x 128
+# block, MXFP4 routed experts (E2M1 + one E8M0 byte per 32), "any float" parts in bf16, mHC in fp32, FP8 Engram rows
+# with an fp32 scale per 32; activations in bf16.
 RELEASE = Precision("release (FP8 linears, FP4 experts)", 1 + 1 / 128 ** 2, 0.5 + 1 / 32, 2.0, 4.0, 1 + 4 / 32, 2.0)
 FP32 = Precision("fp32 (the running model here)", 4.0, 4.0, 4.0, 4.0, 4.0, 4.0)
 
@@ -368,53 +369,3 @@ def cost(cfg: V41Config, wl: Workload, precision: Precision = RELEASE, as_run: b
 
     rows = sorted(acc.rows.values(), key=place)
     return Cost(workload=wl, precision=precision, as_run=as_run, rows=rows)
-
-
-# ------------------------------------------------------------------------------------------------
-# Resident weights (what must sit in accelerator memory)
-# ------------------------------------------------------------------------------------------------
-
-WEIGHT_CLASSES = ("linear", "expert", "wide", "mixing", "engram_table", "fp32")
-
-
-def weight_numbers(cfg: V41Config) -> dict[str, int]:
-    """Parameters of the backbone and Engram by storage class, in closed form from the shapes of model/arch/* (tests
-    check the total against the module tree). "fp32": norms, the attention sink, router biases, Engram's q/k
-    weights."""
-    d, hd, h, ql, ol, g = (cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.q_lora_rank, cfg.o_lora_rank,
-                           cfg.o_groups)
-    hi_, di, inter, e, n_hc = (cfg.index_n_heads, cfg.index_head_dim, cfg.moe_intermediate_size, cfg.n_routed_experts,
-                               cfg.hc_mult)
-    mix = (2 + n_hc) * n_hc
-    out = dict.fromkeys(WEIGHT_CLASSES, 0)
-    for spec in layer_map(cfg):
-        lin = d * ql + ql * h * hd + d * hd + h * hd * ol + g * ol * d + 3 * d * inter * cfg.n_shared_experts
-        wide = e * d
-        small = ql + hd + h + 2 * d + 2 * e             # q_norm, kv_norm, attn_sink, block norms, router biases
-        if spec.makes_entries:
-            wide += d * hd * (2 if spec.compress_ratio > 1 else 1)
-            lin += hd * di
-            small += hd + di
-        if spec.selects:
-            lin += ql * hi_ * di
-            wide += d * hi_
-        if spec.engram:
-            slot = cfg.engram_layer_ids.index(spec.index)
-            lin += cfg.n_hash_cols * cfg.engram_head_dim * d * (n_hc + 1)
-            small += 2 * n_hc * d
-            out["engram_table"] += cfg.engram_num_embeddings[slot] * cfg.engram_head_dim
-        out["linear"] += lin
-        out["wide"] += wide
-        out["fp32"] += small
-        out["expert"] += e * 3 * d * inter
-        out["mixing"] += 2 * (mix * n_hc * d + mix + 3)
-    out["wide"] += 2 * cfg.vocab_size * d
-    out["fp32"] += d                                    # the final norm
-    return out
-
-
-def weight_bytes(cfg: V41Config, pr: Precision = RELEASE) -> dict[str, float]:
-    """`weight_numbers` at stored precision."""
-    per = {"linear": pr.linear, "expert": pr.expert, "wide": pr.wide, "mixing": pr.mixing,
-           "engram_table": pr.engram_row, "fp32": 4.0}
-    return {k: v * per[k] for k, v in weight_numbers(cfg).items()}

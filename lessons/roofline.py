@@ -3,9 +3,10 @@
 A step needs at least max(FLOPs / peak compute, bytes / memory bandwidth) seconds; the ratio FLOPs / bytes (the
 arithmetic intensity) against the chip's ridge (peak / bandwidth) says which term wins. The GPU figures are
 spec-sheet peaks (`GPUS`, each with its source and how sure it is); this machine's are measured live by a matmul and
-a memory copy (`measure_machine`). Costs come from `lessons.cost`. What this module does not know: real kernels
-reach only part of either peak, and overlap, communication between GPUs and scheduling are left out, so every time
-here is a lower bound.
+a memory copy (`measure_machine`). Costs come from `lessons.cost`; what must sit in accelerator memory (the weights
+at stored precision, `weight_bytes`, and the cache, model.accounting) from the config. What this module does not
+know: real kernels reach only part of either peak, and overlap, communication between GPUs and scheduling are left
+out, so every time here is a lower bound.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
+from model import layer_map
 from model.accounting import cache_bytes
 from model.config import V41Config
 
-from .cost import RELEASE, Cost, Precision, Workload, cost, weight_bytes
+from .cost import RELEASE, Cost, Precision, Workload, cost
 from .units import human_bytes
 
 
@@ -61,6 +63,14 @@ GPUS: dict[str, Chip] = {
                  "medium: NVIDIA's B200 figures moved between announcements (192 GB at launch, 180 GB in the "
                  "HGX/DGX sheets) and depend on the power configuration", bf16=2.25e15),
 }
+
+
+def chip_rows(chips: list[Chip]) -> list[dict]:
+    """The figures behind the roofs, with where each comes from and how sure it is."""
+    return [{"chip": c.name, "peak, dense (TFLOP/s)": round(c.peak / 1e12, 3),
+             "BF16 dense (TFLOP/s)": round(c.bf16 / 1e12, 3) if c.bf16 else None,
+             "bandwidth (TB/s)": round(c.bandwidth / 1e12, 4), "memory (GB)": round(c.memory / 1e9) or None,
+             "ridge (FLOP/byte)": round(c.ridge, 1), "source": c.source, "how sure": c.sure} for c in chips]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -187,6 +197,52 @@ def compute_bound_batch(cfg: V41Config, chip: Chip, context: int, pr: Precision 
         else:
             lo = mid
     return hi
+
+
+WEIGHT_CLASSES = ("linear", "expert", "wide", "mixing", "engram_table", "fp32")
+
+
+def weight_numbers(cfg: V41Config) -> dict[str, int]:
+    """Parameters of the backbone and Engram by storage class, in closed form from the shapes of model/arch/* (tests
+    check the total against the module tree). "fp32": norms, the attention sink, router biases, Engram's q/k
+    weights."""
+    d, hd, h, ql, ol, g = (cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.q_lora_rank, cfg.o_lora_rank,
+                           cfg.o_groups)
+    hi_, di, inter, e, n_hc = (cfg.index_n_heads, cfg.index_head_dim, cfg.moe_intermediate_size, cfg.n_routed_experts,
+                               cfg.hc_mult)
+    mix = (2 + n_hc) * n_hc
+    out = dict.fromkeys(WEIGHT_CLASSES, 0)
+    for spec in layer_map(cfg):
+        lin = d * ql + ql * h * hd + d * hd + h * hd * ol + g * ol * d + 3 * d * inter * cfg.n_shared_experts
+        wide = e * d
+        small = ql + hd + h + 2 * d + 2 * e             # q_norm, kv_norm, attn_sink, block norms, router biases
+        if spec.makes_entries:
+            wide += d * hd * (2 if spec.compress_ratio > 1 else 1)
+            lin += hd * di
+            small += hd + di
+        if spec.selects:
+            lin += ql * hi_ * di
+            wide += d * hi_
+        if spec.engram:
+            slot = cfg.engram_layer_ids.index(spec.index)
+            lin += cfg.n_hash_cols * cfg.engram_head_dim * d * (n_hc + 1)
+            small += 2 * n_hc * d
+            out["engram_table"] += cfg.engram_num_embeddings[slot] * cfg.engram_head_dim
+        out["linear"] += lin
+        out["wide"] += wide
+        out["fp32"] += small
+        out["expert"] += e * 3 * d * inter
+        out["mixing"] += 2 * (mix * n_hc * d + mix + 3)
+    out["wide"] += 2 * cfg.vocab_size * d
+    out["fp32"] += d                                    # the final norm
+    return out
+
+
+def weight_bytes(cfg: V41Config, pr: Precision = RELEASE) -> dict[str, float]:
+    """`weight_numbers` at stored precision."""
+    per = {"linear": pr.linear, "expert": pr.expert, "wide": pr.wide, "mixing": pr.mixing,
+           "engram_table": pr.engram_row, "fp32": 4.0}
+    return {k: v * per[k] for k, v in weight_numbers(cfg).items()}
 
 
 def resident_weights(cfg: V41Config, pr: Precision = RELEASE) -> float:

@@ -5,13 +5,13 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.cost_check import check_rows, measure_here
-from lessons.roofline import GPUS
+from lessons.roofline import GPUS, chip_rows
 from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COUNT_TEXT, HERE_TEXT, INTRO, ROOF_TEXT
 from ui.common import page_header
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
 from ui.state import KEEP, qp_choice, qp_set, seed, stop
-from ui.time_goes import decode_verdict, fits, here, intensities, op_tables, roofline, round_bounds
+from ui.time_goes import chips, decode_verdict, fits, here, intensities, op_tables, roofline, round_bounds
 
 P = "wt"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
@@ -38,6 +38,9 @@ st.markdown(text)
 
 roofline(gpu, context, batch, drafts, key=f"{P}_roof")
 st.markdown(ROOF_TEXT)
+with st.expander("The chips' figures and where they come from"):
+    st.caption("GPU peaks are FP8 dense, the precision the release multiplies its weights in; this machine's is fp32.")
+    st.dataframe(chip_rows(chips()), hide_index=True, key=f"{P}_chips")
 st.dataframe(intensities(gpu, context), hide_index=True, key=f"{P}_intensity")
 
 st.subheader(f"The agent round: {AGENT_READ:,} tokens read, {AGENT_WRITTEN} written")

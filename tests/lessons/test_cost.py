@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lessons.cost import FP32, KINDS, RELEASE, CostError, Workload, cost, routed_touched, sum_min, weight_numbers
+from lessons.cost import FP32, KINDS, RELEASE, CostError, Workload, cost, routed_touched, sum_min
 from lessons.cost_check import check_flops, engine_cache_bytes, formula_cache_bytes
 from lessons.roofline import (
     GPUS,
@@ -18,6 +18,7 @@ from lessons.roofline import (
     place,
     resident_weights,
     verdict,
+    weight_numbers,
 )
 from model import V41Config, V41Model, count_params
 from model.accounting import cache_bytes
