@@ -216,6 +216,7 @@ class Here:
     prompt: int
     prefill_s: float
     prefill_flops: float          # as run, the work this engine does
+    prefill_bytes: float
     decode_s: float               # per step
     decode_bytes: float           # per step, weights (fp32) + cache + activations
     decode_flops: float
@@ -239,6 +240,12 @@ class Here:
     def decode_bw_frac(self) -> float:
         """Share of the bandwidth bound that decode reaches (bound time / measured time)."""
         return self.decode_bound_s / self.decode_s
+
+    def achieved(self) -> list[tuple[str, float, float]]:
+        """(label, FLOP/byte, FLOP/s reached) of the measured prefill and decode step."""
+        return [(f"prefill {self.prompt:,} tokens, measured", self.prefill_flops / self.prefill_bytes,
+                 self.prefill_flops / self.prefill_s),
+                ("decode step, measured", self.decode_flops / self.decode_bytes, self.decode_flops / self.decode_s)]
 
     def sentence(self) -> str:
         return (f"Here, prefill of {self.prompt:,} tokens reaches **{self.prefill_peak_frac:.0%}** of the measured "
@@ -277,8 +284,8 @@ def measure_here(model, machine: Machine, prompt: int = 512, steps: int = 8, rep
     pc = cost(cfg, Workload("prefill", prompt, "exact"), FP32, as_run=True)
     if progress is not None:
         progress(1.0, "done")
-    return Here(prompt=prompt, prefill_s=best_pf, prefill_flops=pc.flops, decode_s=best_dec, decode_bytes=dc.bytes,
-                decode_flops=dc.flops, machine=machine)
+    return Here(prompt=prompt, prefill_s=best_pf, prefill_flops=pc.flops, prefill_bytes=pc.bytes, decode_s=best_dec,
+                decode_bytes=dc.bytes, decode_flops=dc.flops, machine=machine)
 
 
 def _sync(dev: torch.device) -> None:

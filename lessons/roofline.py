@@ -302,16 +302,21 @@ def verdict(p: Placement, crossover: int | None, batch: int) -> str:
     return s
 
 
-def fit_sentence(cfg: V41Config, chip: Chip) -> str:
+def fit_sentence(cfg: V41Config, chip: Chip, batch: int = 1) -> str:
+    """How long a context fits beside the weights on one GPU and on eight, for `batch` sequences."""
     w = resident_weights(cfg)
-    one, eight = largest_context(cfg, chip, 1), largest_context(cfg, chip, 8)
+    one, eight = largest_context(cfg, chip, 1, batch), largest_context(cfg, chip, 8, batch)
+    each = " each" if batch > 1 else ""
 
     def say(n: int, gpus: str) -> str:
         if n == 0:
-            return f"on {gpus} the weights alone do not fit"
+            return f"on {gpus} the weights alone do not fit" if gpus.startswith("one") else \
+                f"on {gpus} not even one token{each} fits"
         if n >= cfg.max_position_embeddings:
-            return f"on {gpus} the full {cfg.max_position_embeddings:,}-token context fits"
-        return f"on {gpus} a context of up to {n:,} tokens fits"
+            return f"on {gpus} the full {cfg.max_position_embeddings:,}-token context{each} fits"
+        return f"on {gpus} a context of up to {n:,} tokens{each} fits"
 
-    return (f"The weights held on the GPUs take {human_bytes(w)} at their stored precision: "
-            f"{say(one, 'one ' + chip.name)}, and {say(eight, 'eight')} (one sequence).")
+    eight_text = say(eight, "eight") if not (eight == 0 and resident_weights(cfg) > 8 * chip.memory) else \
+        "on eight the weights alone do not fit"
+    return (f"The weights held on the GPUs take {human_bytes(w)} at their stored precision. For "
+            f"{batch:,} sequence{'s' if batch > 1 else ''}, {say(one, 'one ' + chip.name)}, and {eight_text}.")

@@ -11,7 +11,17 @@ from ui.common import page_header
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
 from ui.state import KEEP, qp_choice, qp_set, seed, stop
-from ui.time_goes import chips, decode_verdict, fits, here, intensities, op_tables, roofline, round_bounds
+from ui.time_goes import (
+    chips,
+    decode_verdict,
+    fits,
+    here,
+    here_roofline,
+    intensities,
+    op_tables,
+    roofline,
+    round_bounds,
+)
 
 P = "wt"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
@@ -47,7 +57,7 @@ st.subheader(f"The agent round: {AGENT_READ:,} tokens read, {AGENT_WRITTEN} writ
 rb = round_bounds(gpu, drafts)
 st.dataframe(rb.rows(), hide_index=True, key=f"{P}_round")
 st.markdown(rb.sentence())
-st.markdown(fits(gpu))
+st.markdown(fits(gpu, batch))
 
 st.subheader("Every op")
 st.markdown(COUNT_TEXT)
@@ -74,6 +84,7 @@ m = here()
 st.caption(f"The roof of {m.chip().name}: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy).")
 if res is not None:
     st.markdown(res.sentence())
+    here_roofline(res, key=f"{P}_roofhere")
 st.markdown(CHECK_TEXT)
 chk = run_on_click("Check the count against PyTorch's flop counter", f"{P}_check",
                    lambda progress: check_rows(model, progress), "Counting FLOPs in four workloads ...")

@@ -8,15 +8,18 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from lessons.roofline import Chip, Placement
+from lessons.roofline import Chip
+
+Point = tuple[str, float, float, str]      # (label, FLOP/byte, FLOP/s, what the hover adds)
 
 CHIP_COLORS = {"h100": "#1f77b4", "h200": "#2ca02c", "b200": "#9467bd", "here": "#7f7f7f"}
 POINT_COLORS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
-def roofline_figure(chips: Sequence[Chip], chosen: str, points: Sequence[Placement]) -> go.Figure:
-    """Log-log: attainable FLOP/s against arithmetic intensity, one roof per chip, the points under the chosen one."""
-    xs = [p.intensity for p in points if p.intensity > 0] + [c.ridge for c in chips]
+def roofline_figure(chips: Sequence[Chip], chosen: str, points: Sequence[Point],
+                    title: str = "Roofline: where each workload sits under each chip's roof") -> go.Figure:
+    """Log-log: attainable FLOP/s against arithmetic intensity, one roof per chip, and the points."""
+    xs = [p[1] for p in points if p[1] > 0] + [c.ridge for c in chips]
     lo = 10 ** math.floor(math.log10(min(xs) / 3))
     hi = 10 ** math.ceil(math.log10(max(xs) * 3))
     fig = go.Figure()
@@ -28,14 +31,13 @@ def roofline_figure(chips: Sequence[Chip], chosen: str, points: Sequence[Placeme
                                            width=4 if c.key == chosen else 1.5,
                                            dash="solid" if c.key == chosen else "dot"),
                                  hovertemplate=f"{c.name}<br>ridge {c.ridge:,.0f} FLOP/byte<extra></extra>"))
-    for j, p in enumerate(points):
-        fig.add_trace(go.Scatter(x=[p.intensity], y=[p.attainable], mode="markers", name=p.label,
+    for j, (label, x, y, note) in enumerate(points):
+        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name=label,
                                  marker=dict(size=12, color=POINT_COLORS[j % len(POINT_COLORS)], symbol="diamond"),
-                                 hovertemplate=(f"{p.label}<br>{p.intensity:,.1f} FLOP/byte, {p.bound}"
-                                                "<extra></extra>")))
+                                 hovertemplate=f"{label}<br>{x:,.1f} FLOP/byte, {note}<extra></extra>"))
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOP/byte)")
     fig.update_yaxes(type="log", title="attainable compute (FLOP/s)")
     fig.update_layout(height=460, margin=dict(l=10, r=10, t=40, b=10),
-                      title="Roofline: where each workload sits under each chip's roof",
+                      title=title,
                       legend=dict(orientation="v", x=1.01, y=1))
     return fig

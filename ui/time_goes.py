@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons.cost import Workload, cost
+from lessons.cost_check import Here
 from lessons.roofline import (
     GPUS,
     Chip,
@@ -60,8 +61,8 @@ def intensities(chip_key: str, context: int) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def fits(chip_key: str) -> str:
-    return fit_sentence(flash(), GPUS[chip_key])
+def fits(chip_key: str, batch: int) -> str:
+    return fit_sentence(flash(), GPUS[chip_key], batch)
 
 
 def roofline(chip_key: str, context: int, batch: int, drafts: int, key: str) -> None:
@@ -70,7 +71,7 @@ def roofline(chip_key: str, context: int, batch: int, drafts: int, key: str) -> 
     ws = release_workloads(cfg, context, batch, drafts, prompt=context)
     labels = {"prefill": f"prefill {context:,} tokens", "decode": "decode, batch 1",
               "decode_batch": f"decode, batch {batch:,}", "verify": f"verify {drafts} drafts"}
-    points = [place(c, chip, labels[k]) for k, c in ws.items()]
+    points = [(p.label, p.intensity, p.attainable, p.bound) for p in (place(c, chip, labels[k]) for k, c in ws.items())]
     fig = built(roofline_figure, chips(), chip_key, points)
     st.plotly_chart(fig, width="stretch", key=key, config=chart_config("png", "roofline"))
 
@@ -83,3 +84,11 @@ def op_tables(kind: str, context: int, batch: int, drafts: int) -> tuple[pd.Data
           "verify": Workload("verify", context, drafts=drafts)}[kind]
     c = cost(cfg, wl)
     return pd.DataFrame(kind_rows(c)), pd.DataFrame(op_rows(c)), wl.describe()
+
+
+def here_roofline(res: Here, key: str) -> None:
+    """This machine's roof with the running model's measured prefill and decode step at the FLOP/s they reached."""
+    roof = res.machine.chip()
+    points = [(label, x, y, f"{y / 1e9:,.2f} GFLOP/s reached") for label, x, y in res.achieved()]
+    fig = built(roofline_figure, [roof], roof.key, points, title="The running model on this machine's roof")
+    st.plotly_chart(fig, width="stretch", key=key, config=chart_config("png", "roofline-here"))

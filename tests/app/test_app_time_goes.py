@@ -67,3 +67,20 @@ def test_url_opens_a_view_and_bad_values_warn():
     no_errors(at)
     assert "NVIDIA H200" in verdict(at)
     assert any("batch" in w.value for w in at.warning)
+
+
+def test_the_running_model_is_measured_and_its_count_checked():
+    at = run_page("where_time_goes")
+    no_errors(at)
+    at.button(key="wt_measure").click().run()
+    no_errors(at)
+    said = [m.value for m in at.markdown if "of the measured matmul peak" in m.value]
+    assert len(said) == 1 and "of the bandwidth bound" in said[0]
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "The running model on this machine's roof" in titles
+    at.button(key="wt_check").click().run()
+    no_errors(at)
+    rows = next(d.value for d in at.dataframe if "counted / formula" in d.value.columns)
+    assert len(rows) == 4
+    assert rows["counted / formula"].between(0.98, 1.02).all()
+    assert set(rows["ops without a row"]) == {"none"}
