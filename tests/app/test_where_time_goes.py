@@ -4,20 +4,8 @@ sentence is computed from the chosen GPU and batch."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_page(page: str, **params) -> AppTest:
-    """The page on random tiny weights with these URL parameters, run once."""
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=240)
-    at.query_params["weights"] = "random"
-    for k, v in params.items():
-        at.query_params[k] = str(v)
-    return at.run()
+from tests.conftest import run_page
 
 
 def no_errors(at) -> None:
