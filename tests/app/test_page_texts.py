@@ -9,7 +9,8 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import run_page
 
 ALL_PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-             "prefill_decode", "where_time_goes", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
+             "prefill_decode", "where_time_goes",
+             "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
              "glossary"]
 INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
 

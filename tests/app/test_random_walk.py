@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
               pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-         "prefill_decode", "where_time_goes", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
+         "prefill_decode", "where_time_goes",
+         "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
          "glossary"]
 PAGES = [p for p in PAGES if (ROOT / "pages" / f"{p}.py").exists()]
 SESSION_KEYS = ("weights_choice", "numbering_choice")

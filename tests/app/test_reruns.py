@@ -70,7 +70,8 @@ def test_built_keeps_a_bounded_number_of_results(monkeypatch):
 
 
 @pytest.mark.parametrize("page", ["start", "figure3", "layer_map", "attention_shares", "recurrence", "cache_calculator",
-                                  "prefill_decode", "where_time_goes", "compare_designs", "inspector", "indexer_pools", "lookback_heads",
+                                  "prefill_decode", "where_time_goes",
+                                  "compare_designs", "inspector", "indexer_pools", "lookback_heads",
                                   "ablation"])
 def test_a_warm_rerun_builds_no_figure(page, monkeypatch):
     from plotly.basedatatypes import BaseFigure

@@ -34,7 +34,8 @@ def heading(ui, pattern: str) -> str:
 
 
 COVERED = {"start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-           "prefill_decode", "where_time_goes", "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
+           "prefill_decode", "where_time_goes",
+           "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
            "glossary"}
 
 
