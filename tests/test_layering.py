@@ -12,6 +12,9 @@ The lab (lab/: training, corpus, research probes) may import anything; nothing i
 pages/, ui/, lessons/, model/) imports it, so the app runs without it. bench/ may (the training benchmark
 times the lab's step).
 
+model/arch/ names no training-only type (a class the lab's training defines: its targets, recorders, configs),
+so a research loss arrives through the model's `Recorder` hooks, never as a branch or a field of the architecture.
+
 Inside model/: no import cycle anywhere; every import goes to the same or a lower rank (`RANKS`);
 `arch/` imports nothing from inference, checkpoint, heldout or cli; nothing imports the
 package root `model`; imports inside functions only in `cli/` (which loads one command lazily).
@@ -231,6 +234,38 @@ def app_violations(root: Path = REPO) -> list[str]:
     return list(dict.fromkeys(bad))        # one line per statement, however many names it imports
 
 
+# ---- model/arch/ and the lab's training ----------------------------------------------------------------------------
+def training_types(root: Path = REPO) -> set[str]:
+    """The classes lab/training/ defines (at a module's top level)."""
+    out: set[str] = set()
+    for p in sorted((root / "lab" / "training").rglob("*.py")):
+        out.update(n.name for n in ast.parse(p.read_text()).body if isinstance(n, ast.ClassDef))
+    return out
+
+
+def arch_training_types(root: Path = REPO) -> list[str]:
+    """Each place model/arch/ names a training-only type: as a name, an attribute, an imported name or inside a
+    string annotation."""
+    banned = training_types(root)
+    bad = []
+    for p in sorted((root / "model" / "arch").rglob("*.py")):
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.Attribute):
+                names = [node.attr]
+            elif isinstance(node, ast.alias):
+                names = [node.name.split(".")[-1], node.asname or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                names = [node.value]                       # a quoted annotation
+            for n in names:
+                if n in banned:
+                    bad.append(f"{p.relative_to(root)}:{getattr(node, 'lineno', 0)} names {n}, a type of lab/training")
+    return sorted(set(bad))
+
+
 # ---- the faces of model/'s sub-packages ---------------------------------------------------------------------------
 FACE_USERS = ("app", "pages", "ui", "lessons", "bench")   # code outside model/ that must import through the faces
 # (file, deep module) -> why that file must reach past the face (the lab is not held to the faces: it trains and
@@ -327,6 +362,20 @@ def test_the_app_imports_point_down():
     assert app_violations() == []
 
 
+def test_model_arch_names_no_training_only_type():
+    assert "LookupTarget" in training_types() and "TrainConfig" in training_types()
+    assert arch_training_types() == []
+
+
+def test_the_forward_takes_what_a_forward_needs():
+    """The model's forward takes at most 10 parameters: the research losses are recorders, not arguments."""
+    import inspect
+
+    from model.arch import Backbone
+
+    assert len(inspect.signature(Backbone.forward).parameters) - 1 <= 10
+
+
 def test_code_outside_model_imports_through_the_faces():
     assert face_violations() == []
 
@@ -378,7 +427,7 @@ CLEAN = {
     "bench/__init__.py": "", "bench/quality.py": "from lessons import lesson\nfrom model.inference import prefill\n",
     "bench/train.py": "from lab.training import step\n",
     "lab/__init__.py": "", "lab/training/__init__.py": "",
-    "lab/training/step.py": "import torch\nfrom model.arch import attention\n",
+    "lab/training/step.py": "import torch\nfrom model.arch import attention\nclass TrainConfig: ...\n",
     "lab/probes/__init__.py": "",
     "lab/probes/heads.py": "from bench import quality\nfrom lessons import lesson\nfrom ui import widgets\n",
 }
@@ -388,7 +437,7 @@ def test_the_checks_pass_a_clean_probe_tree(tmp_path):
     root = _tree(tmp_path, CLEAN)
     assert app_violations(root) == []
     assert model_back_edges(root) == [] and model_import_habits(root) == [] and unranked(root) == []
-    assert face_violations(root) == [] and face_gaps(root) == []
+    assert face_violations(root) == [] and face_gaps(root) == [] and arch_training_types(root) == []
 
 
 def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
@@ -410,6 +459,11 @@ def test_the_checks_fail_on_each_kind_of_back_edge(tmp_path):
                                                         app_violations),
         "pages imports the lab": ("pages/bad.py", "from lab import training\n", app_violations),
         "app imports the lab": ("app.py", "import streamlit as st\nimport lab\n", app_violations),
+        "arch annotates with a training type": ("model/arch/bad.py", "def f(tc: 'TrainConfig'): ...\n",
+                                                arch_training_types),
+        "arch builds a training type": ("model/arch/bad.py", "def f(m):\n    return m.TrainConfig()\n",
+                                        arch_training_types),
+        "arch imports a training type": ("model/arch/bad.py", "from x import TrainConfig as T\n", arch_training_types),
         "an uncommented lazy import": ("ui/bad.py", "def f():\n    from lessons import lesson\n", app_violations),
         "arch imports inference": ("model/arch/bad.py", "from ..inference import engine\n", model_back_edges),
         "config imports arch": ("model/config.py", "from .arch import attention\n", model_back_edges),

@@ -19,7 +19,8 @@ import torch
 from lab.corpus.drills import recall_drill_sources
 from lab.corpus.stories import WIDE_CAST
 from lab.training.batches import Rows
-from lab.training.step import lookup_target, window_of
+from lab.training.lookup import LookupRecorder, lookup_target
+from lab.training.step import window_of
 from model.arch.context import Ablation
 from model.heldout import colour_token_ids, forward_with, load_heldout_stories, token_index_at_char, word_token_ids
 from model.tokenizer import EOS_ID
@@ -248,7 +249,7 @@ def lookup_reads(model, rows: Rows) -> tuple[float, float]:
     target = lookup_target(rows.sources.to(model.device), window_of(model))
     if target is None:
         return float("nan"), float("nan")
-    model(rows.x.to(model.device), ablation=Ablation(dense_compressed=True), lookup=target)
+    model(rows.x.to(model.device), ablation=Ablation(dense_compressed=True), trace=LookupRecorder(target))
     mass = torch.stack(target.masses, 1).sum(dim=(1, 2))                  # [N, 1 + R]
     rivals = mass[:, 1:].masked_fill(target.rivals < 0, -1.0)
     read = mass[:, 0] > rivals.max(-1).values

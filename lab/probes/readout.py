@@ -9,7 +9,7 @@ lab/training/evaluation.py), and the second copy is scored (argmax on tokens 2..
 - `window_only`: the compressed branch off (what the text alone predicts);
 - `oracle`: dense, with every head of every layer reading ratio-1 entries handed the entry of the token
   after the first copy's match, its whole output that entry's value (the readout forcing of training at
-  share 1, `force_readout` in model/arch/attention.py): what the model would copy with perfect attention.
+  share 1, `force_readout` in lab/training/lookup.py): what the model would copy with perfect attention.
 `oracle` near `dense` and both low: the heads read the right entry and the model does not write it out (train
 the readout); `oracle` high and `dense` low: the heads look elsewhere (train the attention).
 Last line: `readout: gap=... sparse=... dense=... window_only=... oracle=... first=...`.
@@ -27,7 +27,7 @@ from bench._common import add_device_option, pick_device
 def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: float = 1.0):
     """The second copy's rows (tokens 1..span-1 of it predict the next) and, for each, the position of the token
     after its earlier match, `distance` back, as a training lookup target with the readout forcing at `forcing`."""
-    from model.arch import LookupTarget
+    from lab.training.lookup import LookupTarget
 
     b, dev = x.shape[0], x.device                      # on the model's device: the layers index with them
     rows = torch.arange(start, start + span - 1, device=dev)
@@ -38,6 +38,7 @@ def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: 
 
 def scores(m, tokens, gap: int = 200, span: int = 16, n: int = 24) -> dict[str, float]:
     from lab.training import copy_accuracy, said_twice
+    from lab.training.lookup import LookupRecorder
     from model import Ablation
 
     dense = Ablation(dense_compressed=True)
@@ -48,7 +49,7 @@ def scores(m, tokens, gap: int = 200, span: int = 16, n: int = 24) -> dict[str, 
     x = said_twice(tokens, gap, n, span).to(m.device)   # the rows copy_accuracy scores
     start = 8 + span + gap
     with torch.no_grad():
-        lg = m(x, ablation=dense, lookup=copy_target(x, start, span + gap, span)).logits
+        lg = m(x, ablation=dense, trace=LookupRecorder(copy_target(x, start, span + gap, span))).logits
     out["oracle"] = float((lg[:, start:start + span - 1].argmax(-1) == x[:, start + 1:start + span]).float().mean())
     return out
 

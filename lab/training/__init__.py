@@ -3,7 +3,8 @@
 schedule (TrainConfig, staged settings, curriculum rungs), batches (text, drills, copies, repeats),
 step (the model, optimizer and one step), state (checkpoints to resume), run (a run from start to
 finish), evaluation (held-out loss, recall, copy during training; the gates of a curriculum stage),
-lookback (answer-only tasks, the weighted loss), drafter (the DSpark drafter's training, arch/drafter.py's
+lookback (answer-only tasks, the weighted loss), lookup (the lookup, selection, readout-forcing and
+pool-KL losses as recorders of the model's forward), drafter (the DSpark drafter's training, arch/drafter.py's
 trainer), vision_tower (the tower's), binding_probe (a read-out of the object from a fact's entry). Uses
 model/ (the architecture, checkpoints, the held-out sets of model/heldout.py) and lab/corpus; the command
 lines are lab/cli/.
@@ -39,6 +40,7 @@ from .evaluation import (
     said_twice,
 )
 from .lookback import answer_weighted_ce, induction_mask, lookup_rows, recall_rows
+from .lookup import LookupRecorder, LookupTarget, PoolKLRecorder, PoolTarget, Recorders, lookup_target
 from .run import Run, finish, start_run, train_steps, training_record
 from .schedule import (
     STAGE_FIELDS,
@@ -80,8 +82,9 @@ __all__ = [
     # evaluation during training and the gates of a curriculum stage (the app's is model/heldout.py)
     "quick_eval", "EVAL_KEYS", "copy_accuracy", "said_twice", "copy_probe", "fact_in_pool", "kv_lookup", "kv_probe",
     "frequent_ids", "entry_reads", "probe_accuracy",
-    # look-back practice
+    # look-back practice, and this project's own losses through the model's recorder hooks
     "recall_rows", "lookup_rows", "induction_mask", "answer_weighted_ce",
+    "lookup_target", "LookupTarget", "LookupRecorder", "PoolTarget", "PoolKLRecorder", "Recorders",
     # the DSpark drafter and the vision tower
     "DraftTrainConfig", "train_drafter", "evaluate_drafter", "write_drafter", "VisionTrainConfig",
     "evaluate_vision",

@@ -67,7 +67,7 @@ class TrainConfig:
     init_from: str = ""                 # start from these weights (a checkpoint dir of a previous phase)
     stop_at: int = 0                    # stop after this step (0 = steps) keeping the schedule of `steps`
     max_minutes: float = 0.0            # >0: stop after the step that passes this many minutes of training (a
-                                        # time-boxed run, e.g. on a lent GPU), evaluated and saved like a last step
+                                        # time-boxed run on a GPU), evaluated and saved like a last step
     fast: bool = False                  # compiled kernels, same maths (model/fusion.py); the command line turns it on
     curriculum: str = ""                # gated stages: "field=value field=value; ..." (Curriculum below)
     start_stage: int = 0                # resume the curriculum at this stage (with --init-from its weights)

@@ -89,7 +89,7 @@ def read_meta(path: Path) -> dict:
 def save_weights_bf16(m: V41Model, path: Path, record: dict, tokenizer: str | Path | None = None) -> Path:
     """The weights only, in bfloat16 (about a sixth of a training checkpoint with its AdamW moments), with
     config.json and stage.json (`record`): what a curriculum commits at each stage boundary, so a later
-    sitting on another machine resumes from the repository (`--init-from` it, fresh optimizer moments)."""
+    run on another machine resumes from the repository (`--init-from` it, fresh optimizer moments)."""
     path.mkdir(parents=True, exist_ok=True)
     m.cfg.save_json(path / "config.json")
     t = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).contiguous().cpu()

@@ -31,13 +31,14 @@ from dataclasses import dataclass
 
 import torch
 
-from model.arch.context import Ablation, LookupTarget, Recorder
+from model.arch.context import Ablation, Recorder
 from model.config import V41Config
 from model.fusion import fusable, fused
 from model.layer_map import layer_map
 from model.model import ModelOutput, V41Model
 from model.tokenizer import compressed_token_map
 
+from .lookup import LookupRecorder, PoolKLRecorder, Recorders, lookup_target
 from .schedule import TrainConfig, lr_at
 
 
@@ -111,39 +112,6 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor,
         return plain, plain
     w = weights.reshape(-1)
     return (ce * w).sum() / w.sum().clamp_min(1e-20), plain
-
-
-def lookup_target(sources: torch.Tensor, window: int, select: bool = False,
-                  inside: bool = False, forcing: float = 0.0, forcing_rows: float = 1.0,
-                  generator: torch.Generator | None = None, every_head: bool = False) -> LookupTarget | None:
-    """The lookup loss's rows: every target with a source (-1: none) further back than the window reaches (one
-    inside it needs no entry); its rivals are the other sources of its row before it (the facts it must be told
-    from: a drill's other colours, a lookup's other values), the ones holding the same token as its source too.
-    `select`: also keep the selecting layers' index scores of those rows (the selection loss). `inside`: the rows
-    whose source lies inside the window are asked too, there through every layer's window share on the source
-    (an induction head of a wide-window model). `forcing`: the readout forcing's share (`LookupTarget.forcing`),
-    applied to each row with probability `forcing_rows` (drawn from `generator`), the same rows in every layer.
-    `every_head`: the read term asks every supervised head for the source (`LookupTarget.every_head`)."""
-    for name, share in (("readout_forcing", forcing), ("readout_forcing_rows", forcing_rows)):
-        if not 0.0 <= share <= 1.0:
-            raise ValueError(f"{name} {share}: a share between 0 and 1")
-    rows = torch.arange(sources.shape[1], device=sources.device).view(1, -1)
-    b, r = torch.nonzero((sources >= 0) & (rows - sources >= (1 if inside else window)), as_tuple=True)
-    if not b.numel():
-        return None
-    pos = sources[b, r]
-    rivals = []
-    for row, at, own in zip(b.tolist(), r.tolist(), pos.tolist()):
-        rivals.append(sorted({s for s in sources[row].tolist() if 0 <= s < at and s != own}))
-    width = max(1, max(map(len, rivals)))
-    riv = torch.full((len(rivals), width), -1, dtype=torch.long)
-    for i, found in enumerate(rivals):
-        riv[i, :len(found)] = torch.tensor(found, dtype=torch.long)
-    forced = None
-    if forcing > 0 and forcing_rows < 1.0:
-        forced = (torch.rand(len(rivals), generator=generator) < forcing_rows).to(sources.device)
-    return LookupTarget(b, r, pos, riv.to(sources.device), select=select, inside=inside, forcing=forcing,
-                        forced=forced, every_head=every_head)
 
 
 class EntryProbe(torch.nn.Module):
@@ -236,16 +204,21 @@ def forward_backward(m: V41Model, x: torch.Tensor, y: torch.Tensor, tc: TrainCon
                                forcing=tc.readout_forcing, forcing_rows=tc.readout_forcing_rows,
                                every_head=tc.lookup_every_head)
     tap = LatentTap(probe.layer) if tc.entry_weight > 0 and probe is not None and sources is not None else None
+    reads = LookupRecorder(lookup) if lookup is not None else None
+    pool = PoolKLRecorder() if tc.pool_kl and dense else None
+    recorders = [r for r in (tap, reads, pool) if r is not None]
     with fused(tc.fast):
         out = m(x, indexer_loss=True, collect_routing=True, ablation=Ablation(dense_compressed=dense),
-                pool_kl=tc.pool_kl and dense, lookup=lookup, trace=tap)
+                trace=Recorders(*recorders) if recorders else None)
         lm, plain = lm_loss(out.logits, y, weights)
         zero = lm.new_zeros(())
-        il = out.indexer_loss if out.indexer_loss is not None else zero
-        lk = out.lookup_loss if out.lookup_loss is not None and tc.lookup_weight > 0 else zero
+        il = pool.indexer_loss(out) if pool is not None else out.indexer_loss
+        il = il if il is not None else zero
+        lk = reads.loss() if reads is not None and tc.lookup_weight > 0 else None
+        lk = lk if lk is not None else zero
         en = entry_loss(probe, tap.got, x, sources) if tap is not None and tap.got is not None else None
         en = en if en is not None else zero
-        sl = lookup.select_loss() if lookup is not None else None
+        sl = reads.select_loss() if reads is not None else None
         sl = sl if sl is not None else zero
         (lm + tc.indexer_weight * il + tc.lookup_weight * lk + tc.entry_weight * en + tc.select_weight * sl).backward()
     return StepLosses(plain, il, lk, en, sl, out)

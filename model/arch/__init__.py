@@ -24,7 +24,6 @@ from .context import (
     LayerCache,
     LayerSource,
     LensHead,
-    LookupTarget,
     Recorder,
     SourceRows,
     WindowRows,
@@ -68,7 +67,7 @@ __all__ = [
     "Backbone", "Block", "ModelOutput", "Segment",
     # what a forward is handed and passes on (context.py)
     "Ablation", "Context", "Recorder", "LayerCache", "LayerSource", "LensHead", "CsaState", "CompressedRead",
-    "LookupTarget", "EntryTable", "KLInputs", "WindowRows", "SourceRows",
+    "EntryTable", "KLInputs", "WindowRows", "SourceRows",
     # attention: the compressor, the indexer and its selection, the attention itself
     "Attention", "attend", "DenseTable", "Compressor",
     "Indexer", "candidate_pool", "select_topk", "stable_topk", "topk_mask", "mask_visible", "visible_counts",

@@ -28,7 +28,7 @@ from ..fusion import fusable, fusing
 from ..layer_map import LayerSpec
 from ..quant import fake_fp8, fake_latent
 from .compressor import Compressor
-from .context import CompressedRead, Context, EntryTable, KLInputs, LookupTarget, PoolTarget
+from .context import CompressedRead, Context, EntryTable, KLInputs
 from .indexer import NEG_INF, Indexer, candidate_pool, indexer_kl, mask_visible, select_topk, visible_counts
 from .norm import RMSNorm
 from .rope import RopeTables, apply_rope
@@ -134,49 +134,6 @@ def attend(q: torch.Tensor, kv: torch.Tensor, prev: torch.Tensor | None, values:
     return out, probs
 
 
-def lookup_mass(probs: torch.Tensor, comp: CompressedRead | None, target: LookupTarget, w: int) -> torch.Tensor:
-    """The attention each answer row's heads pay the entries that pack its source and its rivals -> [N, H, 1 + R]
-    (with gradient; 0 for a padded rival): dense, those entries' columns; gathered, the picks that are those
-    entries (0 for one not selected); none without `comp`. With `target.inside`, plus the window slots that hold
-    those positions (slot j is position row - (w - 1) + j; 0 for one the window does not reach)."""
-    b, r = target.batch, target.row
-    where = torch.cat([target.position.view(-1, 1), target.rivals], dim=1)     # [N, 1 + R]
-    real = where >= 0
-    heads = probs.shape[2]
-    got = probs.new_zeros(where.shape[0], heads, where.shape[1])
-    if comp is not None:
-        entry = where.clamp_min(0) // max(1, target.ratio)
-        pc = probs[b, r, :, w:-1]                                               # [N, H, T or k]
-        if comp.dense:
-            got = pc.gather(-1, entry.unsqueeze(1).expand(-1, heads, -1))      # [N, H, 1 + R]
-        else:
-            hit = (comp.idx[b, r].unsqueeze(1) == entry.unsqueeze(2)).to(pc.dtype)  # [N, 1 + R, k]
-            got = torch.einsum("nhk,nek->nhe", pc, hit)
-    if target.inside:
-        slot = w - 1 - (r.view(-1, 1) - where)                                  # [N, 1 + R]
-        reach = (slot >= 0) & (slot < w)
-        pw = probs[b, r, :, :w].gather(-1, slot.clamp(0, w - 1).unsqueeze(1).expand(-1, heads, -1))
-        got = got + pw * reach.unsqueeze(1)
-    return got * real.unsqueeze(1)
-
-
-def force_readout(out: torch.Tensor, comp: CompressedRead, target: LookupTarget) -> torch.Tensor:
-    """Training only (readout forcing): each lookup row's output [B, S, H, d], every head, mixed `target.forcing`
-    of the way to its source entry's value, what a head wholly on that entry would return. The answer's loss
-    then trains what the layer writes from an entry (o projections, the latent) even where the attention does
-    not find it yet; the attention itself is left to the lookup loss. Only `target.forced` rows when it is set: the
-    others' answers still need the heads, so the model cannot lean on the help everywhere."""
-    a = target.forcing
-    batch, row, position = target.batch, target.row, target.position
-    if target.forced is not None:
-        if not bool(target.forced.any()):
-            return out
-        batch, row, position = batch[target.forced], row[target.forced], position[target.forced]
-    source = comp.table.all_entries()[batch, position // max(1, target.ratio)].to(out.dtype)   # [n, d]
-    rows = (batch, row)
-    return out.index_put(rows, (1 - a) * out[rows] + a * source.unsqueeze(1))
-
-
 class Attention(torch.nn.Module):
     def __init__(self, cfg: V41Config, spec: LayerSpec):
         super().__init__()
@@ -220,15 +177,10 @@ class Attention(torch.nn.Module):
             prev = store.last(self.window - 1)
             store.append(kv)
         out, probs = self._attend(q, kv, prev, comp)
-        if ctx.indexer_loss and comp is not None and (comp.kl is not None or ctx.pool_target is not None):
+        if ctx.indexer_loss and comp is not None and comp.kl is not None:
             self._indexer_loss(probs, comp, ctx)
-        if ctx.lookup is not None:
-            reads = comp is not None and self.ratio == ctx.lookup.ratio
-            if reads or ctx.lookup.inside:
-                ctx.lookup.masses.append(lookup_mass(probs, comp if reads else None, ctx.lookup, self.window))
-            if reads and ctx.lookup.forcing > 0:
-                out = force_readout(out, comp, ctx.lookup)
         if ctx.trace is not None:
+            out = ctx.trace.attention_output(self.layer_id, out, comp)
             ctx.trace.attention(self.layer_id, ctx.positions, probs, prev, comp, self.window)
         out = apply_rope(out, cos, sin, inverse=True)
         grouped = out.reshape(b, s, self.o_groups, -1)
@@ -273,14 +225,13 @@ class Attention(torch.nn.Module):
         csa, lid = ctx.csa, self.layer_id
         xi, qi = x.detach(), q_res.detach()
         cos, sin = rope.compress
-        lookup = ctx.lookup
-        keep = lookup is not None and lookup.select and self.ratio == lookup.ratio and bool(lookup.batch.numel())
-        # selection is not differentiable; the KL below trains the indexer, and the selection loss (`keep`) takes
-        # the answer rows' scores with their gradient (to the indexer only)
+        keep = ctx.trace is not None and ctx.trace.wants_score_grad(lid)
+        # selection is not differentiable; the KL below trains the indexer, and a recorder that asks (`keep`) takes
+        # the scores with their gradient (to the indexer only)
         with torch.set_grad_enabled(keep):
             raw = indexer.scores(xi, qi, cos, sin, table.all_keys())
         if keep:
-            lookup.scores.append(mask_visible(raw, ctx.positions, self.ratio)[lookup.batch, lookup.row])
+            ctx.trace.index_scores(lid, mask_visible(raw, ctx.positions, self.ratio))
             raw = raw.detach()
         scores = mask_visible(raw, ctx.positions, self.ratio)
         if self.spec.candidate_source:
@@ -347,21 +298,12 @@ class Attention(torch.nn.Module):
         over every visible entry in the dense warm-up, over the selected entries in sparse training."""
         w = self.window
         attn = probs[..., w:-1].detach().sum(dim=2)  # [B, S, T or k] summed over heads
-        target = ctx.pool_target
-        if target is not None and comp.dense and comp.table is target.table:
-            target.attn = target.attn + attn        # a later layer reading the candidate source's entries
         kl = comp.kl
-        if kl is None:
-            return
         indexer, xi, qi, cos, sin = kl.indexer, kl.x, kl.q_res, kl.cos, kl.sin
         keys = comp.table.all_keys()
         if comp.dense:
             scores = mask_visible(indexer.scores(xi, qi, cos, sin, keys), ctx.positions, self.ratio)
             support = comp.mask
-            if ctx.pool_kl and self.spec.candidate_source:
-                # the pool serves every later layer reading these entries: its KL waits for their attention
-                ctx.pool_target = PoolTarget(comp.table, scores, support, attn)
-                return
         else:
             idx = comp.idx
             b, s, k = idx.shape
@@ -371,4 +313,4 @@ class Attention(torch.nn.Module):
             wts = indexer.weights_proj(xi).float() * indexer.n_heads ** -0.5
             scores = (sc * wts.unsqueeze(-1)).sum(dim=2)
             support = idx >= 0
-        ctx.indexer_losses.append(indexer_kl(attn, scores, support))
+        ctx.indexer_losses[self.layer_id] = indexer_kl(attn, scores, support)

@@ -19,9 +19,8 @@ from ..config import V41Config
 from ..errors import InputError
 from ..layer_map import layer_map
 from .block import Block
-from .context import Ablation, Context, LayerCache, LayerSource, LookupTarget, Recorder
+from .context import Ablation, Context, LayerCache, LayerSource, Recorder
 from .engram import NgramHasher
-from .indexer import indexer_kl
 from .mhc import collapse, one_hot_pre
 from .norm import RMSNorm
 from .rope import RopeTables, Rotary
@@ -32,7 +31,7 @@ class ModelOutput:
     logits: torch.Tensor                       # [B, S or 1, V]
     hidden: torch.Tensor | None = None         # final normed hidden [B, S, D]
     indexer_loss: torch.Tensor | None = None   # mean KL of the index sources (training)
-    lookup_loss: torch.Tensor | None = None    # the answer rows' attention on their facts' entries (training)
+    indexer_terms: dict[int, torch.Tensor] = field(default_factory=dict)   # selecting layer -> its KL term
     taps: dict[int, torch.Tensor] = field(default_factory=dict)
     routings: list = field(default_factory=list)  # (layer, chosen experts) when collect_routing
 
@@ -134,8 +133,8 @@ class Backbone(torch.nn.Module):
     def prepare(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
                 image_mask: torch.Tensor | None = None, tap_layers=(), indexer_loss: bool = False,
-                collect_routing: bool = False, pool_kl: bool = False, lookup: LookupTarget | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, Context, RopeTables, torch.Tensor | None]:
+                collect_routing: bool = False) -> tuple[torch.Tensor, torch.Tensor, Context, RopeTables,
+                                                        torch.Tensor | None]:
         """Embed, hash and set up the context for one forward call over new rows."""
         ids = self.check_ids(input_ids)
         b, s = ids.shape
@@ -149,7 +148,7 @@ class Backbone(torch.nn.Module):
         streams = h.unsqueeze(2).expand(-1, -1, self.cfg.hc_mult, -1).contiguous()
         ctx = Context(positions=positions, cache=cache, trace=trace, ablation=ablation or Ablation(),
                       image_mask=image_mask, tap_layers=frozenset(tap_layers), indexer_loss=indexer_loss,
-                      collect_routing=collect_routing, pool_kl=pool_kl, lookup=lookup)
+                      collect_routing=collect_routing)
         rope = RopeTables.at(self.rotary, positions)
         hash_ids, comp = None, None
         if self.cfg.engram_layer_ids:
@@ -250,24 +249,19 @@ class Backbone(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, cache: LayerCache | None = None, *, trace: Recorder | None = None,
                 ablation: Ablation | None = None, image_embeds: torch.Tensor | None = None,
                 image_mask: torch.Tensor | None = None, last_only: bool = False, tap_layers=(),
-                indexer_loss: bool = False, collect_routing: bool = False, pool_kl: bool = False,
-                lookup: LookupTarget | None = None) -> ModelOutput:
-        """`pool_kl` (training, with `indexer_loss` and dense compressed attention): the candidate source's indexer
-        learns the attention of every layer that reads its entries, summed, instead of its own layer's only.
-        `lookup` (training): the answer rows' attention on their facts' entries, returned as `lookup_loss`."""
+                indexer_loss: bool = False, collect_routing: bool = False) -> ModelOutput:
+        """`indexer_loss` (training): the index sources' KL against their layers' attention, as `indexer_loss` (the
+        mean) and `indexer_terms` (per selecting layer). A training loss of its own attaches through `trace`, a
+        `Recorder` whose hooks see the attention and may replace its output (lab/training/lookup.py)."""
         streams, pre_mix, ctx, rope, hash_ids = self.prepare(
             input_ids, cache, trace=trace, ablation=ablation, image_embeds=image_embeds, image_mask=image_mask,
-            tap_layers=tap_layers, indexer_loss=indexer_loss, collect_routing=collect_routing, pool_kl=pool_kl,
-            lookup=lookup)
+            tap_layers=tap_layers, indexer_loss=indexer_loss, collect_routing=collect_routing)
         streams, pre_mix = self.run_layers(streams, pre_mix, 0, self.cfg.num_hidden_layers, ctx, rope, hash_ids)
         hidden, logits = self.finish(streams, pre_mix, last_only)
         if cache is not None:
             cache.advance(streams.shape[1])
         if trace is not None:
             trace.end(hidden, logits)
-        if ctx.pool_target is not None:
-            t = ctx.pool_target
-            ctx.indexer_losses.append(indexer_kl(t.attn, t.scores, t.support))
-        il = torch.stack(ctx.indexer_losses).mean() if ctx.indexer_losses else None
-        return ModelOutput(logits=logits, hidden=hidden, indexer_loss=il, taps=ctx.taps, routings=ctx.routings,
-                           lookup_loss=lookup.loss() if lookup is not None else None)
+        il = torch.stack(list(ctx.indexer_losses.values())).mean() if ctx.indexer_losses else None
+        return ModelOutput(logits=logits, hidden=hidden, indexer_loss=il, indexer_terms=dict(ctx.indexer_losses),
+                           taps=ctx.taps, routings=ctx.routings)

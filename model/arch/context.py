@@ -45,17 +45,6 @@ class KLInputs:
 
 
 @dataclass
-class PoolTarget:
-    """The aggregated target of the candidate source's indexer (training, dense): the source's index scores over
-    its entries, and the attention every layer reading those entries gave them, summed (lab/README.md §3)."""
-
-    table: EntryTable         # the candidate source's entries: only layers reading this table add to `attn`
-    scores: torch.Tensor      # [B, S, T] the candidate source's index scores (with grad)
-    support: torch.Tensor     # [B, S, T] bool visible entries
-    attn: torch.Tensor        # [B, S, T] summed attention of the layers read so far (detached)
-
-
-@dataclass
 class CsaState:
     """Per-forward CSA2 state: set by the layer that owns each part, read by the layers after it."""
 
@@ -80,57 +69,6 @@ class CompressedRead:
     dense: bool
     table: EntryTable         # the table read (the indexer loss re-reads its keys)
     kl: KLInputs | None = None
-
-
-@dataclass
-class LookupTarget:
-    """Training: answer rows, the earlier position each should read (the fact its answer repeats) and its rivals
-    (the other facts of its row), and the attention the layers reading entries of compression `ratio` pay their
-    entries, per layer [N, H, 1 + R]. `loss` asks that some head of some such layer reads the source, and that the
-    attention those layers give the row's facts goes to the right one (lab/README.md §3, the lookup loss)."""
-
-    batch: torch.Tensor      # [N] row of the batch
-    row: torch.Tensor        # [N] the answer row (the position that predicts the answer)
-    position: torch.Tensor   # [N] the position whose entry holds the answer
-    rivals: torch.Tensor     # [N, R] the positions of the other facts it must be told from (-1: padding)
-    ratio: int = 1           # the layers supervised: those reading entries of this ratio
-    masses: list[torch.Tensor] = field(default_factory=list)
-    select: bool = False     # also keep the index scores the selecting layers of `ratio` give the answer rows
-    inside: bool = False     # also rows whose source is in the window: every layer's window share on it counts
-    forcing: float = 0.0     # readout forcing: the reading layers' output at these rows mixed this much with the
-                             # source entry's value (`force_readout` in model/arch/attention.py)
-    forced: torch.Tensor | None = None  # [N] bool: the rows forced (None: all); the rest are left to the heads
-    every_head: bool = False # the read term asks every supervised head for the source (mean of -log share), not
-                             # some head: what the readout trained by the forcing (on every head) expects to get
-    scores: list[torch.Tensor] = field(default_factory=list)   # per selecting layer [N, T] (-inf: not visible)
-
-    def loss(self) -> torch.Tensor | None:
-        """Mean over the answer rows of -log P(some supervised head reads the source), heads and layers taken as
-        independent readers (`every_head`: the mean over those heads of -log its share on the source), plus
-        -log(the source's share of the attention on the source and its rivals, summed over heads and layers).
-        None when no layer read entries of `ratio`."""
-        if not self.masses or not self.batch.numel():
-            return None
-        m = torch.stack(self.masses, dim=1)                               # [N, L, H, 1 + R]
-        p = m[..., 0].flatten(1).clamp(0.0, 1.0 - 1e-6)                  # [N, L*H] on the source
-        if self.every_head:
-            read = -torch.log(p.clamp_min(1e-8)).mean(-1)
-        else:
-            miss = torch.log1p(-p).sum(-1)                                # log P(no head reads it)
-            read = -torch.log((-torch.expm1(miss)).clamp_min(1e-8))
-        total = m.sum(dim=(1, 2))                                         # [N, 1 + R]
-        share = (total[:, 0] + 1e-6) / (total.sum(-1) + 1e-6)
-        return (read - torch.log(share)).mean()
-
-    def select_loss(self) -> torch.Tensor | None:
-        """The selection loss: mean over the answer rows and the selecting layers of the cross entropy of the index
-        scores over every visible entry against the source's entry, so that the top-k picks the fact asked for and
-        leaves its rivals out. Its gradient reaches the indexers only (they score detached inputs). None when no
-        layer selected."""
-        if not self.scores or not self.batch.numel():
-            return None
-        entry = self.position // max(1, self.ratio)
-        return torch.stack([torch.nn.functional.cross_entropy(s.float(), entry) for s in self.scores]).mean()
 
 
 # What the layers need from the objects passed into a forward: the cache, the trace recorder, a layer source.
@@ -176,7 +114,12 @@ class LensHead(Protocol):
 
 
 class Recorder(Protocol):
-    """The trace hooks a forward calls (only when a recorder is passed)."""
+    """The trace hooks a forward calls (only when a recorder is passed).
+
+    Most hooks only look. Two let a recorder take part, the way a hook point does in TransformerLens: `attention_output`
+    may return a replacement for a layer's attention output, and `wants_score_grad` asks a selecting layer to keep
+    its index scores' gradient (to the indexer only: its inputs are detached) and hand them to `index_scores`. A
+    recorder that subclasses this Protocol inherits the defaults below: look only, change nothing."""
 
     def begin(self, cfg: V41Config, ids: torch.Tensor, positions: torch.Tensor,
               hash_ids: torch.Tensor | None) -> None: ...
@@ -193,6 +136,18 @@ class Recorder(Protocol):
 
     def attention(self, layer: int, positions: torch.Tensor, probs: torch.Tensor, prev: torch.Tensor | None,
                   comp: CompressedRead | None, window: int) -> None: ...
+
+    def attention_output(self, layer: int, out: torch.Tensor, comp: CompressedRead | None) -> torch.Tensor:
+        """The layer's attention output [B, S, H, d] before its output projection, or a replacement for it."""
+        return out
+
+    def wants_score_grad(self, layer: int) -> bool:
+        """Should selecting layer `layer` keep its index scores' gradient and pass them to `index_scores`?"""
+        return False
+
+    def index_scores(self, layer: int, scores: torch.Tensor) -> None:
+        """Selecting layer `layer`'s index scores over every visible entry [B, S, T] (-inf where not visible), with
+        their gradient, before any candidate pool: called only when `wants_score_grad(layer)` said so."""
 
     def block(self, layer: int, a: Mix, f: Mix, y: torch.Tensor, out: torch.Tensor, routing: Routing,
               new: torch.Tensor) -> None: ...
@@ -245,10 +200,7 @@ class Context:
     skip_compress: frozenset[int] = frozenset()  # sources whose entries for these rows already exist
     publish_only: bool = False              # run a layer's compressor/keys only (bounded prefill)
     indexer_loss: bool = False              # collect the indexer's KL training signal
-    indexer_losses: list[torch.Tensor] = field(default_factory=list)
-    pool_kl: bool = False                   # the candidate source's KL against every decoder layer's attention
-    pool_target: PoolTarget | None = None   # ... summed here while the layers run (see PoolTarget)
-    lookup: LookupTarget | None = None      # answer rows whose attention on their fact's entry is trained
+    indexer_losses: dict[int, torch.Tensor] = field(default_factory=dict)   # selecting layer -> its KL
     collect_routing: bool = False           # keep each MoE's chosen experts (load balancing in training)
     routings: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     taps: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> attention input (mean of streams)

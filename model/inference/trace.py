@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..arch.context import CompressedRead, LensHead
+from ..arch.context import CompressedRead, LensHead, Recorder
 from ..arch.indexer import topk_mask
 from ..arch.mhc import Mix
 from ..arch.rope import apply_rope
@@ -248,7 +248,7 @@ def lens_plan(lens: LensChoice) -> tuple[bool, frozenset[int] | None]:
     return True, frozenset(lens)
 
 
-class Tracer:
+class Tracer(Recorder):
     """Collects records during forwards; `result()` assembles the Trace."""
 
     def __init__(self, detail: str = SUMMARY, lens_topk: int = 5, keep_scores: bool = True,

@@ -1,5 +1,5 @@
-"""bench.cuda, the GPU check (bench/cuda.py): it must keep working between the sessions that have a GPU, so its
-parts run here on the CPU against the same references."""
+"""bench.cuda, the GPU check (bench/cuda.py): it must keep working on machines without a GPU too, so its parts
+run here on the CPU against the same references."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 task of lab/training/lookback.py: a value said once, asked for 12+ tokens later, reachable only through
 compressed entries. With the answer-weighted loss it is recalled well above chance within 60 steps;
 with the plain next-token mean over every position the same run stays at chance (1/64) for 150+
-steps (lab/probes/lookup.py, table in the diag15 report): the fix is the loss, the forward is unchanged.
+steps (measured with lab/probes/lookup.py): the fix is the loss, the forward is unchanged.
 """
 
 from __future__ import annotations

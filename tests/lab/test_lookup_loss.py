@@ -8,6 +8,14 @@ import contextlib
 import pytest
 import torch
 
+from lab.training.lookup import LookupRecorder
+
+
+def looked(m, x, target, **kw):
+    """A forward with the lookup loss's recorder on `target` -> (the model's output, the lookup loss)."""
+    rec = LookupRecorder(target)
+    return m(x, trace=rec, **kw), rec.loss()
+
 
 @contextlib.contextmanager
 def kept_attention():
@@ -47,7 +55,7 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
     log(the source's share of the attention on it and its rivals, the row's other sources), recomputed here from the
     attention itself; dense and gathered reads agree when every entry is selected; rows whose source lies inside the
     window are not asked (their sources still rival); a few steps on it alone raise the attention on the sources."""
-    from lab.training.step import lookup_target
+    from lab.training.lookup import lookup_target
     from model import Ablation
 
     m, x, sources = three_far_answers()
@@ -58,7 +66,7 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
     dense = Ablation(dense_compressed=True)
     plain = m(x, ablation=dense)
     with kept_attention() as probs:
-        out = m(x, ablation=dense, lookup=target)
+        out, lookup_loss = looked(m, x, target, ablation=dense)
     assert torch.equal(plain.logits, out.logits)
     w = m.cfg.sliding_window
     ratio1 = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
@@ -70,14 +78,14 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
             miss = miss * (1 - probs[i][b, r, :, w + e]).prod()
             on += probs[i][b, r, :, [w + p for p in [e] + rivals]].sum(0)
         expected.append(-torch.log(1 - miss) - torch.log(on[0] / on.sum()))
-    assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
-    gathered = m(x, ablation=Ablation(index_topk=64), lookup=lookup_target(sources, 2))
-    assert abs(float(gathered.lookup_loss.detach()) - float(out.lookup_loss.detach())) < 1e-3
+    assert abs(float(lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
+    _, gathered = looked(m, x, lookup_target(sources, 2), ablation=Ablation(index_topk=64))
+    assert abs(float(gathered.detach()) - float(lookup_loss.detach())) < 1e-3
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     first = None
     for _ in range(8):
         opt.zero_grad()
-        loss = m(x, ablation=dense, lookup=lookup_target(sources, 2)).lookup_loss
+        loss = looked(m, x, lookup_target(sources, 2), ablation=dense)[1]
         first = first if first is not None else float(loss.detach())
         loss.backward()
         opt.step()
@@ -90,7 +98,7 @@ def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_th
     source in every layer (window-only layers included; in a ratio-1 layer plus the source's own entry), recomputed
     here from the attention itself; without it those rows are not asked at all; a few steps on it alone raise that
     share (an induction head's target)."""
-    from lab.training.step import lookup_target
+    from lab.training.lookup import lookup_target
     from model import Ablation, random_tiny
 
     m = random_tiny()
@@ -103,7 +111,7 @@ def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_th
     assert target.row.tolist() == [40, 30, 36] and target.position.tolist() == [41 - w, 26, 20]
     assert target.rivals.tolist() == [[-1], [20], [26]]   # the row's other sources before it
     with kept_attention() as probs:
-        out = m(x, ablation=Ablation(dense_compressed=True), lookup=target)
+        out, lookup_loss = looked(m, x, target, ablation=Ablation(dense_compressed=True))
     assert len(probs) == len(m.layers)
     expected = []
     for b, r, e, rivals in [(0, 40, 41 - w, []), (1, 30, 26, [20]), (1, 36, 20, [26])]:
@@ -116,12 +124,12 @@ def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_th
             miss = miss * (1 - on_each[:, 0]).prod()
             on += on_each.sum(0)
         expected.append(-torch.log(1 - miss) - torch.log(on[0] / on.sum()))
-    assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
+    assert abs(float(lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     first = None
     for _ in range(8):
         opt.zero_grad()
-        loss = m(x, lookup=lookup_target(sources, w, inside=True)).lookup_loss
+        loss = looked(m, x, lookup_target(sources, w, inside=True))[1]
         first = first if first is not None else float(loss.detach())
         loss.backward()
         opt.step()
@@ -268,8 +276,9 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     index scores at the answer row (every visible entry) against the source's entry, recomputed here from the
     indexers themselves; its gradient reaches the indexers and nothing else; a few steps on it alone bring the
     sources into the top-k of sparse attention."""
+    from lab.training.lookup import LookupRecorder, lookup_target
     from lab.training.schedule import TrainConfig
-    from lab.training.step import forward_backward, lookup_target, set_window
+    from lab.training.step import forward_backward, set_window
     from model import Ablation, random_tiny
     from model.arch.indexer import mask_visible
     from model.arch.rope import RopeTables
@@ -284,7 +293,7 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     assert len(selecting) >= 2
     target = lookup_target(sources, 2, select=True)
     plain = m(x)
-    out = m(x, lookup=target)
+    out = m(x, trace=LookupRecorder(target))
     assert torch.equal(plain.logits, out.logits) and len(target.scores) == len(selecting)
     # recompute from the indexers: keys from the source layer's latents, queries from each layer's input
     hidden = {}
@@ -308,11 +317,11 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     assert abs(float(target.select_loss().detach()) - float(torch.stack(expected).mean().detach())) < 1e-3
     got = forward_backward(m, x, x, TrainConfig(select_weight=1.0), True, None, sources)
     dense = lookup_target(sources, 2, select=True)
-    m(x, lookup=dense, ablation=Ablation(dense_compressed=True))    # the step's forward: dense compressed reads
+    m(x, trace=LookupRecorder(dense), ablation=Ablation(dense_compressed=True))   # the step's dense forward
     assert abs(float(got.select.detach()) - float(dense.select_loss().detach())) < 1e-4
     m.zero_grad()
     t = lookup_target(sources, 2, select=True)
-    m(x, lookup=t)
+    m(x, trace=LookupRecorder(t))
     t.select_loss().backward()
     moved = {n for n, p in m.named_parameters() if p.grad is not None and float(p.grad.abs().sum()) > 0}
     assert moved and all(".indexer." in n for n in moved), sorted(moved)[:5]
@@ -320,7 +329,7 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
 
     def ranks():
         t = lookup_target(sources, 2, select=True)
-        m(x, lookup=t)
+        m(x, trace=LookupRecorder(t))
         return [int((s > s.gather(1, t.position.view(-1, 1))).sum(1).max()) for s in t.scores]
 
     before = ranks()
@@ -329,7 +338,7 @@ def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_
     for _ in range(30):
         opt.zero_grad()
         t = lookup_target(sources, 2, select=True)
-        m(x, lookup=t)
+        m(x, trace=LookupRecorder(t))
         t.select_loss().backward()
         opt.step()
     after = ranks()
@@ -396,7 +405,7 @@ def test_readout_forcing_hands_the_lookup_rows_their_source_entry_whatever_the_h
     queries point (every decoder layer of `tiny` reads ratio-1 entries), while at 0 they do; rows before the first
     forced row are untouched; the attention (and so the lookup loss) is what it was; a share outside [0, 1] is
     refused."""
-    from lab.training.step import lookup_target
+    from lab.training.lookup import lookup_target
     from model import Ablation
 
     m, x, sources = three_far_answers()
@@ -406,7 +415,7 @@ def test_readout_forcing_hands_the_lookup_rows_their_source_entry_whatever_the_h
 
     def run(forcing: float):
         with kept_attention() as probs:
-            out = m(x, ablation=dense, lookup=lookup_target(sources, 2, forcing=forcing))
+            out = m(x, ablation=dense, trace=LookupRecorder(lookup_target(sources, 2, forcing=forcing)))
         return out, probs
 
     plain, _ = run(0.0)
@@ -436,7 +445,8 @@ def test_readout_forcing_on_a_share_of_the_rows_leaves_the_others_to_the_heads()
     """`forcing_rows`: the forcing is drawn per lookup row from its generator. Lookup rows before the first forced
     one keep the logits of a run forcing none (their answers still need the heads); the first forced row's
     logits change; a share outside [0, 1] is refused."""
-    from lab.training.step import lookup_target, set_window
+    from lab.training.lookup import LookupRecorder, lookup_target
+    from lab.training.step import set_window
     from model import Ablation, random_tiny
 
     m = random_tiny()
@@ -454,8 +464,8 @@ def test_readout_forcing_on_a_share_of_the_rows_leaves_the_others_to_the_heads()
     again = lookup_target(sources, 2, forcing=1.0, forcing_rows=0.5, generator=torch.Generator().manual_seed(seed))
     assert torch.equal(part.forced, again.forced) and 0 < int(part.forced.sum()) < len(at)
     with torch.no_grad():
-        mixed = m(x, ablation=dense, lookup=part).logits
-        none = m(x, ablation=dense, lookup=lookup_target(sources, 2)).logits
+        mixed = m(x, ablation=dense, trace=LookupRecorder(part)).logits
+        none = m(x, ablation=dense, trace=LookupRecorder(lookup_target(sources, 2))).logits
     first = int(part.row[part.forced][0])
     assert first >= at[2]
     # unchanged up to summation order (a forced row changes a matrix product's shape: 5e-5 seen on an AMD EPYC)
@@ -470,13 +480,13 @@ def test_every_head_lookup_asks_each_ratio1_head_for_the_source_not_just_one():
     """`every_head`: the read term becomes the mean over the ratio-1 heads of -log their share on the source,
     recomputed here from the attention; the rival term is unchanged; and a few steps on it raise the weakest
     ratio-1 head's share on the source, which the noisy-or term leaves to whichever head reads already."""
-    from lab.training.step import lookup_target
+    from lab.training.lookup import lookup_target
     from model import Ablation
 
     m, x, sources = three_far_answers()
     dense = Ablation(dense_compressed=True)
     with kept_attention() as probs:
-        out = m(x, ablation=dense, lookup=lookup_target(sources, 2, every_head=True))
+        _, lookup_loss = looked(m, x, lookup_target(sources, 2, every_head=True), ablation=dense)
     w = m.cfg.sliding_window
     ratio1 = [i for i, layer in enumerate(m.layers) if layer.attn.ratio == 1]
     expected = []
@@ -484,9 +494,9 @@ def test_every_head_lookup_asks_each_ratio1_head_for_the_source_not_just_one():
         shares = torch.cat([probs[i][b, r, :, w + e] for i in ratio1])
         on = sum(probs[i][b, r, :, [w + p for p in [e] + rivals]].sum(0) for i in ratio1)
         expected.append(-torch.log(shares).mean() - torch.log(on[0] / on.sum()))
-    assert abs(float(out.lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
-    some = m(x, ablation=dense, lookup=lookup_target(sources, 2)).lookup_loss
-    assert float(out.lookup_loss.detach()) > float(some.detach()) + 1.0   # one head's read is not enough
+    assert abs(float(lookup_loss.detach()) - float(torch.stack(expected).mean())) < 1e-4
+    _, some = looked(m, x, lookup_target(sources, 2), ablation=dense)
+    assert float(lookup_loss.detach()) > float(some.detach()) + 1.0   # one head's read is not enough
 
     def weakest() -> float:
         with torch.no_grad(), kept_attention() as pr:
@@ -497,6 +507,6 @@ def test_every_head_lookup_asks_each_ratio1_head_for_the_source_not_just_one():
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     for _ in range(8):
         opt.zero_grad()
-        m(x, ablation=dense, lookup=lookup_target(sources, 2, every_head=True)).lookup_loss.backward()
+        looked(m, x, lookup_target(sources, 2, every_head=True), ablation=dense)[1].backward()
         opt.step()
     assert weakest() > 2 * before

@@ -49,10 +49,11 @@ def test_a_few_steps_lower_the_loss_and_train_the_indexer():
 
 
 def test_pool_kl_trains_the_candidate_source_on_the_summed_attention_of_the_layers_it_serves(monkeypatch):
-    """`pool_kl`: the forward is unchanged; in dense mode the candidate source's KL target is the attention of every
-    layer reading its entries (row sums above one layer's head count), which changes the loss and still reaches
-    the source's indexer; in sparse mode it changes nothing."""
-    import model.arch.backbone as backbone
+    """`pool_kl` (`PoolKLRecorder`): the forward is unchanged; in dense mode the candidate source's KL target is the
+    attention of every layer reading its entries (row sums above one layer's head count), which changes the loss
+    and still reaches the source's indexer; in sparse mode it changes nothing."""
+    import lab.training.lookup as lookup
+    from lab.training.lookup import PoolKLRecorder
     from model import Ablation, random_tiny
 
     m = random_tiny()
@@ -61,20 +62,23 @@ def test_pool_kl_trains_the_candidate_source_on_the_summed_attention_of_the_laye
     x = torch.randint(5, 4000, (2, 48))
     dense = Ablation(dense_compressed=True)
     seen = []
-    real = backbone.indexer_kl
-    monkeypatch.setattr(backbone, "indexer_kl", lambda a, s, sup: seen.append(a) or real(a, s, sup))
+    real = lookup.indexer_kl
+    monkeypatch.setattr(lookup, "indexer_kl", lambda a, s, sup: seen.append(a) or real(a, s, sup))
     plain = m(x, indexer_loss=True, ablation=dense)
     assert not seen                                          # off: no aggregated term
-    pooled = m(x, indexer_loss=True, ablation=dense, pool_kl=True)
-    assert len(seen) == 1
+    pool = PoolKLRecorder()
+    pooled = m(x, indexer_loss=True, ablation=dense, trace=pool)
+    pooled_loss = pool.indexer_loss(pooled)
+    assert len(seen) == 1 and pool.source == src
     assert torch.equal(plain.logits, pooled.logits)
     assert float(seen[0].sum(-1).max()) > cfg.num_attention_heads + 0.5   # more than one layer's attention
-    assert abs(float(plain.indexer_loss.detach()) - float(pooled.indexer_loss.detach())) > 1e-6
-    pooled.indexer_loss.backward()
+    assert abs(float(plain.indexer_loss.detach()) - float(pooled_loss.detach())) > 1e-6
+    pooled_loss.backward()
     assert float(m.layers[src].attn.indexer.wq_b.weight.grad.abs().sum()) > 0
     sparse_a = m(x, indexer_loss=True)
-    sparse_b = m(x, indexer_loss=True, pool_kl=True)
-    assert len(seen) == 1 and torch.equal(sparse_a.indexer_loss, sparse_b.indexer_loss)
+    sparse_pool = PoolKLRecorder()
+    sparse_b = m(x, indexer_loss=True, trace=sparse_pool)
+    assert len(seen) == 1 and torch.equal(sparse_a.indexer_loss, sparse_pool.indexer_loss(sparse_b))
 
 
 def test_resumed_run_equals_uninterrupted(tmp_path):
@@ -413,7 +417,7 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     rec = json.loads((tmp_path / "out" / "training.json").read_text())
     assert [p["stage"] for p in rec["curriculum"]["passed"]] == [0, 1]
     assert rec["tokens"] == 6 * 2 * 32           # the stages' rows (2 x 32), not the run's default 16 x 512
-    # the next sitting: a fresh run from stage 1's weights, at stage 1
+    # a later run, elsewhere: a fresh run from stage 1's weights, at stage 1
     tc2 = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "stages" / "stage1"), "start_stage": 1})
     run2 = start_run(tc2, torch.device("cpu"), tmp_path / "ckpt2", resume=False)
     assert run2.stage == 1 and run2.stage_config().copy_spread

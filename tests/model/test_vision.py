@@ -108,7 +108,7 @@ def test_flash_vision_size_on_meta():
         n = sum(p.numel() for p in VisionModel(cfg).parameters()) + sum(p.numel() for p in Aligner(cfg).parameters())
     n += 3 * cfg.hidden_size
     assert n == vision_param_count(cfg)
-    assert 0.4e9 < n < 0.5e9  # the brief's ~0.4-0.5B for DeepSeek-ViT (1024 wide, 32 layers) + projector
+    assert 0.4e9 < n < 0.5e9  # DeepSeek-ViT (1024 wide, 32 layers) + projector: ~0.4-0.5B
 
 
 # ------------------------------------------------------------------------------------------------
