@@ -317,6 +317,9 @@ def selection_view(run: Run, layer: int, pos: int, num: Callable[[int], int] = l
                                           "out)." if spec.uses_candidates else "."))
         if spec.candidate_source:
             note += " Its block scores also chose the candidate pool that later Reindex layers search."
+        if selected and len(selected) >= visible:
+            note += (f" Every visible entry is selected because the prompt is short: the top-k chooses only once "
+                     f"more than {len(selected)} entries are visible (pick a long sample).")
     else:
         note = (f"Layer {num(layer)} is a Reuse layer: it owns no indexer and reads the entries layer "
                 f"{num(spec.index_source)} selected for this token, with its own query.")

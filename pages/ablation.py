@@ -26,6 +26,7 @@ from lessons.layers import bounded_note, map_line
 from ui.common import built, cached_with_progress, page_header, require_model
 from ui.far_fact import far_fact_panel, session_record
 from ui.figures_run import ablation_figure
+from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
@@ -40,6 +41,7 @@ if sess.weights == "random":
 else:
     st.info(weights_note(sess.weights, session_record(sess)))
 
+far_pair(sess, "abl_pair", "ablation")
 with st.expander("What each configuration switches off", expanded=False):
     st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),
                  hide_index=True)
