@@ -264,7 +264,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True, 
     st.subheader("Far fact: does the answer reach back?")
     if pair is not None:
         from ui.pair import far_pair  # ui.pair draws with this module's figure: imported here, not at the top
-        if far_pair(sess, f"{key}_ffpair", pair):
+        if far_pair(sess, f"{key}_ff", pair):
             st.markdown("**On the weights chosen in the sidebar**")
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
