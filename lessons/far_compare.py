@@ -115,11 +115,11 @@ def learned_line(kind: str, record: dict | None, window: int) -> str:
     far = far_recall_of(record)
     recall = "" if far is None else f"; far recall {100 * far:.0f}% (a guess: {100 * CHANCE:.0f}%)"
     if kind == "recall":
-        return (f"Learned to fetch facts: trained on recall drills with a {window}-token window, so far facts come "
-                f"back only through the entries its indexer picks{recall}.")
+        return (f"Learned to fetch facts: trained mostly on recall drills with a {window}-token window, so far "
+                f"facts come back only through the entries its indexer picks{recall}.")
     verdict = ("" if far is None or not no_better_than_guess(far) else
-               ", so it never learned to use the long-range machinery")
-    return f"Learned English from a small corpus with a {window}-token window{verdict}{recall}."
+               ": no better than a guess, it has not learned to use the long-range machinery")
+    return f"Learned English from a small corpus with a {window}-token window{recall}{verdict}."
 
 
 TITLES = {"recall": "Recall checkpoint", "text": "Text model"}

@@ -32,6 +32,7 @@ from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, s
 from ui.text import plain, quoted
 
 sess = page_header("Ablation lab", INTRO)
+far_pair(sess, "abl_pair", "ablation")     # first: the far recall that the global branch carries, on both weights
 st.caption(CAVEAT)
 model = require_model(sess)
 cfg = model.cfg
@@ -41,7 +42,6 @@ if sess.weights == "random":
 else:
     st.info(weights_note(sess.weights, session_record(sess)))
 
-far_pair(sess, "abl_pair", "ablation")
 with st.expander("What each configuration switches off", expanded=False):
     st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),
                  hide_index=True)

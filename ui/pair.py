@@ -62,7 +62,8 @@ def compact_far_figure(ff, num) -> go.Figure:
     """The far-fact picture (ui.far_fact.far_fact_figure) cut to fit half a screen's width."""
     fig = go.Figure(far_fact_figure(ff, num, title=""))
     fig.update_xaxes(title="token position (fact red, window blue)")
-    fig.update_traces(colorbar=dict(title="share", tickformat=".0%", thickness=10, len=0.9),
+    # one scale for both sides (0-100%): the text model's faint shares must not be stretched to look strong
+    fig.update_traces(zmin=0, zmax=1, colorbar=dict(title="share", tickformat=".0%", thickness=10, len=0.9),
                       selector=dict(type="heatmap"))
     fig.update_layout(height=90 + 20 * max(1, len(ff.layers)), margin=dict(l=10, r=10, t=10, b=40),
                       font=dict(size=11))
