@@ -164,8 +164,12 @@ def steps(pic: MechanismPicture, num=lambda i: i) -> list[Step]:
                                 "from these."))
     full = pic.read("Full")
     share = "" if full is None else f"; they get {_pct(full.total)} of its attention"
-    out.append(Step("Top-k", f"{L(pic.scorer).capitalize()} keeps its {pic.k} highest-scoring entries of all "
-                             f"{visible:,}, pool or not: the top-k it reads{share}."))
+    if pic.k >= visible:
+        out.append(Step("Top-k", f"Only {visible} entries are visible, no more than a top-k holds, so "
+                                 f"{L(pic.scorer)} keeps them all{share}: a longer prompt makes it choose."))
+    else:
+        out.append(Step("Top-k", f"{L(pic.scorer).capitalize()} keeps its {pic.k} highest-scoring entries of all "
+                                 f"{visible:,}, pool or not: the top-k it reads{share}."))
     parts = []
     for r in pic.reads:
         if r.role == "Full":

@@ -109,3 +109,10 @@ def test_an_earlier_query_sees_fewer_entries(model, traced):
     assert pic.query == 100
     assert len(ids_visible(pic)) == 101 // pic.ratio
     assert all(e <= 100 // pic.ratio for e in pic.topk)
+
+
+def test_a_short_prompt_says_the_top_k_keeps_everything(model):
+    ids = model.encode("The key is in the blue box.")
+    pic = mechanism_picture(model.trace(torch.tensor([ids]), lens=False), model.cfg.candidate_block_size)
+    top = next(s for s in pic.steps if s.title == "Top-k").sentence
+    assert f"Only {len(ids_visible(pic))} entries are visible" in top and "keeps them all" in top
