@@ -85,8 +85,8 @@ class FarPair:
 
     def story_line(self) -> str:
         ws = " and ".join(str(w) for w in self.windows)
-        return (f"Both read the same held-out story: the fact is {self.distance} tokens before the answer, past "
-                f"their windows ({ws} tokens), so only the compressed entries can bring it back directly.")
+        return (f"One held-out story for both: the fact is {self.distance} tokens before the answer, past both "
+                f"windows ({ws} tokens).")
 
     def decoder_best(self, kind: str) -> float:
         """The largest decoder-layer share on the fact's entries for the side of `kind` (0 when absent)."""
@@ -113,13 +113,13 @@ def _answer(a) -> str:
 def learned_line(kind: str, record: dict | None, window: int) -> str:
     """What a set of shipped weights learned, in one line, with its measured far recall."""
     far = far_recall_of(record)
-    recall = "" if far is None else f"; far recall {100 * far:.0f}% (a guess: {100 * CHANCE:.0f}%)"
+    verdict = ("" if kind == "recall" or far is None or not no_better_than_guess(far) else
+               ": it has not learned to use the long-range machinery")
+    recall = "" if far is None else f" Far recall {100 * far:.0f}% (a guess: {100 * CHANCE:.0f}%){verdict}."
     if kind == "recall":
-        return (f"Learned to fetch facts: trained mostly on recall drills with a {window}-token window, so far "
-                f"facts come back only through the entries its indexer picks{recall}.")
-    verdict = ("" if far is None or not no_better_than_guess(far) else
-               ": no better than a guess, it has not learned to use the long-range machinery")
-    return f"Learned English from a small corpus with a {window}-token window{recall}{verdict}."
+        return (f"Learned to fetch facts through the entries its indexer picks (trained mostly on recall drills, "
+                f"window {window}).{recall}")
+    return f"Learned English from a small corpus (window {window}).{recall}"
 
 
 TITLES = {"recall": "Recall checkpoint", "text": "Text model"}

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from lessons.far_compare import FOCUSES, SideInput, compare
+from lessons.far_fact import far_recall_of
 from model import load
 from tests.conftest import ROOT
 
@@ -56,3 +57,12 @@ def test_each_sentence_carries_its_own_side_s_numbers(pair):
         assert on.token.strip() in side.line("ablation") and off.token.strip() in side.line("ablation")
         assert side.learned and side.title.endswith(f"({side.name})")
         assert all(side.line(f).strip() for f in FOCUSES)
+
+
+def test_each_side_says_what_its_weights_learned_with_its_measured_far_recall(pair):
+    for side in pair.sides:
+        record = json.loads((WEIGHTS / side.name.split("/")[1] / "training.json").read_text())
+        assert f"Far recall {100 * far_recall_of(record):.0f}%" in side.learned
+        assert f"window {side.ff.window})" in side.learned
+    recall, text = pair.sides
+    assert "has not learned" in text.learned and "has not learned" not in recall.learned
