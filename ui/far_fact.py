@@ -146,7 +146,7 @@ def session_record(sess) -> dict | None:
     return training_record(d) if d is not None else None
 
 
-def _recall_label() -> str | None:
+def recall_label() -> str | None:
     """The sidebar label of the shipped recall checkpoint, when this server offers it."""
     if not (RECALL_DIR / "config.json").is_file():
         return None
@@ -164,7 +164,7 @@ def _choose(weights: str, checkpoint: str | None = None) -> None:
 
 def _offer_other_weights(sess, key: str) -> None:
     """The two shipped trained checkpoints, what each learned, and a button that loads the other one."""
-    label = _recall_label()
+    label = recall_label()
     if label is None or sess.weights == "random":
         return
     on_recall = sess.weights == "checkpoint" and sess.checkpoint == label

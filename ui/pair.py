@@ -17,7 +17,7 @@ import streamlit as st
 
 from lessons.far_compare import FarPair, SideInput, compare
 from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
-from ui.far_fact import RECALL_DIR, _recall_label, far_fact_figure, training_record
+from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
 from ui.state import KEEP, seed
 from ui.text import plain
 
@@ -38,7 +38,7 @@ def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
     """[("recall", session), ("text", session)] for the two shipped checkpoints (loaded from the server-wide
     store, labelled as the sidebar would label them so every cache is shared with it); None when the server
     does not offer both."""
-    label = _recall_label()
+    label = recall_label()
     if label is None or not trained_available():
         return None
     directory = RECALL_DIR.resolve()
