@@ -42,7 +42,7 @@ from ui.figures_run import (
     small_bar,
 )
 from ui.limits import LONG_PROMPT_CHARS
-from ui.pair import far_pair
+from ui.pair import selection_pair
 from ui.reproduce import reproduce
 from ui.state import (
     KEEP,
@@ -202,7 +202,8 @@ else:
         if sel is None:
             st.write("This layer has no compressed branch, so it selects nothing.")
         else:
-            far_pair(sess, "insp_sel", "selected")
+            # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
+            selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
             st.write(sel.note)
             c = st.columns(3)
             c[0].metric("Visible entries", sel.visible)

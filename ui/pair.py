@@ -15,9 +15,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from lessons.far_compare import FarPair, SideInput, compare
+from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
+from lessons.inspect import MAX_PROMPT_TOKENS, encode_prompt, layer_view, run_prompt, selection_line
 from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
 from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
+from ui.figures_run import selection_figure
 from ui.state import KEEP, seed
 from ui.text import plain
 
@@ -52,10 +54,55 @@ def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
 
 def _far_pair(sides: list[tuple[str, Session]]) -> FarPair:
     names = {"recall": f"weights/{RECALL_DIR.name}", "text": f"weights/{TINY_DIR.name}"}
-    records = {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
+    records = _records()
     inputs = [SideInput(names[kind], kind, s.model, records[kind]) for kind, s in sides]
     return cached_with_progress("far_pair", tuple(s.label for _, s in sides), lambda progress: compare(inputs),
                                 "Reading one far story on both sets of weights ...", max_entries=2)
+
+
+def _records() -> dict[str, dict | None]:
+    return {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
+
+
+def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: int, layer: int, pos: int) -> bool:
+    """The inspector's selected-entries view for the current prompt, layer and token on both checkpoints: each
+    side's index scores with its pool and picks (the inspector's own figure and run, cached like the page's), and
+    one line on what it kept and where its attention went. Returns whether it was drawn."""
+    if not pair_toggle(key):
+        return False
+    try:
+        sides = pair_sessions(sess)
+    except Exception as e:  # a load problem becomes a message; the page goes on
+        st.error("The side-by-side could not load: " + type(e).__name__)
+        return False
+    if sides is None:
+        st.caption(MISSING)
+        return False
+    records = _records()
+    for col, (kind, side) in zip(st.columns(2), sides):
+        with col:
+            st.markdown(f"**{TITLES[kind]}**")
+            st.caption(learned_line(kind, records[kind], side.model.cfg.sliding_window))
+            ids, problem = encode_prompt(side.model, prompt, MAX_PROMPT_TOKENS)
+            if problem:
+                st.caption(problem)
+                continue
+            try:
+                run = cached_with_progress("inspector", (side.label, tuple(ids), mode, new_tokens),
+                                           lambda progress, m=side.model, i=ids: run_prompt(m, i, mode, new_tokens,
+                                                                                            progress=progress),
+                                           f"Reading {len(ids):,} tokens ...")
+            except Exception as e:  # a model-side rejection becomes a message
+                st.error("This prompt could not run here: " + type(e).__name__)
+                continue
+            view = layer_view(run, layer, min(pos, run.n - 1), side.model.cfg, num=sess.num)
+            if isinstance(view, str) or view.selection is None:
+                st.caption(view if isinstance(view, str) else "No compressed branch at this layer.")
+                continue
+            st.plotly_chart(built(selection_figure, view.selection, "Index scores, pool and picks"), width="stretch",
+                            key=f"{key}_{kind}", config={"displayModeBar": False})
+            st.write(selection_line(view, run.tokens))
+    return True
 
 
 def compact_far_figure(ff, num) -> go.Figure:

@@ -4,6 +4,8 @@ tiny here, as every AppTest page run)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -46,13 +48,21 @@ def test_pair_by_default_with_both_checkpoints_named_and_a_toggle_off(page, key)
 def test_inspector_far_fact_and_selected_views_show_the_pair():
     at = run_page("inspector")
     ok(at)
-    assert headings(at).count(NAMES[0]) == 2 and headings(at).count(NAMES[1]) == 2   # selected entries, far fact
+    # the selected-entries view: the current prompt, layer and token read by both checkpoints
+    assert {"insp_sel_recall", "insp_sel_text"} <= chart_keys(at)
+    assert {"Recall checkpoint", "Text model"} <= set(headings(at))
+    kept = [m.value for m in at.markdown if m.value.startswith("Keeps ")]
+    assert len(kept) == 2 and all(re.match(r"Keeps 16 of \d{3} entries", k) for k in kept), kept
+    # the far-fact view: one held-out story read by both
+    assert headings(at).count(NAMES[0]) == 1 and headings(at).count(NAMES[1]) == 1
     lines = [m.value for m in at.markdown]
-    assert any(v.startswith("Top-k holds the fact's entry") for v in lines)
     assert any("of a decoder layer's attention" in v or "under 1% of its attention" in v for v in lines)
     at.toggle(key="insp_ff_pair").set_value(False).run()
     ok(at)
-    assert headings(at).count(NAMES[0]) == 1                                          # the other view keeps its own
+    assert NAMES[0] not in headings(at) and {"insp_sel_recall", "insp_sel_text"} <= chart_keys(at)
+    at.toggle(key="insp_sel_pair").set_value(False).run()
+    ok(at)
+    assert not {"insp_sel_recall", "insp_sel_text"} & chart_keys(at)
 
 
 def test_csa2_draws_the_mechanism_for_both_checkpoints_then_for_the_sidebar_s_weights():
