@@ -12,7 +12,8 @@ import pytest
 pytestmark = pytest.mark.browser
 
 RECALL, TEXT = "Recall checkpoint (weights/recall)", "Text model (weights/tiny)"
-SHARE = r"Up to (\d+)% of a decoder layer's attention goes to the fact's entry|under 1% of its attention"
+SHARE = (r"Up to (\d+)% of a decoder layer's attention goes to the fact's entry"
+         r"|Every decoder layer gives the fact's entry under 1%")
 
 
 def _pair_lines(ui) -> list[str]:
