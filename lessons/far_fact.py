@@ -503,6 +503,32 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
     return out
 
 
+@dataclass
+class Metric:
+    label: str
+    value: str
+    help: str = ""
+
+
+def metrics(ff: FarFact) -> list[Metric]:
+    """The panel's four tiles: the largest share one head gave the fact's entries, the fact entries in the
+    candidate pool, the layers whose top-k holds one, and the answer with the global branch off."""
+    best = max(ff.layers, key=lambda lf: lf.best_head[1]) if ff.layers else None
+    pooled = [lf for lf in ff.layers if lf.pool is not None]
+    sel = [lf for lf in ff.layers if lf.selected is not None]
+    off = ff.answers[1]
+    return [
+        Metric("Attention to the fact", "n/a" if best is None else f"{best.best_head[1]:.1%}",
+               "The largest share one head of one compressed layer gave the fact's entries."),
+        Metric("Fact entries in the pool", "no pool" if not pooled else
+               f"{len(pooled[0].pool)} of {len(pooled[0].fact_entries)}"),
+        Metric("Layers whose top-k has it", f"{sum(bool(lf.selected) for lf in sel)} of {len(sel)}",
+               "Compressed layers whose top-k selection holds a fact entry."),
+        Metric("Answer, global off", off.token.strip() or repr(off.token),
+               "The top token with every layer reading only its window and the sink."),
+    ]
+
+
 def table_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
     """One row per compressed layer (plain values for a dataframe)."""
     rows = []

@@ -38,6 +38,12 @@ class Step:
     read_along: str = ""                                   # where in the report this step's point is made
 
 
+# the steps about packing, picking and reading entries: each links to the stepped picture of that mechanism on a
+# real prompt (CSA2 modes)
+MECHANISM_STEPS = frozenset({"fresh", "encoder", "decoder", "pool"})
+MECHANISM_LINK = "See it run on a real prompt: tokens, entries, scores, pool, top-k (CSA2 modes)"
+
+
 def facts(cfg: V41Config) -> dict:
     specs = layer_map(cfg)
     enc = [s for s in specs if s.stack == "encoder"]

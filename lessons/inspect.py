@@ -317,11 +317,32 @@ def selection_view(run: Run, layer: int, pos: int, num: Callable[[int], int] = l
                                           "out)." if spec.uses_candidates else "."))
         if spec.candidate_source:
             note += " Its block scores also chose the candidate pool that later Reindex layers search."
+        if selected and len(selected) >= visible:
+            note += (f" Every visible entry is selected because the prompt is short: the top-k chooses only once "
+                     f"more than {len(selected)} entries are visible (pick a long sample).")
     else:
         note = (f"Layer {num(layer)} is a Reuse layer: it owns no indexer and reads the entries layer "
                 f"{num(spec.index_source)} selected for this token, with its own query.")
     return SelectionView(selects=spec.selects, source=spec.index_source, visible=visible, selected=selected,
                          pool=pool, scores=scores, note=note)
+
+
+def selection_line(view: LayerView, tokens: list[str]) -> str:
+    """One sentence on a layer's selection for one token: how many of the visible entries it kept, the share of
+    its attention they got, and the text of the entry that got the most (plain text, shown as it is)."""
+    sel, a = view.selection, view.attention
+    if sel is None or a is None:
+        return "No compressed branch at this layer: nothing is selected."
+    kept = f"Keeps {len(sel.selected)} of {sel.visible} entries"
+    if not a.entry_ids:
+        return kept + "."
+    i = max(range(len(a.entry_ids)), key=a.entry_share.__getitem__)
+    s, e = a.entry_spans[i]
+    text = "".join(tokens[p] for p in range(s, min(e, len(tokens)))).strip()
+    total = a.entries_total
+    share = f"{100 * total:.0f}%" if total >= 0.01 else "under 1%"
+    top = f"; most on entry {a.entry_ids[i]} ('{text[:24]}')" if total >= 0.01 else ""
+    return f"{kept}; they get {share} of its attention{top}."
 
 
 def engram_view(model_cfg, run: Run, rec: LayerRecord, pos: int, row: int) -> EngramView | None:

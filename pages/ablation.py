@@ -26,11 +26,13 @@ from lessons.layers import bounded_note, map_line
 from ui.common import built, cached_with_progress, page_header, require_model
 from ui.far_fact import far_fact_panel, session_record
 from ui.figures_run import ablation_figure
+from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
 
 sess = page_header("Ablation lab", INTRO)
+far_pair(sess, "abl_pair", "ablation")     # first: the far recall that the global branch carries, on both weights
 st.caption(CAVEAT)
 model = require_model(sess)
 cfg = model.cfg

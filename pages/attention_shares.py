@@ -23,6 +23,7 @@ from ui.common import built, page_header
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
+from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.sources import page_link
 from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed, stop
@@ -53,6 +54,7 @@ st.write(TOY_POINT)
 
 # ---- live shares -----------------------------------------------------------------------------------------
 st.subheader("The same idea in the running model")
+far_pair(sess, "sh_pair", "shares")
 st.write("A query's shares go to three places: the raw rows of its window, the compressed entries it selected, "
          "and a learned sink that absorbs attention the head does not want to spend. Each row of the map is a "
          "head; the red lines separate window, entries and sink. Every row adds up to 1.")

@@ -1,5 +1,6 @@
-"""CSA2 modes: the Full / Reuse / Reindex table, then what each layer of the running model actually computed
-on a real prompt, counted from its trace (lessons/layers.py)."""
+"""CSA2 modes: one stepped picture of the mechanism on the current prompt (lessons/mechanism.py, drawn by
+ui/mechanism.py), the Full / Reuse / Reindex table, then what each layer of the running model actually computed
+on that prompt, counted from its trace (lessons/layers.py)."""
 
 import pandas as pd
 import streamlit as st
@@ -17,9 +18,16 @@ from lessons.layers import (
 )
 from ui.common import page_header
 from ui.live import picked_trace
+from ui.mechanism import mechanism_view
 from ui.reproduce import reproduce
 
 sess = page_header("CSA2: Full, Reuse, Reindex")
+st.write("One query's path through compressed sparse attention, read off a trace of the prompt: tokens packed "
+         "into entries, scored, pooled, picked, then read by a Full, a Reuse and a Reindex layer.")
+lt = picked_trace(sess)
+mechanism_view(sess, lt, "csa2_mech")
+
+st.subheader("The three labels")
 st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
          "the layer does itself: making the global entries, and choosing which of them to read.")
 st.table(pd.DataFrame(MODES), hide_index=True)   # sentences: wrapped in full, not cut to one line
@@ -30,7 +38,6 @@ st.write("The table below is not a restatement of the labels: every count is rea
          "model on the prompt you choose. Index scores exist only where a layer ran its indexer; entries are "
          "recorded only where a layer made them; a reused selection is compared entry by entry with the one it "
          "claims to reuse.")
-lt = picked_trace(sess)
 comp = computed_by_layer(lt.trace)
 st.caption(f"{lt.n_tokens} tokens traced on {sess.label}. 'Last query reads' is for the query at the last "
            f"position.")

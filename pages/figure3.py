@@ -7,7 +7,7 @@ import streamlit as st
 import torch
 
 from lessons import reproduce as snippets
-from lessons.figure3 import box_text, live_layer, notation, sample_image, steps
+from lessons.figure3 import MECHANISM_LINK, MECHANISM_STEPS, box_text, live_layer, notation, sample_image, steps
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
 from model import V41Config
@@ -16,6 +16,7 @@ from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
+from ui.sources import page_link
 from ui.state import (
     KEEP,
     LINK_LAYERS,
@@ -116,6 +117,8 @@ def walkthrough() -> None:
             st.caption(step.read_along)
         if step.table:
             st.table(step.table, hide_index=True)      # a static table wraps its cells to the column's width
+        if step.key in MECHANISM_STEPS:
+            page_link("pages/csa2_modes.py", MECHANISM_LINK, ":material/call_split:")
         st.divider()
         box_id = st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
                               format_func=lambda b: b if b == NONE else choices[b])

@@ -27,6 +27,7 @@ from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
+from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, qp_set, sample_or_text, seed, stop
 from ui.text import plain
@@ -39,6 +40,7 @@ cfg = model.cfg
 if not any(s.uses_candidates for s in layer_map(cfg)):
     st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
     stop()
+far_pair(sess, "pool_pair", "pools")
 with st.expander("Definitions", expanded=False):
     st.table(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)   # meanings in full
 

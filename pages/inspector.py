@@ -42,6 +42,7 @@ from ui.figures_run import (
     small_bar,
 )
 from ui.limits import LONG_PROMPT_CHARS
+from ui.pair import selection_pair
 from ui.reproduce import reproduce
 from ui.state import (
     KEEP,
@@ -89,7 +90,9 @@ with c3:
     n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, key="insp_gen", persist_state=KEEP,
                             help="Generated tokens are inspected like prompt tokens.")
 qp_set(mode=mode if mode != "bounded" else None, gen=int(n_new))
-sample_i, text = sample_or_text("insp", samples, 0, LONG_PROMPT_CHARS, text_label="Prompt", height=120,
+# a long story by default: hundreds of entries, so the top-k really chooses (a short prompt's selection keeps them all)
+first_long = next((i for i, s in enumerate(samples) if s.kind == "long"), 0)
+sample_i, text = sample_or_text("insp", samples, first_long, LONG_PROMPT_CHARS, text_label="Prompt", height=120,
                                 columns=[c1], help="The long stories put an object somewhere early and ask for it "
                                                    "at the end, far past the attention window.")
 
@@ -199,6 +202,8 @@ else:
         if sel is None:
             st.write("This layer has no compressed branch, so it selects nothing.")
         else:
+            # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
+            selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
             st.write(sel.note)
             c = st.columns(3)
             c[0].metric("Visible entries", sel.visible)
@@ -284,4 +289,4 @@ with d3:
                        key="insp_dl_tokens")
 
 # ---- a fact far past the window (lessons/far_fact.py) -----------------------------------------------------
-far_fact_panel(sess, "insp", focus="inspector")
+far_fact_panel(sess, "insp", focus="inspector", pair="shares")

@@ -25,6 +25,7 @@ from lessons.far_fact import (
     far_recall_of,
     head_rows,
     marked_text,
+    metrics,
     reach_sentence,
     summary,
     table_rows,
@@ -145,7 +146,7 @@ def session_record(sess) -> dict | None:
     return training_record(d) if d is not None else None
 
 
-def _recall_label() -> str | None:
+def recall_label() -> str | None:
     """The sidebar label of the shipped recall checkpoint, when this server offers it."""
     if not (RECALL_DIR / "config.json").is_file():
         return None
@@ -163,7 +164,7 @@ def _choose(weights: str, checkpoint: str | None = None) -> None:
 
 def _offer_other_weights(sess, key: str) -> None:
     """The two shipped trained checkpoints, what each learned, and a button that loads the other one."""
-    label = _recall_label()
+    label = recall_label()
     if label is None or sess.weights == "random":
         return
     on_recall = sess.weights == "checkpoint" and sess.checkpoint == label
@@ -252,14 +253,19 @@ def far_fact_run(sess, story, tokens):
 
 
 @fragment
-def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True) -> None:
+def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True, pair: str | None = None) -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
     answer-predicting token did with the fact's compressed entries. Never stops the page. A fragment: choosing
     the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
     the pools' tables). `note=False` leaves out what the weights do on far recall, for a page that says it at its
-    top already."""
+    top already. `pair`: first the same story on both shipped checkpoints side by side (ui.pair.far_pair, with
+    that focus), before the detail on the sidebar's weights."""
     model = sess.model
     st.subheader("Far fact: does the answer reach back?")
+    if pair is not None:
+        from ui.pair import far_pair  # ui.pair draws with this module's figure: imported here, not at the top
+        if far_pair(sess, f"{key}_ff", pair):
+            st.markdown("**On the weights chosen in the sidebar**")
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return
@@ -298,19 +304,8 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True) 
         st.text(str(e)[:300])
         return
     lines = summary(ff, sess.num)
-    off = ff.answers[1]
-    m = st.columns(4)
-    best = max(ff.layers, key=lambda lf: lf.best_head[1]) if ff.layers else None
-    m[0].metric("Attention to the fact", "n/a" if best is None else f"{best.best_head[1]:.1%}",
-                help="The largest share one head of one compressed layer gave the fact's entries.")
-    pooled = [lf for lf in ff.layers if lf.pool is not None]
-    m[1].metric("Fact entries in the pool", "no pool" if not pooled else
-                f"{len(pooled[0].pool)} of {len(pooled[0].fact_entries)}")
-    sel = [lf for lf in ff.layers if lf.selected is not None]
-    m[2].metric("Layers whose top-k has it", f"{sum(bool(lf.selected) for lf in sel)} of {len(sel)}",
-                help="Compressed layers whose top-k selection holds a fact entry.")
-    m[3].metric("Answer, global off", off.token.strip() or repr(off.token),
-                help="The top token with every layer reading only its window and the sink.")
+    for col, m in zip(st.columns(4), metrics(ff)):
+        col.metric(m.label, m.value, help=m.help or None)
     st.text("\n".join(lines))
     st.plotly_chart(built(far_fact_figure, ff, sess.num), width="stretch", key=f"{key}_ff_fig",
                     config={"displayModeBar": False})

@@ -1,0 +1,141 @@
+"""The far-fact lesson on two sets of weights side by side: the checkpoint that learned to use the global branch
+beside the text model, which has the same machinery but never learned to reach far back with it.
+
+One call computes the whole comparison (`compare`): the one held-out far story both read (the rule of
+lessons/far_story.far_sample, taken at the wider of the two windows so the fact is past both), each model's
+reading of it (lessons/far_fact.analyse: attention on the fact's entries per layer, pool, top-k, the answer
+with the global branch on and off), and the plain sentences a page shows beside each picture. A page draws
+the result and computes nothing; this module knows nothing of Streamlit or Plotly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lessons.far_fact import CHANCE, FarFact, LayerFact, analyse, far_recall_of, no_better_than_guess
+from lessons.far_story import far_sample
+
+FOCUSES = ("shares", "selected", "pools", "ablation")
+
+
+@dataclass
+class SideInput:
+    """One set of weights to compare: a short name, its kind, the loaded model, its training record."""
+
+    name: str                    # e.g. "weights/recall"
+    kind: str                    # "recall" | "text"
+    model: object
+    record: dict | None = None   # its training.json (far recall as measured), None when it has none
+
+
+@dataclass
+class Side:
+    name: str
+    kind: str
+    title: str                   # "Recall checkpoint (weights/recall)"
+    learned: str                 # one line: what these weights learned
+    ff: FarFact
+
+    @property
+    def decoder(self) -> list[LayerFact]:
+        return [lf for lf in self.ff.layers if lf.stack == "decoder"]
+
+    @property
+    def best_decoder(self) -> LayerFact | None:
+        """The decoder layer that gives the fact's entries the most attention (mean over heads)."""
+        return max(self.decoder, key=lambda lf: lf.share, default=None)
+
+    def line(self, focus: str, num=lambda i: i) -> str:
+        """One sentence for the page's lesson (`focus`, one of FOCUSES); `num` maps a 0-based layer."""
+        ff = self.ff
+        best = self.best_decoder
+        if focus == "selected":
+            sel = [lf for lf in ff.layers if lf.selected is not None]
+            hit = [lf for lf in sel if lf.selected]
+            ranked = next((lf for lf in ff.layers if lf.rank is not None and lf.stack == "decoder"), None)
+            rank = ("" if ranked is None else
+                    f"; rank {ranked.rank} of {ranked.ranked} in layer {num(ranked.layer)}'s index scores")
+            return f"Top-k holds the fact's entry in {len(hit)} of {len(sel)} compressed layers{rank}."
+        if focus == "pools":
+            pooled = next((lf for lf in ff.layers if lf.pool is not None), None)
+            reindex = [lf for lf in ff.layers if lf.role == "Reindex" and lf.selected is not None]
+            picked = sum(bool(lf.selected) for lf in reindex)
+            pool = ("no candidate pool here" if pooled is None else
+                    f"the fact's entry is {'in' if pooled.pool else 'not in'} the candidate pool "
+                    f"({pooled.pool_size} of {pooled.visible} entries)")
+            return (pool[0].upper() + pool[1:] + f"; {picked} of {len(reindex)} Reindex layers pick it inside "
+                    "the pool.")
+        if focus == "ablation":
+            on, off = ff.answers
+            return f"Answer {_answer(on)}; with the global branch off {_answer(off)}."
+        if best is None:
+            return "No decoder layer has a compressed branch."
+        if best.share < 0.01:
+            return "Every decoder layer gives the fact's entry under 1% of its attention."
+        return (f"Up to {_pct(best.share)} of a decoder layer's attention goes to the fact's entry (layer "
+                f"{num(best.layer)}).")
+
+
+@dataclass
+class FarPair:
+    sides: list[Side]            # the weights that learned it first, then the text model
+    distance: int                # tokens from the fact to the answer
+    windows: list[int]           # each side's window
+    answer: str | None
+
+    def story_line(self) -> str:
+        ws = " and ".join(str(w) for w in self.windows)
+        return (f"One held-out story for both: the fact is {self.distance} tokens before the answer, past both "
+                f"windows ({ws} tokens).")
+
+    def decoder_best(self, kind: str) -> float:
+        """The largest decoder-layer share on the fact's entries for the side of `kind` (0 when absent)."""
+        side = next((s for s in self.sides if s.kind == kind), None)
+        best = None if side is None else side.best_decoder
+        return 0.0 if best is None else best.share
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else "under 1%"
+
+
+def _word(token: str) -> str:
+    return f"'{token.strip() or token}'"
+
+
+def _answer(a) -> str:
+    """"'orange' (right, 97% of the colour probability)": the top token, and how sure among the colours."""
+    verdict = "" if a.right is None else "right" if a.right else "wrong"
+    share = "" if a.colour_share is None else f"{', ' if verdict else ''}{_pct(a.colour_share)} on the right colour"
+    return f"{_word(a.token)}" + (f" ({verdict}{share})" if verdict or share else "")
+
+
+def learned_line(kind: str, record: dict | None, window: int) -> str:
+    """What a set of shipped weights learned, in one line, with its measured far recall."""
+    far = far_recall_of(record)
+    verdict = ("" if kind == "recall" or far is None or not no_better_than_guess(far) else
+               ": it has not learned to use the long-range machinery")
+    recall = "" if far is None else f" Far recall {100 * far:.0f}% (a guess: {100 * CHANCE:.0f}%){verdict}."
+    if kind == "recall":
+        return (f"Learned to fetch facts through the entries its indexer picks (trained mostly on recall drills, "
+                f"window {window}).{recall}")
+    return f"Learned English from a small corpus (window {window}).{recall}"
+
+
+TITLES = {"recall": "Recall checkpoint", "text": "Text model"}
+
+
+def compare(inputs: list[SideInput]) -> FarPair:
+    """Both readings of the one far story: the rule's story at the widest window of the inputs, traced on each
+    model (one exact forward, and one with the global branch off)."""
+    window = max(i.model.cfg.sliding_window for i in inputs)
+    sides = []
+    distance, answer = 0, None
+    for i in inputs:
+        sample = far_sample(i.model.tokenizer, window)
+        ff = analyse(i.model, sample.story, sample.tokens)
+        distance, answer = sample.tokens.distance, sample.story.answer
+        sides.append(Side(name=i.name, kind=i.kind, title=f"{TITLES.get(i.kind, i.kind)} ({i.name})",
+                          learned=learned_line(i.kind, i.record, i.model.cfg.sliding_window), ff=ff))
+    return FarPair(sides=sides, distance=distance, windows=[i.model.cfg.sliding_window for i in inputs],
+                   answer=answer)

@@ -1,0 +1,68 @@
+"""The far-fact comparison (lessons/far_compare.py) on the two shipped checkpoints: one call returns both readings
+of one story and the sentences a page shows, and the readings agree with each side's own trace."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lessons.far_compare import FOCUSES, SideInput, compare
+from lessons.far_fact import far_recall_of
+from model import load
+from tests.conftest import ROOT
+
+WEIGHTS = ROOT / "data" / "weights"
+pytestmark = pytest.mark.skipif(not all((WEIGHTS / d / "model.safetensors").exists() for d in ("tiny", "recall")),
+                                reason="shipped weights not present")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    def side(d: str, kind: str) -> SideInput:
+        return SideInput(f"weights/{d}", kind, load(WEIGHTS / d, device="cpu"),
+                         json.loads((WEIGHTS / d / "training.json").read_text()))
+    return compare([side("recall", "recall"), side("tiny", "text")])
+
+
+def test_both_sides_read_one_story_past_both_windows(pair):
+    a, b = pair.sides
+    assert [a.kind, b.kind] == ["recall", "text"]
+    assert a.ff.tokens.ids == b.ff.tokens.ids                    # the same tokens, so like for like
+    assert pair.distance == a.ff.tokens.distance > max(pair.windows)
+    assert a.ff.far and b.ff.far
+    assert f"{pair.distance} tokens" in pair.story_line()
+
+
+def test_the_recall_checkpoint_reaches_the_fact_and_the_text_model_does_not(pair):
+    recall, text = pair.sides
+    assert pair.decoder_best("recall") >= 0.5
+    assert pair.decoder_best("text") < 0.05
+    assert recall.ff.answers[0].right and not recall.ff.answers[1].right   # off the global branch, it fails
+    best = recall.best_decoder
+    assert re.search(rf"\b{round(100 * best.share)}%", recall.line("shares"))
+    assert "under 1%" in text.line("shares")
+
+
+def test_each_sentence_carries_its_own_side_s_numbers(pair):
+    for side in pair.sides:
+        ranked = next(lf for lf in side.decoder if lf.rank is not None)
+        line = side.line("selected")
+        assert f"rank {ranked.rank} of {ranked.ranked} in layer {ranked.layer}'s" in line
+        assert f"layer {ranked.layer + 1}'s" in side.line("selected", lambda i: i + 1)   # the reader's numbering
+        sel = [lf for lf in side.ff.layers if lf.selected is not None]
+        assert f"in {sum(bool(lf.selected) for lf in sel)} of {len(sel)} compressed layers" in line
+        on, off = side.ff.answers
+        assert on.token.strip() in side.line("ablation") and off.token.strip() in side.line("ablation")
+        assert side.learned and side.title.endswith(f"({side.name})")
+        assert all(side.line(f).strip() for f in FOCUSES)
+
+
+def test_each_side_says_what_its_weights_learned_with_its_measured_far_recall(pair):
+    for side in pair.sides:
+        record = json.loads((WEIGHTS / side.name.split("/")[1] / "training.json").read_text())
+        assert f"Far recall {100 * far_recall_of(record):.0f}%" in side.learned
+        assert f"window {side.ff.window})" in side.learned
+    recall, text = pair.sides
+    assert "has not learned" in text.learned and "has not learned" not in recall.learned

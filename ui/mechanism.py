@@ -1,0 +1,149 @@
+"""Draws the stepped picture of compressed sparse attention (lessons/mechanism.py computes every number).
+
+One Plotly figure, token positions across, one lane per stage from top to bottom: the tokens, the entries each
+Full layer packs them into, the scoring layer's index scores, its candidate pool, its top-k, then what a Full, a
+Reuse and a Reindex layer read (shaded by the attention share each read entry got). A step control reveals the
+lanes one stage at a time. With the page's side-by-side on, the picture is drawn for the recall checkpoint and
+the text model on the same prompt (ui/pair.py).
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from lessons.far_compare import TITLES, learned_line
+from lessons.mechanism import MechanismPicture, mechanism_picture
+from ui.common import TINY_DIR, Session, built
+from ui.far_fact import RECALL_DIR, training_record
+from ui.figures_run import label
+from ui.live import LiveTrace, live_trace
+from ui.pair import MISSING, pair_sessions, pair_toggle
+from ui.state import KEEP, seed
+
+ENTRY_COLOURS = ("#9ecae1", "#3182bd")       # alternate entries, so a pair of tokens packed together shows
+READ_SCALE = [[0, "#c7e9c0"], [1, "#00441b"]]  # a read entry is always visible, darker with more attention
+
+
+def _lanes(pic: MechanismPicture, num) -> list[tuple[str, int]]:
+    """(lane label, the step that reveals it), top to bottom."""
+    lanes = [("tokens", 0)]
+    lanes += [(f"entries r{g.ratio}, layer {num(g.layer)}", 1) for g in pic.groups]
+    lanes.append((f"scores, layer {num(pic.scorer)}", 2))
+    s = 3
+    if pic.pool is not None:
+        lanes.append(("pool", s))
+        s += 1
+    lanes.append((f"top-k, layer {num(pic.scorer)}", s))
+    lanes += [(f"{r.role} {num(r.layer)} reads", s + 1) for r in pic.reads]
+    return lanes
+
+
+def mechanism_figure(pic: MechanismPicture, tokens: list[str], step: int, num=lambda i: i) -> go.Figure:
+    """The picture up to `step` (0-based index into pic.steps); later lanes keep their place, empty."""
+    n = pic.query + 1
+    x = list(range(n))
+    lanes = _lanes(pic, num)
+    names = [name for name, _ in lanes]
+    fig = go.Figure()
+
+    rows = list(reversed(names))     # y runs upwards: the first lane on top
+    blank = [None] * n
+
+    def lane(name: str, z: list, colorscale, hover: list[str], zmin=0.0, zmax=1.0, bar: dict | None = None):
+        # every lane is a heatmap over all rows, empty outside its own (plotly.js fails on several one-row heatmaps)
+        at = rows.index(name)
+        fig.add_heatmap(z=[z if i == at else blank for i in range(len(rows))], x=x, y=rows, colorscale=colorscale,
+                        zmin=zmin, zmax=zmax, showscale=bar is not None, colorbar=bar, ygap=3, hoverongaps=False,
+                        customdata=[hover if i == at else [""] * n for i in range(len(rows))],
+                        hovertemplate="%{customdata}<extra></extra>")
+
+    tok = [label(tokens[p], 16) if p < len(tokens) else "" for p in x]
+    shown = {name for name, s in lanes if s <= step}
+    if "tokens" in shown:
+        lane("tokens", [0.35] * n, [[0, "#bdbdbd"], [1, "#bdbdbd"]], [f"token {p}: {tok[p]}" for p in x])
+    for g in pic.groups:
+        name = f"entries r{g.ratio}, layer {num(g.layer)}"
+        if name in shown:
+            z = [(p // g.ratio) % 2 if p // g.ratio < g.entries else None for p in x]
+            lane(name, z, [[0, ENTRY_COLOURS[0]], [1, ENTRY_COLOURS[1]]],
+                 [f"entry {p // g.ratio}: tokens {p // g.ratio * g.ratio}-{(p // g.ratio + 1) * g.ratio - 1}"
+                  for p in x])
+    r = pic.ratio
+
+    def per_token(values: dict[int, float]) -> list[float | None]:
+        return [values.get(p // r) for p in x]
+
+    score_name = f"scores, layer {num(pic.scorer)}"
+    if score_name in shown:
+        vis = {e: v for e, v in enumerate(pic.scores) if v is not None}
+        lo, hi = (min(vis.values()), max(vis.values())) if vis else (0.0, 1.0)
+        lane(score_name, per_token(vis), "Blues", [f"entry {p // r}: score {vis[p // r]:.3g}" if p // r in vis
+                                                   else "" for p in x], zmin=lo, zmax=hi if hi > lo else lo + 1)
+    if pic.pool is not None and "pool" in shown:
+        lane("pool", per_token({e: 1.0 for e in pic.pool}), [[0, "#fdae6b"], [1, "#e6550d"]],
+             [f"entry {p // r}: in the pool" for p in x])
+    top_name = f"top-k, layer {num(pic.scorer)}"
+    if top_name in shown:
+        lane(top_name, per_token({e: 1.0 for e in pic.topk}), [[0, "#de2d26"], [1, "#de2d26"]],
+             [f"entry {p // r}: picked" for p in x])
+    for rd in pic.reads:
+        name = f"{rd.role} {num(rd.layer)} reads"
+        if name in shown:
+            share = dict(zip(rd.entries, rd.shares))
+            first = rd is pic.reads[0]
+            lane(name, per_token(share), READ_SCALE,
+                 [f"entry {p // r} ({tok[p]}): {share[p // r]:.1%} of layer {num(rd.layer)}'s attention"
+                  if p // r in share else "" for p in x],
+                 bar=dict(title="share", tickformat=".0%", thickness=8, len=0.4, y=0.2, x=1.0) if first else None)
+    fig.add_vline(x=pic.query, line=dict(color="#555", width=1, dash="dot"))
+    fig.update_yaxes(categoryorder="array", categoryarray=rows, range=[-0.5, len(rows) - 0.5], tickfont=dict(size=11),
+                     automargin=True)
+    fig.update_xaxes(title="token position (dotted: the query)", range=[-0.5, n - 0.5])
+    fig.update_layout(height=60 + 26 * len(names), margin=dict(l=10, r=10, t=10, b=40), plot_bgcolor="white")
+    return fig
+
+
+def _draw(sess: Session, lt: LiveTrace, title: str, key: str) -> None:
+    pic = mechanism_picture(lt.trace, sess.model.cfg.candidate_block_size, None, sess.num)   # reads, milliseconds
+    if pic is None:
+        st.info("These weights have no compressed layer that selects entries, so there is nothing to draw.")
+        return
+    titles = [s.title for s in pic.steps]
+    # a model without a pool has no "Pool" step: show the stage before it
+    k = titles.index(title) if title in titles else max(0, STEP_TITLES.index(title) - 1)
+    st.plotly_chart(built(mechanism_figure, pic, lt.tokens, k, sess.num), width="stretch", key=key,
+                    config={"displayModeBar": False})
+    st.write(pic.steps[k].sentence)
+
+
+STEP_TITLES = ("Tokens", "Entries", "Index scores", "Pool", "Top-k", "Reads")
+
+
+def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
+    """The step control and the picture: on the session's weights, or on both shipped checkpoints side by side
+    when the page's toggle is on (the default)."""
+    pair = pair_toggle(key)
+    seed(f"{key}_step", None, STEP_TITLES[-1])
+    title = st.segmented_control("Step", STEP_TITLES, key=f"{key}_step", persist_state=KEEP,
+                                 help="Each step adds one stage of the mechanism to the picture.")
+    title = title if title in STEP_TITLES else STEP_TITLES[-1]      # a second click on the chosen step clears it
+    sides = None
+    if pair:
+        try:
+            sides = pair_sessions(sess)
+        except Exception as e:  # a load problem becomes a message; the session's picture still draws
+            st.error("The side-by-side could not load: " + type(e).__name__)
+        if sides is None:
+            st.caption(MISSING)
+    if not sides:
+        _draw(sess, lt, title, f"{key}_fig")
+        return
+    records = {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
+    for col, (kind, side) in zip(st.columns(2), sides):
+        with col:
+            st.markdown(f"**{TITLES[kind]}**")
+            st.caption(learned_line(kind, records[kind], side.model.cfg.sliding_window))
+            side_lt = live_trace(side, lt.text)
+            if side_lt is not None:
+                _draw(side, side_lt, title, f"{key}_fig_{kind}")

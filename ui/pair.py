@@ -1,0 +1,143 @@
+"""The two shipped sets of trained weights side by side, whatever the sidebar has loaded: the recall checkpoint
+(data/weights/recall), which learned to use the global branch, beside the text model (data/weights/tiny),
+which has the same machinery and never learned to reach far back with it.
+
+A page that teaches the global branch draws `pair_toggle` (on by default, off for the page when the reader
+turns it off) and then either `far_pair` (the far-fact story read by both: lessons/far_compare.py computes the
+whole comparison once per server, this module only draws it) or its own two-column view from `pair_sessions`
+(CSA2 modes draws the mechanism picture twice). The sidebar's weights stay the session's choice: the pair
+loads both checkpoints through the same server-wide store (ui.common.load_model) and never changes the
+sidebar. When the server does not offer the recall checkpoint, the pair says so in one line and draws nothing.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
+from lessons.inspect import MAX_PROMPT_TOKENS, encode_prompt, layer_view, run_prompt, selection_line
+from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
+from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
+from ui.figures_run import selection_figure
+from ui.state import KEEP, seed
+from ui.text import plain
+
+TOGGLE = "Recall checkpoint beside the text model"
+TOGGLE_HELP = ("On: this view runs on both shipped sets of trained weights, side by side, whatever the sidebar "
+               "has loaded. Off: only the sidebar's weights, further down the page.")
+MISSING = "The side-by-side needs both shipped checkpoints (data/weights/recall and data/weights/tiny); this server "\
+          "does not offer both."
+
+
+def pair_toggle(key: str) -> bool:
+    """The page's side-by-side switch: on by default, kept for the browser session."""
+    seed(f"{key}_pair", None, True)
+    return st.toggle(TOGGLE, key=f"{key}_pair", help=TOGGLE_HELP, persist_state=KEEP)
+
+
+def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
+    """[("recall", session), ("text", session)] for the two shipped checkpoints (loaded from the server-wide
+    store, labelled as the sidebar would label them so every cache is shared with it); None when the server
+    does not offer both."""
+    label = recall_label()
+    if label is None or not trained_available():
+        return None
+    directory = RECALL_DIR.resolve()
+    recall = Session(model=load_model("checkpoint", directory), weights="checkpoint",
+                     label=f"{WEIGHT_CHOICES['checkpoint']}: {plain(label)}", device=sess.device,
+                     one_based=sess.one_based, checkpoint=label)
+    text = Session(model=load_model("trained"), weights="trained", label=WEIGHT_CHOICES["trained"],
+                   device=sess.device, one_based=sess.one_based)
+    return [("recall", recall), ("text", text)]
+
+
+def _far_pair(sides: list[tuple[str, Session]]) -> FarPair:
+    names = {"recall": f"weights/{RECALL_DIR.name}", "text": f"weights/{TINY_DIR.name}"}
+    records = _records()
+    inputs = [SideInput(names[kind], kind, s.model, records[kind]) for kind, s in sides]
+    return cached_with_progress("far_pair", tuple(s.label for _, s in sides), lambda progress: compare(inputs),
+                                "Reading one far story on both sets of weights ...", max_entries=2)
+
+
+def _records() -> dict[str, dict | None]:
+    return {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
+
+
+def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: int, layer: int, pos: int) -> bool:
+    """The inspector's selected-entries view for the current prompt, layer and token on both checkpoints: each
+    side's index scores with its pool and picks (the inspector's own figure and run, cached like the page's), and
+    one line on what it kept and where its attention went. Returns whether it was drawn."""
+    if not pair_toggle(key):
+        return False
+    try:
+        sides = pair_sessions(sess)
+    except Exception as e:  # a load problem becomes a message; the page goes on
+        st.error("The side-by-side could not load: " + type(e).__name__)
+        return False
+    if sides is None:
+        st.caption(MISSING)
+        return False
+    records = _records()
+    for col, (kind, side) in zip(st.columns(2), sides):
+        with col:
+            st.markdown(f"**{TITLES[kind]}**")
+            st.caption(learned_line(kind, records[kind], side.model.cfg.sliding_window))
+            ids, problem = encode_prompt(side.model, prompt, MAX_PROMPT_TOKENS)
+            if problem:
+                st.caption(problem)
+                continue
+            try:
+                run = cached_with_progress("inspector", (side.label, tuple(ids), mode, new_tokens),
+                                           lambda progress, m=side.model, i=ids: run_prompt(m, i, mode, new_tokens,
+                                                                                            progress=progress),
+                                           f"Reading {len(ids):,} tokens ...")
+            except Exception as e:  # a model-side rejection becomes a message
+                st.error("This prompt could not run here: " + type(e).__name__)
+                continue
+            view = layer_view(run, layer, min(pos, run.n - 1), side.model.cfg, num=sess.num)
+            if isinstance(view, str) or view.selection is None:
+                st.caption(view if isinstance(view, str) else "No compressed branch at this layer.")
+                continue
+            st.plotly_chart(built(selection_figure, view.selection, "Index scores, pool and picks"), width="stretch",
+                            key=f"{key}_{kind}", config={"displayModeBar": False})
+            st.write(selection_line(view, run.tokens))
+    return True
+
+
+def compact_far_figure(ff, num) -> go.Figure:
+    """The far-fact picture (ui.far_fact.far_fact_figure) cut to fit half a screen's width."""
+    fig = go.Figure(far_fact_figure(ff, num, title=""))
+    fig.update_xaxes(title="token position (fact red, window blue)")
+    # one scale for both sides (0-100%): the text model's faint shares must not be stretched to look strong
+    fig.update_traces(zmin=0, zmax=1, colorbar=dict(title="share", tickformat=".0%", thickness=10, len=0.9),
+                      selector=dict(type="heatmap"))
+    fig.update_layout(height=90 + 20 * max(1, len(ff.layers)), margin=dict(l=10, r=10, t=10, b=40),
+                      font=dict(size=11))
+    return fig
+
+
+def far_pair(sess: Session, key: str, focus: str) -> bool:
+    """The far-fact story on both checkpoints, in two columns: each with what those weights learned, the
+    picture of where the answer token's attention went, and one line for this page's lesson (`focus`, one of
+    lessons.far_compare.FOCUSES). Returns whether it was drawn."""
+    if not pair_toggle(key):
+        return False
+    try:
+        sides = pair_sessions(sess)
+        if sides is None:
+            st.caption(MISSING)
+            return False
+        pair = _far_pair(sides)
+    except Exception as e:  # a load or model problem becomes a message; the page goes on
+        st.error("The side-by-side could not run: " + type(e).__name__)
+        return False
+    st.caption(pair.story_line())
+    for col, side in zip(st.columns(2), pair.sides):
+        with col:
+            st.markdown(f"**{side.title}**")
+            st.caption(side.learned)
+            st.plotly_chart(built(compact_far_figure, side.ff, sess.num), width="stretch",
+                            key=f"{key}_pair_{side.kind}", config={"displayModeBar": False})
+            st.write(side.line(focus, sess.num))
+    return True
