@@ -57,12 +57,13 @@ CONFIGS: dict[str, tuple[dict, str, str]] = {
                       "Each query reads fewer selected entries than the configured number."),
     "no Engram": ({"no_engram": True}, "exact", "The n-gram memory adds nothing to the streams."),
     "bounded prefill": ({}, "bounded",
-                        "Same model, but the decoder replays only the last window of the prompt instead of every "
-                        "prompt token. An approximation: the windows of the first replayed rows are cut at the "
-                        "start of the replay segment."),
+                        "The release's way of reading a prompt, with exact prefill as the reference it "
+                        "approximates: the decoder replays only the last window of the prompt instead of every "
+                        "prompt token, and the windows of the first replayed rows are cut at the start of the replay "
+                        "segment."),
     "streams never mix": ({"mhc_identity": True}, "exact",
-                          "mHC's comb matrices become the identity: each residual stream keeps to itself, the "
-                          "closest we can get to a single stream with these weights."),
+                          "mHC's comb matrices become the identity: the streams stop blending directly, though "
+                          "each sublayer still reads a mix of all of them and writes its output into each."),
 }
 
 QUALITY_KEYS = ("loss", "recall_inside", "recall_just_past", "recall_far")

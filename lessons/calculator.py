@@ -30,7 +30,8 @@ MODES = ("exact", "bounded")
 KINDS = ("window", "recurrent_state", "latents", "kv", "index_keys", "block_scales", "pending", "replay_input",
          "drafter")
 KIND_LABELS = {
-    "window": "window rows", "latents": "compressed latents", "kv": "full K/V rows", "index_keys": "index keys",
+    "window": "window rows", "latents": "compressed entries (latents)", "kv": "full K/V rows",
+    "index_keys": "index keys",
     "block_scales": "block scales", "pending": "pending rows", "recurrent_state": "recurrent state",
     "drafter": "drafter cache", "replay_input": "replay input (streams + pre)",
 }
@@ -71,7 +72,11 @@ KNOB_HELP = {
     "context": "tokens held per sequence", "batch": "sequences held at once", "layers": "layers",
     "numbers": "numbers per entry", "bits": "bits per number", "group": "layers sharing one stored copy",
     "ratio": "tokens pooled into one entry", "window": "sliding-window rows",
-    "replay": "rows recomputed by bounded replay", "rollback": "rollback slack (positions)", "mode": "prefill mode",
+    "replay": "prompt rows the decoder runs over again when a saved context comes back, instead of storing its "
+              "windows (bounded prefill; the engine replays its window)",
+    "rollback": "rows a window keeps beyond its size, so that speculative decoding can drop refused guesses",
+    "mode": "exact: every layer reads every prompt row; bounded: the encoder reads every row, the decoder only the "
+            "last rows",
 }
 
 
@@ -89,6 +94,16 @@ def digits_note(name: str, label: str, was: int, now: int) -> str | None:
     return (f"{label} is now {now:,} (it was {was:,}). This box reads digits only and stops at the first other "
             f"character, so 1e9 or 2.5e6 arrive as 1 or 2. To mean a larger number, type it in full, from {lo:,} to "
             f"{hi:,}.")
+
+
+def range_note(name: str, label: str, typed: int, kept: int) -> str | None:
+    """What to tell a reader who typed a number outside an input's range (the input keeps `kept`, its last good
+    value); None when `typed` is in range."""
+    lo, hi = LIMITS[name]
+    if lo <= typed <= hi:
+        return None
+    return (f"{label}: {typed:,} is outside what this page computes ({lo:,} to {hi:,}), so it was not applied; the "
+            f"figures below still use {kept:,}.")
 
 
 def validate_knobs(k: Knobs) -> Knobs:
@@ -468,7 +483,7 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
     for s in d.stores:
         n_dec = sum(1 for i in s.layers if i in dec)
         if s.kind == "window" and s.in_engine and n_dec:
-            rows = min(r, s.cap or r)
+            rows = s.cap or r        # a window holds its rows whatever the replay length
             stored += n_dec * rows * s.entry_bytes()
             parts.append(f"{counted(n_dec, 'layer')} x {counted(rows, 'row')} x {s.entry_bytes()} B")
     params = sum(active_per_layer[i] for i in sorted(dec))

@@ -106,11 +106,12 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
                         if bounded and stack == "decoder" else "")))
     if dec < n:
         hc, dim = cfg.hc_mult, cfg.hidden_size
+        replay = knobs.replay if use_knobs else window   # the engine replays its window; the knob asks what if
         stores.append(Store(
-            name="replay input", kind="replay_input", layers=(dec,), cap=window, hbm=False, persist="replay",
+            name="replay input", kind="replay_input", layers=(dec,), cap=replay, hbm=False, persist="replay",
             parts=(Part("decoder-input streams (fp32)", hc * dim, 32, "replay_input"),
                    Part("pre mix (fp32)", hc, 32, "replay_input")),
-            note=f"the last {window} rows' {hc} mHC streams and pre mix at the decoder's input: what our engine's "
+            note=f"the last {replay} rows' {hc} mHC streams and pre mix at the decoder's input: what our engine's "
                  "prefix cache keeps so that bounded replay can rebuild the decoder's windows; not held on the "
                  "accelerator after prefill"))
     lfmt = latent_format(bits)
@@ -481,8 +482,9 @@ COMPARE_INTRO = (
 )
 
 LINEAGE = (
-    "Where V4.1 comes from, in the order " + EXPLAINER_2 + " suggests following it: DeepSeek-V2; DeepSeek-V3.2, "
-    "whose layers each keep one MLA latent per token and whose indexer picks the top 2,048 tokens a query reads; "
+    "Where V4.1 comes from, in the order " + EXPLAINER_2 + " suggests following it: DeepSeek-V2, which replaced "
+    "every head's keys and values with one compressed latent per token (MLA); DeepSeek-V3.2, whose layers each "
+    "keep one MLA latent per token and whose indexer picks the top 2,048 tokens a query reads; "
     "DeepSeek-V4, which packs several tokens into each cache entry along the sequence (each layer keeping its "
     "own); and V4.1, which also shares those entries between layers."
 )

@@ -22,6 +22,7 @@ lessons/far_story.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -122,12 +123,23 @@ def weights_note(weights: str, record: dict | None) -> str:
     # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
     other = [f"{100 * said[f'recall_{b}']:.0f}% of facts {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
              for b in ("inside", "just_past") if f"recall_{b}" in said]
-    verdict = ("That is no better than a guess: far recall has not emerged in these weights, so expect the fact to "
-               "be missed; the panel shows where it is missed." if no_better_than_guess(far) else
+    verdict = (_no_recall(said) + ", so expect the fact to be missed; the panel shows where it is missed."
+               if no_better_than_guess(far) else
                "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
     return (f"What these weights do: {when} {100 * far:.0f}% of held-out far facts"
             + (f" (nearer ones: {', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
             f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
+
+
+def _no_recall(said: dict) -> str:
+    """The verdict on weights whose far recall is no better than a guess: when nearer facts are no better either,
+    recall has not emerged at any distance, so the misses say nothing about distance or the design."""
+    near = [said[f"recall_{b}"] for b in ("inside", "just_past") if isinstance(said.get(f"recall_{b}"), (int, float))]
+    if near and all(no_better_than_guess(x) for x in near):
+        return ("That is no better than a guess, and neither are the nearer facts: recall has not emerged at any "
+                "distance, so these weights have not learned the task, and where they miss says nothing about the "
+                "distance or the design")
+    return "That is no better than a guess: far recall has not emerged in these weights"
 
 
 def measured_note(record: dict | None) -> str:
@@ -170,21 +182,33 @@ def far_recall_of(record: dict | None) -> float | None:
     return None if part is None else float(part["recall_far"])
 
 
-def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float | None, recall_window: int) -> str:
+def near_recall_of(record: dict | None) -> list[float]:
+    """Held-out recall of the nearer facts (the "inside" and "just_past" buckets) in the part `_far_part` picks."""
+    part = _far_part(record) or {}
+    return [float(part[f"recall_{b}"]) for b in ("inside", "just_past")
+            if isinstance(part.get(f"recall_{b}"), (int, float))]
+
+
+def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float | None, recall_window: int,
+                      text_near: Sequence[float] = ()) -> str:
     """What each shipped set of trained weights learned, for the panel that offers the other one: the text model
     (data/weights/tiny) and the retrieval checkpoint (data/weights/recall), each with its far recall
-    (`far_recall_of` its record) and the recall checkpoint's window. `on_recall` says which is loaded now."""
+    (`far_recall_of` its record), the text model's nearer recall (`near_recall_of`) and the recall checkpoint's
+    window. `on_recall` says which is loaded now."""
     def pct(x: float | None) -> str:
         return "not measured" if x is None else f"{100 * x:.0f}% of far held-out facts"
 
-    verdict = ("far recall has not emerged in it" if text_far is not None and no_better_than_guess(text_far)
-               else "its far recall")
-    text = (f"The text model (weights/tiny) learned English from a small corpus with the configuration's window; "
-            f"{verdict} ({pct(text_far)}).")
-    recall = (f"The recall checkpoint (weights/recall) is a retrieval specialist: the same tokenizer and layer map "
-              f"(no vision tower), but every window narrowed to {recall_window} tokens and trained mostly on recall "
-              "drills (stories with several facts, then a question about each), key-value rows and copies, with a "
-              "fifth plain text, so a far fact can come back only through the compressed entries the indexer selects "
+    guess = text_far is not None and no_better_than_guess(text_far)
+    if guess and text_near and all(no_better_than_guess(x) for x in text_near):
+        verdict = ("recall has not emerged in it at any distance (" + pct(text_far) + "; nearer ones: "
+                   + ", ".join(f"{100 * x:.0f}%" for x in text_near) + "), so its misses say nothing about distance")
+    else:
+        verdict = ("far recall has not emerged in it" if guess else "its far recall") + f" ({pct(text_far)})"
+    text = f"The text model learned English from a small corpus with the configuration's window; {verdict}."
+    recall = (f"The recall checkpoint is a retrieval specialist: the same tokenizer and layer map (no vision "
+              f"tower), but every window narrowed to {recall_window} tokens and trained mostly on drills (stories "
+              "with several facts, then a question about each; lookup drills; copying drills), plus one part in five "
+              "ordinary text, so a far fact can come back only through the compressed entries the indexer selects "
               f"({pct(recall_far)}). Its everyday English is poor; it is here to show that road working.")
     return f"{recall} {text}" if on_recall else f"{text} {recall}"
 
@@ -459,11 +483,9 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
     else:
         best = max(ff.layers, key=lambda lf: lf.best_head[1])
         h, s = best.best_head
-        mean = sum(lf.share for lf in ff.layers) / len(ff.layers)
         if s > 0:
             out.append(f"Attention to the fact's entries: at most {_pct(s)} of one head's weight (layer "
-                       f"{num(best.layer)}, head {h}); {_pct(mean)} on average over the heads of the {len(ff.layers)} "
-                       "compressed layers.")
+                       f"{num(best.layer)}, head {h}); on average over the heads, {_stack_means(ff.layers, num)}.")
         else:
             out.append(f"Attention to the fact's entries: none. None of the {len(ff.layers)} compressed layers read a "
                        "fact entry at the answer token.")
@@ -497,6 +519,12 @@ def summary(ff: FarFact, num=lambda i: i) -> list[str]:
         same = "same" if off.token_id == on.token_id else "different"
         out.append(f"Answer with the global branch switched off: '{off.token.strip()}' ({same}; '{ans}' gets "
                    f"{_pct(off.p_right)}{among(off)}).")
+        if colour and on.colour_share is not None and near_tie(on.colour_share):
+            read = any(lf.read for lf in ff.layers)
+            out.append(f"The colours are nearly tied ('{ans}' has {_pct(on.colour_share)} of the colour probability "
+                       f"against {_pct(CHANCE)} by chance): the top colour is a guess, not "
+                       "recall" + ("" if read else "; no layer read a fact entry, so the change with the global "
+                                   "branch off is noise in a flat spread, not the branch's work") + ".")
     else:
         out.append(f"Answer with everything on: '{on.token.strip()}' ({_pct(on.p_top)}); with the global branch "
                    f"switched off: '{off.token.strip()}' ({_pct(off.p_top)}).")
@@ -529,6 +557,25 @@ def metrics(ff: FarFact) -> list[Metric]:
     ]
 
 
+def near_tie(colour_share: float) -> bool:
+    """The right colour holds under twice the chance share of the colour probability: a guess among near-equal
+    colours, not recall, whichever colour comes out on top."""
+    return colour_share < 2 * CHANCE
+
+
+def _stack_means(layers: list[LayerFact], num) -> str:
+    """The mean share on the fact's entries, per stack, naming the layers each mean covers (an average over both
+    stacks would mix layers that read the fact with layers that did not)."""
+    parts = []
+    for stack in dict.fromkeys(lf.stack for lf in layers):
+        group = [lf for lf in layers if lf.stack == stack]
+        names = (f"layer {num(group[0].layer)}" if len(group) == 1 else
+                 f"layers {num(group[0].layer)}-{num(group[-1].layer)}")
+        parts.append(f"{_pct(sum(lf.share for lf in group) / len(group))} in the {len(group)} {stack} {names}"
+                     if len(group) > 1 else f"{_pct(group[0].share)} in {stack} {names}")
+    return "; ".join(parts)
+
+
 def table_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
     """One row per compressed layer (plain values for a dataframe)."""
     rows = []
@@ -545,7 +592,7 @@ def table_rows(ff: FarFact, num=lambda i: i) -> list[dict]:
             "in top-k": "n/a" if lf.selected is None else f"{len(lf.selected)}/{len(lf.fact_entries)} (k={lf.k})",
             "in candidate pool": "no pool" if lf.pool is None else f"{len(lf.pool)}/{len(lf.fact_entries)}",
             "index rank": (f"{lf.rank} of {lf.ranked}" if lf.rank is not None else
-                           "n/a" if lf.ranked is None else "unscored (outside the pool)"),
+                           "n/a" if lf.ranked is None else "masked (outside the pool)"),
             "visible entries": lf.visible,
         })
     return rows

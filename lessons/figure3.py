@@ -22,6 +22,7 @@ from .figure3_layout import Box, _num
 from .layers import MODES, bounded_note, stack_runs
 from .shares import TOY_QUERIES, fmt, two_value_mix
 from .sources import REPORT
+from .workload import SPLIT_PRICE
 
 
 # --------------------------------------------------------------------------------------------------
@@ -42,6 +43,13 @@ class Step:
 # real prompt (CSA2 modes)
 MECHANISM_STEPS = frozenset({"fresh", "encoder", "decoder", "pool"})
 MECHANISM_LINK = "See it run on a real prompt: tokens, entries, scores, pool, top-k (CSA2 modes)"
+
+# the single-pass form, as the engine's block runs it; one wording wherever a page explains the coefficients
+MHC_SITE = (
+    "In the single-pass form each site computes, from the streams it receives, its own `post` (how the sublayer's "
+    "output is written into each stream) and `comb` (a doubly stochastic matrix that blends the streams), plus the "
+    "`pre` weights that collapse the streams into the next site's input."
+)
 
 
 def facts(cfg: V41Config) -> dict:
@@ -139,7 +147,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
                                                "output" + (" (reads only a selected subset)" if m["mode"] == "Full"
                                                            else "")}) for m in MODES]
     tables = engram_params if engram_params is not None else sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
-    share = (f", out of {total_params / 1e9:,.0f}B parameters in all" if total_params else "")
+    share = (f", out of {total_params / 1e9:,.0f}B parameters in all (counted from the config; the release quotes "
+             "the 552B backbone)" if total_params else "")
     big = f"{tables / 1e9:,.0f}B parameters" if tables >= 1e9 else f"{tables:,} parameters"
     eng_layers = [i for i in f["engram"] if i < cfg.num_hidden_layers]     # Engram layers of the backbone
     n_engram = len(eng_layers)
@@ -187,7 +196,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "ratio 1) turns each of those rows into one global entry, and every decoder layer reads from that same "
              "set. When a long prompt is read in bounded mode, most prompt positions stop at the top of the "
              f"left column: only the last {f['W']} rows climb the decoder. Every newly generated token still "
-             "goes through both halves. " + bounded_note(cfg),
+             "goes through both halves. " + SPLIT_PRICE + " " + bounded_note(cfg),
              frozenset({"line"}), "line", read_along=read_along("§2.2, and §3.2.2 for bounded replay")),
         Step("decoder", "The right half: a decoder over shared memory",
              f"The right column: {dec_runs}. Only its first layer ({dec_first}, Full) prepares global entries, "
@@ -229,8 +238,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "
              "attention and MoE site, mixing coefficients decide how the streams feed the sublayer and how they "
              "are blended again. The coefficients are not fixed numbers: learned projections (plus learned offsets) "
-             "compute them for every token from the streams themselves. The single-pass form computes them once "
-             "per site, serving that site and the next, to save memory traffic.",
+             "compute them for every token from the streams themselves. " + MHC_SITE,
              frozenset({"mhc"}), "mhc:encoder", read_along=read_along("§2.4.1")),
         Step("pool", "Narrowing the search in two steps",
              f"At layer {cand}, the indexer scores every visible entry (this broad scan still costs work), groups "
@@ -301,10 +309,8 @@ def box_text(box: Box, cfg: V41Config, one_based: bool = False) -> str:
                 "per token; projecting them into the streams is ordinary matrix work; the tables are large in "
                 "memory.")
     if box.kind == "mhc":
-        return (f"{f['hc']} residual streams per row. At every site, `pre` coefficients collapse them into the "
-                "sublayer's input, `post` coefficients write the output back, and a doubly stochastic `comb` matrix "
-                "blends the streams. All three are computed for each token from the streams by learned "
-                "projections.")
+        return (f"{f['hc']} residual streams per row, mixed at every attention and MoE site; all the coefficients "
+                "are computed for each token from the streams by learned projections. " + MHC_SITE)
     if box.kind in ("line", "states"):
         return ("The encoder's final rows, one per token, carried into the decoder. The decoder's Full layer "
                 "turns them into the global entries all decoder layers share, so old prompt positions do not have "

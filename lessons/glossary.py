@@ -47,6 +47,11 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
         Term("compressed entry", "One stored row of global information, made by a Full layer as a learned, gated "
              "weighted sum of r tokens' rows (at ratio 1, one token's projected row, with no gate). Later layers "
              "of its group read it instead of making their own.", "port"),
+        Term("latent", "What the cache calculator and the CSA2 table call a stored compressed entry (here a K=V row "
+             "of numbers); in MLA, one low-rank row per token from which keys and values are rebuilt.", "port"),
+        Term("KV cache", "The keys and values a layer keeps for earlier tokens so that later tokens can attend to "
+             "them without recomputing them; in V4.1 it is the windows plus the shared compressed entries and "
+             "their index keys.", "port"),
         Term("K=V", "The same stored row serves as the key (what a query scores) and as the value (what gets mixed "
              "in), so it is stored once.", "port"),
         Term("Full / Reuse / Reindex", "The three CSA2 modes. Full makes its group's entries and chooses which to "
@@ -103,6 +108,27 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
         Term("Engram", f"A lookup of learned tables addressed by hashes of the last few token ids, gated into the "
              f"streams before attention at {len(engram)} encoder layers. The lookup itself is a few table rows; "
              "projecting them into the streams is ordinary matrix work, and the tables are large in memory.", "port"),
+        Term("MLA", "Multi-head latent attention, introduced in DeepSeek-V2: instead of every head's key and value, "
+             "a layer caches one compressed latent per token and rebuilds keys and values from it.", "deepseek"),
+        Term("DSA", "DeepSeek Sparse Attention, from DeepSeek-V3.2: a small 'lightning' indexer scores every earlier "
+             "token and attention reads only the best-scoring ones (2,048 there).", "deepseek"),
+        Term("CSA, HCA (V4)", "DeepSeek-V4's two compressed layer kinds, each storing its own entries: CSA packs 4 "
+             "tokens per entry and selects the best entries with an indexer; HCA packs 128 and reads them all. "
+             "V4.1's CSA2 adds sharing one layer's entries (and choices) with other layers.", "third-party"),
+        Term("GQA", "Grouped-query attention: several query heads share one key/value head, so a dense layer caches "
+             "fewer key and value rows per token (8 groups in the calculator's Llama-3-70B-like example).",
+             "third-party"),
+        Term("MTP", "Multi-token prediction: an extra small layer, trained with the model, that predicts a further "
+             "token from its state; DeepSeek-V3 introduced it and it can draft tokens for speculative decoding. "
+             "V4-Flash keeps one (the calculator's 'MTP window rows'); in V4.1 the DSpark drafter does that job.",
+             "deepseek"),
+        Term("nats", "The unit of a loss taken with the natural logarithm: a loss of L nats per token means the "
+             "right token got probability e^-L in the geometric mean (2.3 nats: 1 in 10); lower is better.", "ours"),
+        Term("rollback slack", "Extra rows a window keeps beyond its size, so that when speculative decoding "
+             "refuses drafted tokens the cache can drop them and still hold a full window.", "port"),
+        Term("recall checkpoint", "A second set of tiny weights shipped with the app: the same layer map with every "
+             "window narrowed, trained mostly on fact-lookup and copying drills, so a far fact can only come back "
+             "through the compressed entries. It shows that road working; its everyday English is poor.", "ours"),
         Term("anchor", "The first position of a DSpark block: the last token the main model itself produced. The "
              "drafter guesses the tokens that follow it.", "deepseek"),
         Term("DSpark block", f"{c.dspark_block_size} positions: the anchor (the last token the main model produced) "

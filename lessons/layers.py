@@ -219,20 +219,20 @@ MODES_NOTE = (
     "The labels only say which preparation steps a layer skips. Whatever its label, every compressed "
     "layer still makes a fresh query from its own input, writes its own window keys and values, and "
     "computes its own attention output and MoE update. And \"Full\" does not mean it reads everything: "
-    "a Full layer builds all the entries but then reads only the handful its indexer picks."
+    "a Full layer builds all the entries but then reads only the few its indexer picks (at most the top-k)."
 )
 
 
 SEPARATE_DECISIONS = (
     "Sharing the selection and sharing the entries are two separate decisions. Sharing the selection saves search "
     "work: a layer that keeps another layer's picks scores nothing, which the trace shows as 'not computed' in the "
-    "**index scores** column. Sharing the entries saves storage: a layer that reads entries made below it stores "
-    "none of its own, which the **latents** column shows as 'read ... made below'. A Reindex layer takes one without "
-    "the other: it reads the shared entries (no storage of its own) but computes its own index scores (search work "
-    "of its own). The candidate pool does not shrink that work in this engine: as in the Hugging Face port, a "
-    "Reindex layer scores every visible entry and then masks out those outside the pool, so the column counts both "
-    "the scores computed and the ones kept inside the pool. A production kernel could score only the pool; that "
-    "saving is not measured here."
+    "**index scores** column. Sharing the entries saves storage: a layer that reads entries made below it stores none"
+    " of its own, which the **compressed entries** column (entries stored as latents) shows as 'read ... made below'."
+    " A Reindex layer takes one without the other: it reads the shared entries (no storage of its own) but computes "
+    "its own index scores (search work of its own). The candidate pool does not shrink that work in this engine: as "
+    "in the Hugging Face port, a Reindex layer scores every visible entry and then masks out those outside the pool, "
+    "so the column counts both the scores computed and the ones kept inside the pool. A production kernel could score"
+    " only the pool; that saving is not measured here."
 )
 
 
@@ -313,7 +313,7 @@ def computed_rows(comp: list[Computed], one_based: bool = False) -> list[dict]:
             sel = "-"
         rows.append({
             "layer": n(c.layer), "role": c.role, "new query rows": c.queries, "window K/V rows": c.window_rows,
-            "latents": latents,
+            "compressed entries": latents,
             "index scores": index_cell(c),
             "selection": sel,
             "last query reads": (f"{c.read_last} of {c.visible_last} entries" if c.role != "SWA" else "-"),
@@ -380,10 +380,20 @@ def full_reads_subset(comp: list[Computed], one_based: bool = False) -> list[str
 # --------------------------------------------------------------------------------------------------
 # Sentences several pages share
 # --------------------------------------------------------------------------------------------------
-def bounded_note(cfg: V41Config, whose: str = "the running model") -> str:
+RELEASE_NAME = "the full-size DeepSeek-V4.1-Flash"
+
+
+def whose_config(cfg: V41Config) -> str:
+    """Which model a config describes, in the reader's words: the released one (its preset) or the running one."""
+    return RELEASE_NAME if cfg == V41Config.preset("v4.1-flash") else "the running model"
+
+
+def bounded_note(cfg: V41Config, whose: str | None = None) -> str:
     """Why bounded replay is an approximation, in the same words wherever it is mentioned; `whose` names the model
-    `cfg` describes, since the replayed length is its window (128 rows at full size, 32 in the tiny model)."""
+    `cfg` describes (by default `whose_config`), since the replayed length is its window (128 rows at full size, 32
+    in the tiny model)."""
     w = cfg.sliding_window
+    whose = whose or whose_config(cfg)
     return (f"Bounded replay is an approximation: in {whose} the decoder runs only over the last {w} prompt rows "
             "(its window), and the "
             "windows of the first replayed rows are cut at the start of that segment, so those rows cannot read the "

@@ -210,18 +210,26 @@ WORK_NOT_TIME = (
     "context and the indexer's scan come on top."
 )
 
+SPLIT_PRICE = (
+    "The price of the split: the decoder sees an old prompt token only through entries projected from the "
+    "encoder's rows, and the causal encoder built those rows before any later text, the question included, "
+    "existed, so it has to keep whatever a later reader might need."
+)
+
 V41_SPLIT = (
     "DeepSeek-V4.1-Flash makes the two jobs uneven on purpose. With bounded prefill, a prompt token passes the "
-    "20-layer encoder; of the decoder's first layer, only the projection that publishes the shared latents and "
-    "index keys every decoder layer reads runs on every prompt row. The decoder itself, that first layer's "
-    "attention and MoE included, runs only over the last rows. A generated token passes all 40 layers."
+    "20-layer encoder; of the decoder's first layer, only the projection that publishes the shared latents every "
+    "decoder layer reads, and the index keys its selecting layers score, runs on every prompt row. The decoder "
+    "itself, that first layer's attention and MoE included, runs only over the last rows. A generated token passes "
+    "all 40 layers. " + SPLIT_PRICE
 )
 
 RELEASE_ACTIVE = (
     "The release itself states about 8 billion active parameters per token during prefill and 16 billion during "
     "decode, not the 552 billion stored in the backbone; the counts above agree with it. What the count includes: "
-    "per prompt token, one embedding row, the encoder's layers (the shared expert plus the chosen routed experts in "
-    "each) and the projection of the decoder's first layer that publishes the shared entries; per generated token, "
+    "per prompt token, one embedding row, the encoder's layers (in each, attention, indexer, stream mixing, the "
+    "Engram projection where there is one, the shared expert and the chosen routed experts) and the projection of "
+    "the decoder's first layer that publishes the shared entries; per generated token, "
     "one embedding row, all the layers and the output head (which only decode needs). The Engram tables add only "
     "the few rows a token looks up."
 )

@@ -247,6 +247,7 @@ with tabs[5]:
     if preset == "v4.1-flash":
         pc = param_counts("v4.1-flash")
         st.metric("Parameters the cache formula does not count", f"{pc['total'] / 1e9:,.0f}B",
-                  help="count_params: backbone + Engram + drafter + vision")
+                  help="Counted from the config: backbone + Engram + drafter + vision (the release quotes the "
+                       "552B backbone)")
         st.markdown(f"Even at 4 bits per parameter, {pc['total']:,} parameters take at least "
                     f"{human_bytes(pc['total'] / 2)}: the whole cache above is {human_bytes(hbm.total)}.")

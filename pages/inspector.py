@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.figure3 import MHC_SITE
 from lessons.inspect import (
     BOUNDED_NOTE,
     EXACT_NOTE,
@@ -237,10 +238,8 @@ else:
         if view.hc is None:
             st.write("No mHC record.")
         else:
-            st.write("Four residual streams. `pre` weights the streams into the sublayer input (used one site "
-                     "later), `post` writes the sublayer output back into each stream, `comb` mixes the streams "
-                     f"(rows: from, columns: to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and "
-                     "column sums to about 1).")
+            st.write(f"{cfg.hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns to; "
+                     f"after {cfg.hc_sinkhorn_iters} normalisation rounds every row and column sums to about 1.")
             st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
             df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
             df.index = [f"stream {i}" for i in range(len(df))]

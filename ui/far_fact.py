@@ -26,6 +26,7 @@ from lessons.far_fact import (
     head_rows,
     marked_text,
     metrics,
+    near_recall_of,
     reach_sentence,
     summary,
     table_rows,
@@ -174,8 +175,9 @@ def _offer_other_weights(sess, key: str) -> None:
         window = int(_json_at(RECALL_DIR / "config.json")["text_config"]["sliding_window"])
     except (KeyError, TypeError, ValueError):
         return
-    st.caption(checkpoints_offer(on_recall, far_recall_of(training_record(TINY_DIR)),
-                                 far_recall_of(training_record(RECALL_DIR)), window))
+    text_rec = training_record(TINY_DIR)
+    st.caption(checkpoints_offer(on_recall, far_recall_of(text_rec), far_recall_of(training_record(RECALL_DIR)),
+                                 window, near_recall_of(text_rec)))
     if on_recall:
         clicked = st.button("Back to the text model", key=f"{key}_ff_to_text", on_click=_choose, args=("trained",))
     else:

@@ -9,7 +9,6 @@ import pandas as pd
 import streamlit as st
 
 from lessons.calculator import (
-    DIGITS_CUT,
     KNOB_HELP,
     LIMITS,
     MODES,
@@ -19,6 +18,7 @@ from lessons.calculator import (
     Knobs,
     digits_note,
     parse_knobs,
+    range_note,
 )
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
@@ -104,13 +104,12 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None) -> N
         where.radio(text, MODES, key=key, help=help_, horizontal=True, persist_state=KEEP)
     else:
         lo, hi = LIMITS[name]
-        watched = name in DIGITS_CUT          # an input where a cut 1e9 can be told from a choice
-        where.number_input(text, min_value=lo, max_value=hi, step=1, key=key,
+        # no min/max on the box: a browser clamps or drops an out-of-range number without a word; the change
+        # callback refuses it with a message instead (lessons.calculator.range_note)
+        where.number_input(text, step=1, key=key,
                            help=f"{help_}: a whole number from {lo:,} to {hi:,}, typed as digits",
-                           on_change=_typed if watched else None, args=(prefix, name, text) if watched else None,
-                           persist_state=KEEP)
-        if watched:
-            st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
+                           on_change=_typed, args=(prefix, name, text), persist_state=KEEP)
+        st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
 
 
 def _typed(prefix: str, name: str, label: str) -> None:
@@ -118,7 +117,14 @@ def _typed(prefix: str, name: str, label: str) -> None:
     sees only the 1 (lessons.calculator.digits_note)."""
     key = f"{prefix}_{name}"
     was, now = st.session_state.get(f"{key}_was"), st.session_state[key]
-    note = digits_note(name, label.split(" (")[0], was, now) if isinstance(was, int) else None
+    short = label.split(" (")[0]
+    if isinstance(was, int) and isinstance(now, (int, float)) and not isinstance(now, bool):
+        refused = range_note(name, short, int(now), was)
+        if refused:
+            st.session_state[key] = was           # the last good value stays; the note says why
+            st.session_state[f"{prefix}_typed"] = (key, was, refused)
+            return
+    note = digits_note(name, short, was, now) if isinstance(was, int) else None
     st.session_state[f"{prefix}_typed"] = (key, now, note) if note else None
 
 

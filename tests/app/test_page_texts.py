@@ -75,7 +75,7 @@ def test_csa2_modes_points_at_the_trace_columns():
     body = text(at)
     assert "separate decisions" in body and "search work" in body and "saves storage" in body
     cols = next(d.value.columns for d in at.dataframe if "selection" in d.value.columns)
-    assert "index scores" in cols and "latents" in cols          # the columns the text points at
+    assert "index scores" in cols and "compressed entries" in cols          # the columns the text points at
 
 
 def test_recurrence_counts_reads_per_query():

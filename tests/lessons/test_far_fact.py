@@ -224,7 +224,7 @@ def test_summary_states_the_computed_numbers():
     assert "Answer with everything on: 'x' (50.0%); with the global branch switched off: 'y' (40.0%)" in same
     rows = ff.table_rows(_far(list(lf.values())))
     outside = ff.table_rows(_far(ff.layer_facts(_hand_trace(), 9, [3], [3])))
-    assert outside[2]["index rank"] == "unscored (outside the pool)"
+    assert outside[2]["index rank"] == "masked (outside the pool)"
     assert outside[0]["index rank"] == "1 of 5"                           # position 3 is in entry 1 at ratio 2
     assert rows[2]["in candidate pool"] == "1/1" and rows[0]["in candidate pool"] == "no pool"
     assert rows[0]["index rank"] == "1 of 5" and rows[2]["index rank"] == "5 of 8"
