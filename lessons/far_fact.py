@@ -36,7 +36,8 @@ FAR_BUCKET = BUCKETS["far"]  # (first, last) distance in tokens
 CHANCE = 1 / len(COLOURS)    # a guess among the story colours
 
 FAR_RULE = (
-    "The far-fact sample is the held-out story (data/heldout/stories.jsonl, bucket 'far') whose distance from the "
+    "The far-fact sample is the held-out story (from the far bucket of stories never trained on) whose distance "
+    "from the "
     "fact's colour to the answer, measured with the loaded model's tokenizer, is the median of that bucket (the "
     "lower median; equal distances in seed order), among the far stories whose distance exceeds the model's "
     "window. So it is neither the easiest nor the hardest far story, and it changes only when the held-out set, "
@@ -96,7 +97,7 @@ def no_better_than_guess(far: float) -> bool:
     return far <= 2 * CHANCE
 
 
-NO_RECORD = ("These weights came without a training record (training.json) that states their far recall, so what "
+NO_RECORD = ("These weights came without a training record that states their far recall, so what "
              "they do on far facts is not known before the panel below measures one story.")
 
 

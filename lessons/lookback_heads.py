@@ -392,6 +392,8 @@ def reach_sweep(model, tokens, passage: int, span_ids: list[int], gaps=SWEEP_GAP
 
 
 LOOKS = 3.0   # a head "looks back" when its induction share is at least this many times its even spread
+LOOKS_RULE = (f"(A head counts as looking back when its share on the token to copy is at least {LOOKS:g} times what "
+              "an even spread would give it.)")
 
 
 def explain(lb: LookBack, num: Callable[[int], int] = lambda i: i) -> list[str]:
@@ -409,11 +411,11 @@ def explain(lb: LookBack, num: Callable[[int], int] = lambda i: i) -> list[str]:
         out.append(f"The strongest look-back head is layer {num(best.layer)}, head {best.head} ({best.role}): at the "
                    f"second copy it gives {best.induction:.2f} of its attention to the token that followed the "
                    f"match. Spread evenly over the {1 / best.even:.0f} rows and entries it reads there, it would "
-                   f"give {best.even:.3f}.")
+                   f"give {best.even:.3f}. {LOOKS_RULE}")
     else:
         out.append(f"No head looks back at the first copy: the largest share on the token to copy is "
                    f"{best.induction:.3f} (layer {num(best.layer)}, head {best.head}), against {best.even:.3f} for "
-                   "that head spread evenly over what it reads.")
+                   f"that head spread evenly over what it reads. {LOOKS_RULE}")
     pv = lb.best("prev")
     out.append(f"The strongest previous-token head is layer {num(pv.layer)}, head {pv.head}: "
                f"{pv.prev:.2f} of its attention on the position just before its own, averaged over the row.")

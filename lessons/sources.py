@@ -29,6 +29,8 @@ SURENESS = {
 REPORT = "the DeepSeek-V4.1-Flash technical report"
 # the two public explainers the lessons follow, named so a reader can look them up
 EXPLAINER_1 = "the explainer 'DeepSeek-V4.1-Flash: doing less repeated work'"
+# whose numbering the 1-based layer numbers follow (the report and the code count from 0)
+ONE_BASED = f"as {EXPLAINER_1} counts"
 EXPLAINER_2 = "the explainer 'DeepSeek-V4.1-Flash' on prefill, decode and cache sharing"
 
 
@@ -83,6 +85,7 @@ def footer_lines() -> list[str]:
 
 
 SOURCES_NOTE = (
-    "Facts describe the versions named; the tiny model running here has the release's layer kinds at small "
-    "widths. How sure each statement is: " + "; ".join(f"*{v}*" for v in SURENESS.values()) + "."
+    "Facts describe the versions named. The tiny model running here has the release's layer kinds, not its "
+    "sizes: fewer layers, a narrower window, a smaller selection and pool, fewer experts and small widths (the "
+    "table below). How sure each statement is: " + "; ".join(f"*{v}*" for v in SURENESS.values()) + "."
 )

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from model import V41Config
+
 INTRO = (
     "A language model does one job over and over: given the text so far, it gives every possible next "
     "piece of text a score. This explorer runs DeepSeek-V4.1-Flash's real architecture on small weights we "
@@ -65,3 +67,22 @@ def top_tokens(model, logits: torch.Tensor, n_tokens: int, k: int = 10) -> NextT
     top = p.topk(min(k, p.numel()))
     toks = [model.decode([i]) for i in top.indices.tolist()]
     return NextTokens(tokens=toks, ids=top.indices.tolist(), probs=top.values.tolist(), n_tokens=n_tokens)
+
+
+def scale_rows(release: V41Config, running: V41Config) -> list[dict]:
+    """The release beside the model running here, size by size: the running model shares the layer kinds, not
+    the sizes, so a number read on a live page is the tiny model's."""
+
+    def row(what: str, fn) -> dict:
+        return {"": what, "released V4.1-Flash": fn(release), "tiny model here": fn(running)}
+
+    return [
+        row("layers (encoder + decoder)", lambda c: f"{c.num_hidden_layers} ({c.decoder_start} + "
+                                                     f"{c.num_hidden_layers - c.decoder_start})"),
+        row("window (rows)", lambda c: f"{c.sliding_window:,}"),
+        row("entries a query selects (top-k)", lambda c: f"{c.index_topk:,}"),
+        row("candidate pool (positions)", lambda c: f"{c.candidate_topk_blocks * c.candidate_block_size:,}"),
+        row("routed experts (chosen of)", lambda c: f"{c.num_experts_per_tok} of {c.n_routed_experts}"),
+        row("Engram layers", lambda c: str(sum(1 for i in c.engram_layer_ids if i < c.num_hidden_layers))),
+        row("hidden width", lambda c: f"{c.hidden_size:,}"),
+    ]

@@ -10,6 +10,7 @@ from lessons import reproduce as snippets
 from lessons.figure3 import MECHANISM_LINK, MECHANISM_STEPS, box_text, live_layer, notation, sample_image, steps
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
+from lessons.sources import ONE_BASED
 from model import V41Config
 from ui.common import built, page_header
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
@@ -66,7 +67,7 @@ story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_par
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 with top[2]:
-    counted = "from 1, as the explainer we follow counts" if sess.one_based else "from 0, as the code and report do"
+    counted = f"from 1, {ONE_BASED}" if sess.one_based else "from 0, as the code and report do"
     st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}); layers numbered {counted}.")
 
 url_step = qp_int_or_none("step", 1, len(story), "showing step 1")

@@ -28,6 +28,7 @@ from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
 from lessons.inspect import text_problem
+from lessons.sources import ONE_BASED
 from model import default_device, load, random_tiny
 from ui.checkpoints import (
     MAX_MODELS,
@@ -54,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_DIR = ROOT / "data" / "weights" / "tiny"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny",
                   "checkpoint": "Checkpoint directory"}
-NUMBERING = {"0": "0-based (as the code and the report count)", "1": "1-based (as the explainer we follow counts)"}
+NUMBERING = {"0": "0-based (as the code and the report count)", "1": f"1-based ({ONE_BASED})"}
 NO_CHECKPOINTS = ("This server offers no checkpoint directories (its operator lists them in V41_CHECKPOINT_ROOTS or "
                   ".streamlit/secrets.toml; see the README). Choose another weights option.")
 

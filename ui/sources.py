@@ -6,9 +6,12 @@ even when a page stops early for a missing input.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from lessons.sources import SOURCES_NOTE, footer_lines
+from lessons.start import scale_rows
+from model import V41Config
 
 GLOSSARY = "pages/glossary.py"
 
@@ -20,7 +23,14 @@ def sources_footer() -> None:
             st.markdown("[Glossary](glossary)")
         with st.expander("Sources"):
             st.markdown(SOURCES_NOTE)
+            st.dataframe(scale_table(), hide_index=True)
             st.markdown("\n".join(f"- {line}" for line in footer_lines()))
+
+
+@st.cache_data(show_spinner=False)
+def scale_table() -> pd.DataFrame:
+    """The release beside the shipped tiny config (lessons.start.scale_rows)."""
+    return pd.DataFrame(scale_rows(V41Config.preset("v4.1-flash"), V41Config.preset("tiny")))
 
 
 def page_link(path: str, label: str, icon: str, query_params: dict[str, str] | None = None) -> bool:
