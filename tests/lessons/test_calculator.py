@@ -323,7 +323,7 @@ def test_the_line_for_inputs_a_design_sets_itself():
     v41 = own_values(build("v4.1-flash"))
     assert f"{cfg.num_hidden_layers} layers (+ {cfg.num_nextn_predict_layers} drafter layers)" in v41
     assert f"{cfg.head_dim} numbers per entry (index keys {cfg.index_head_dim})" in v41
-    assert "1 or 2 tokens per entry" in v41 and "4 stored copies of the compressed latents" in v41
+    assert "1 or 2 tokens per entry" in v41 and "4 stored copies of the compressed entries (latents)" in v41
     assert "16 layers" not in v41 and "128 numbers per entry" not in v41
     assert "no window" in own_values(build("teaching")) and "every layer stores its own" in own_values(build("v3.2"))
     assert "4 or 128 tokens per entry" in own_values(build("v4-flash"))

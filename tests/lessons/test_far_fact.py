@@ -310,3 +310,57 @@ def test_weights_note_says_when_the_answer_is_another_facts_colour():
     assert "at random among the story's facts would be right 36%" in note
     del rec["measured"]["distractors_other_fact"]
     assert "another fact" not in weights_note("trained", rec)
+
+
+# ---- a near-tie among colours is a guess; the mean names the layers it covers ---------------------------------
+
+def _colour_answers(on_share: float, off_id: int = 8, on_right: bool = True):
+    on = ff.Answer("everything on", " red", 7 if on_right else 6, on_share, on_share, "red", on_right,
+                   colour_share=on_share)
+    off = ff.Answer("global branch off", " blue", off_id, 0.1, 0.093, "blue", False, colour_share=0.093)
+    return [on, off]
+
+
+def test_a_near_tie_among_colours_is_called_a_guess_and_the_flip_noise_when_no_entry_was_read():
+    unread = ff.layer_facts(_hand_trace(), 9, [8], [8])                  # entry 4/8: no layer read it
+    assert not any(lf.read for lf in unread)
+    res = _far(unread)
+    res.answers = _colour_answers(0.108)                                 # 10.8% of the colour mass, chance 9.1%
+    text = "\n".join(ff.summary(res))
+    assert "nearly tied" in text and "10.8% of the colour probability against 9.1%" in text
+    assert "a guess, not recall" in text and "noise" in text
+    read = _far(ff.layer_facts(_hand_trace(), 9, [2], [1, 2, 3]))        # layers did read the fact entry
+    read.answers = _colour_answers(0.108)
+    said = "\n".join(ff.summary(read))
+    assert "a guess, not recall" in said and "noise" not in said
+    clear = _far(unread)
+    clear.answers = _colour_answers(2.5 * ff.CHANCE)                     # well above twice chance: no such line
+    assert "nearly tied" not in "\n".join(ff.summary(clear))
+    assert ff.near_tie(1.99 * ff.CHANCE) and not ff.near_tie(2 * ff.CHANCE)
+
+
+def test_the_attention_mean_is_given_per_stack_and_names_its_layers():
+    res = _far(ff.layer_facts(_hand_trace(), 9, [2], [1, 2, 3]))
+    text = "\n".join(ff.summary(res, num=lambda i: i + 1))
+    # layer 1 (encoder, ratio 2): 0.175; decoder layers 2-4: (0 + 0.3 + 0.025) / 3
+    assert "17.5% in encoder layer 2" in text
+    assert f"{100 * (0.0 + 0.3 + 0.025) / 3:.1f}% in the 3 decoder layers 3-5" in text
+    assert "on average over the heads of the 4 compressed layers" not in text
+
+
+@pytest.mark.skipif(not (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists(),
+                    reason="the shipped tiny weights are not present")
+def test_shipped_text_model_far_sample_is_not_presented_as_recall():
+    """On the shipped text weights the default far story's colours are close to even: whatever colour comes out
+    on top, the panel must not read as the global branch recalling the fact."""
+    from model import load
+
+    m = load(ROOT / "data" / "weights" / "tiny")
+    s = fs.far_sample(m.tokenizer, m.cfg.sliding_window)
+    res = ff.analyse(m, s.story, s.tokens)
+    on = res.answers[0]
+    text = "\n".join(ff.summary(res))
+    if on.colour_share is not None and on.colour_share < 2 * ff.CHANCE:
+        assert "nearly tied" in text and "a guess, not recall" in text
+        if not any(lf.read for lf in res.layers):
+            assert "noise" in text

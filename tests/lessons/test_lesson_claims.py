@@ -310,3 +310,178 @@ def test_map_line_is_the_running_models_own():
         assert f"{s.index} {tag}" in line
     full = next(s for s in layer_map(cfg) if s.stack == "decoder" and s.role == "Full")
     assert f"{full.index + 1} Full r1" in map_line(cfg, one_based=True) and "1-based" in map_line(cfg, True)
+
+
+# ---- every sentence names the right model, the right cause and the right count ---------------------------------
+def _body(cfg, key, **kw):
+    from lessons.figure3 import steps
+
+    return next(s.body for s in steps(cfg, **kw) if s.key == key)
+
+
+def test_bounded_replay_sentence_names_the_drawn_model_and_its_window():
+    from model import V41Config
+
+    release, tiny = V41Config.preset("v4.1-flash"), V41Config.preset("tiny")
+    line = _body(release, "line")
+    assert f"in the full-size DeepSeek-V4.1-Flash the decoder runs only over the last {release.sliding_window}" in line
+    assert "in the running model" not in line
+    small = _body(tiny, "line")
+    assert f"in the running model the decoder runs only over the last {tiny.sliding_window} prompt rows" in small
+
+
+def test_the_split_says_what_it_gives_up():
+    from lessons.workload import SPLIT_PRICE, V41_SPLIT
+    from model import V41Config
+
+    for text in (_body(V41Config.preset("v4.1-flash"), "line"), V41_SPLIT):
+        assert SPLIT_PRICE in text
+    assert "causal encoder built those rows before any later text" in SPLIT_PRICE and "question" in SPLIT_PRICE
+
+
+def test_recall_at_chance_at_every_distance_is_not_blamed_on_distance():
+    from lessons import far_fact as ff
+
+    flat = {"measured": {"recall_far": 0.12, "recall_inside": 0.05, "recall_just_past": 0.06}}
+    note = ff.weights_note("trained", flat)
+    assert "at any distance" in note and "far recall has not emerged" not in note
+    assert "says nothing about the distance or the design" in note
+    near_ok = {"measured": {"recall_far": 0.12, "recall_inside": 0.8, "recall_just_past": 0.6}}
+    assert "far recall has not emerged" in ff.weights_note("trained", near_ok)    # then distance is the story
+    assert ff.near_recall_of(flat) == [0.05, 0.06]
+    offer = ff.checkpoints_offer(False, 0.12, 0.9, 2, ff.near_recall_of(flat))
+    assert "has not emerged in it at any distance" in offer and "5%, 6%" in offer
+    assert "far recall has not emerged" in ff.checkpoints_offer(False, 0.12, 0.9, 2, [0.8])
+
+
+@pytest.mark.parametrize("replay", [64, 128, 512])
+def test_replay_input_and_windows_agree_with_the_persistent_figure(replay):
+    import dataclasses
+
+    from lessons.calculator import calculate, replay_tradeoff
+    from lessons.designs import build, defaults
+    from model import V41Config
+
+    cfg = V41Config.preset("v4.1-flash")
+    k = dataclasses.replace(defaults("v4.1-flash"), replay=replay)
+    d = build("v4.1-flash", k)
+    tr = replay_tradeoff(d, k, [1] * cfg.num_hidden_layers, 1, 1, 1, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1))
+    # each of the 20 decoder windows holds its 128 rows whatever the replay length
+    assert tr.stored_bytes == 20 * 128 * (512 + 512 // 32)
+    assert tr.input_bytes == replay * cfg.hc_mult * (cfg.hidden_size + 1) * 4
+    kept = sum(r.bytes for r in calculate(d, k).persistent.rows if r.kind == "replay_input")
+    assert kept == tr.input_bytes                       # the persistent figure counts the input the tab shows
+
+
+def test_glossary_defines_the_names_the_memory_pages_use():
+    from lessons.glossary import find_terms, terms
+
+    found = terms()
+    names = " | ".join(t.term for t in found)
+    for word in ("MLA", "DSA", "GQA", "CSA, HCA", "MTP", "latent", "nats", "rollback slack", "KV cache",
+                 "recall checkpoint"):
+        assert word in names, word
+    csa = next(t for t in found if t.term.startswith("CSA, HCA"))
+    assert "CSA2" in csa.meaning and "4" in csa.meaning and "128" in csa.meaning     # V4 vs V4.1
+    assert find_terms("latent", found) and "DeepSeek-V2" in next(t for t in found if t.term == "MLA").meaning
+
+
+def test_one_name_for_a_stored_entry_and_the_lineage_says_what_v2_brought():
+    from lessons.calculator import KIND_LABELS
+    from lessons.designs import LINEAGE
+    from lessons.layers import SEPARATE_DECISIONS, computed_rows
+
+    assert "compressed entries" in KIND_LABELS["latents"]
+    assert "**compressed entries** column" in SEPARATE_DECISIONS and "**latents** column" not in SEPARATE_DECISIONS
+    assert "DeepSeek-V2, which replaced" in LINEAGE and "(MLA)" in LINEAGE
+    assert computed_rows([]) == []
+
+
+def test_mhc_sites_are_explained_one_way_as_the_engine_runs_them():
+    from lessons.figure3 import MHC_SITE, box_text, steps
+    from lessons.figure3_layout import Box
+    from model import V41Config
+
+    cfg = V41Config.preset("v4.1-flash")
+    step = next(s.body for s in steps(cfg) if s.key == "mhc")
+    box = box_text(Box("mhc:encoder", "mhc", "", 0, 0, 1, 1), cfg)
+    for text in (step, box):
+        assert MHC_SITE in text and "serving that site and the next" not in text
+    assert "`pre` weights that collapse the streams into the next site's input" in MHC_SITE
+
+
+def test_ablation_lab_calls_bounded_prefill_the_release_way_and_streams_still_exchange():
+    from lessons.ablation import CONFIGS
+
+    assert "The release's way of reading a prompt" in CONFIGS["bounded prefill"][2]
+    mix = CONFIGS["streams never mix"][2]
+    assert "keeps to itself" not in mix and "reads a mix of all of them and writes its output into each" in mix
+
+
+def test_total_parameters_are_marked_as_counted_from_the_config():
+    from model import V41Config
+
+    text = _body(V41Config.preset("v4.1-flash"), "engram", engram_params=197_000_000_000,
+                 total_params=763_000_000_000)
+    assert "763B parameters in all (counted from the config; the release quotes the 552B backbone)" in text
+
+
+def test_calculator_inputs_are_explained_not_restated():
+    from lessons.calculator import KNOB_HELP
+
+    assert "speculative decoding" in KNOB_HELP["rollback"] and "rollback" not in KNOB_HELP["rollback"]
+    assert "exact:" in KNOB_HELP["mode"] and "bounded:" in KNOB_HELP["mode"]
+    assert KNOB_HELP["replay"] != "rows recomputed by bounded replay" and "windows" in KNOB_HELP["replay"]
+
+
+def test_reader_text_names_no_files_and_no_jargon_for_the_checkpoints():
+    from lessons import far_fact as ff
+
+    offer = ff.checkpoints_offer(False, 0.12, 0.9, 2, [0.05, 0.06])
+    for said in (offer, ff.FAR_RULE, ff.NO_RECORD):
+        assert not any(x in said for x in ("weights/", ".jsonl", "training.json", "key-value rows")), said
+    assert "one part in five ordinary text" in offer
+
+
+def test_lookback_verdict_states_its_rule():
+    from lessons.lookback_heads import LOOKS, LOOKS_RULE
+
+    assert f"at least {LOOKS:g} times what an even spread would give" in LOOKS_RULE
+
+
+def test_release_and_tiny_sizes_side_by_side():
+    from lessons.sources import SOURCES_NOTE
+    from lessons.start import scale_rows
+    from model import V41Config
+
+    rel, tiny = V41Config.preset("v4.1-flash"), V41Config.preset("tiny")
+    rows = {r[""]: (r["released V4.1-Flash"], r["tiny model here"]) for r in scale_rows(rel, tiny)}
+    assert rows["window (rows)"] == (str(rel.sliding_window), str(tiny.sliding_window))
+    assert rows["entries a query selects (top-k)"] == (str(rel.index_topk), str(tiny.index_topk))
+    assert rows["candidate pool (positions)"][0] == f"{rel.candidate_topk_blocks * rel.candidate_block_size:,}"
+    assert rows["routed experts (chosen of)"][1] == f"{tiny.num_experts_per_tok} of {tiny.n_routed_experts}"
+    assert rows["layers (encoder + decoder)"][0].startswith(f"{rel.num_hidden_layers} (")
+    assert "layer kinds at small widths" not in SOURCES_NOTE and "not its sizes" in SOURCES_NOTE
+
+
+def test_prefill_prose_counts_index_keys_for_selecting_layers_and_attention_in_the_active_count():
+    from lessons.workload import RELEASE_ACTIVE, V41_SPLIT
+
+    assert "index keys every decoder layer reads" not in V41_SPLIT and "index keys its selecting layers" in V41_SPLIT
+    assert "(in each, attention, indexer" in RELEASE_ACTIVE and "(the shared expert plus" not in RELEASE_ACTIVE
+
+
+def test_an_out_of_range_number_is_refused_with_a_message():
+    from lessons.calculator import LIMITS, range_note
+
+    lo, hi = LIMITS["context"]
+    note = range_note("context", "Context length", hi + 1, 131_072)
+    assert note and f"{hi + 1:,}" in note and "not applied" in note and "131,072" in note and f"{hi:,}" in note
+    assert range_note("rollback", "Rollback slack", -1, 1)
+    assert range_note("context", "Context length", hi, 131_072) is None
+
+
+def test_one_based_numbering_names_its_explainer():
+    from lessons.sources import EXPLAINER_1, ONE_BASED
+
+    assert EXPLAINER_1 in ONE_BASED

@@ -162,6 +162,7 @@ def test_explain_says_where_the_match_lies_and_when_no_head_looks_back():
     tr.layers[0].shares.window[0, :, :, :] = 1 / 8
     said = " ".join(explain(look_back(tr, lay_far), num=lambda i: i + 1))
     assert "24 tokens back" in said and "beyond the 8-row window" in said and "No head looks back" in said
+    assert "at least 3 times what an even spread would give" in said          # the verdict's rule, stated
     lay_near = CopyLayout(lead=2, span=4, gap=3)                 # the token to copy 6 back: inside a window of 8
     near = _trace(lay_near, heads=1, window=8)
     for t in lay_near.query_rows:
