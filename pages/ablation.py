@@ -20,7 +20,7 @@ from lessons.ablation import (
     reading,
     run_config,
 )
-from lessons.far_fact import weights_note
+from lessons.far_fact import CHANCE, weights_note
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
 from ui.common import built, cached_with_progress, page_header, require_model
@@ -130,7 +130,7 @@ if rows:   # the results right under the button; the one-story panel after them
                        key="abl_dl")
     st.plotly_chart(built(ablation_figure, table, [("loss", "held-out loss"), ("recall_far", "far recall"),
                                                    ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
-                          f"Same prompt ({len(cost_ids)} tokens), same budget"), width="stretch",
+                          f"Same prompt ({len(cost_ids)} tokens), same budget", chance=CHANCE), width="stretch",
                     key="abl_chart")
     for line in reading(table):
         st.write(line)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ui.axes import axis_for, bar_mode, share_axis
+
 ROLE_COLORS = {"SWA": "#9aa5b1", "Full": "#1f77b4", "Reuse": "#8fbbe0", "Reindex": "#ff7f0e"}
 ROLE_LETTERS = {"SWA": "W", "Full": "F", "Reuse": "R", "Reindex": "Ri"}
 
@@ -27,13 +29,12 @@ def top_tokens_bar(table, title: str = "Next-token probability") -> go.Figure:
     """The Start page's bars. Built from one spec in one step (validated as usual): it is drawn after every batched
     prompt run, once per visitor, and the step-by-step form (update_layout) costs four times as long."""
     labels = [f"{show_token(t)}  ({i})" for t, i in zip(table.tokens, table.ids)]
-    # the axis leaves room for the top bar's label, never past 115% (no 120% tick on a probability)
+    # the whole 0-100% (a 1% bar must not look full), with room for the top bar's label
     return go.Figure(dict(
         data=[dict(type="bar", x=table.probs[::-1], y=labels[::-1], orientation="h",
                    text=[f"{p:.1%}" for p in table.probs[::-1]], textposition="outside", marker=dict(color="#1f77b4"))],
         layout=dict(title=dict(text=title), height=36 * len(labels) + 120, margin=dict(l=10, r=40, t=50, b=40),
-                    xaxis=dict(title=dict(text="probability"), range=[0, min(1.15, max(table.probs) * 1.25 + 1e-9)],
-                               tickformat=".0%"),
+                    xaxis=share_axis("probability", headroom=0.15),
                     yaxis=dict(title=dict(text="")))))
 
 
@@ -178,7 +179,7 @@ def grouped_bars(categories, series: dict, title: str = "", yaxis_title: str = "
     for name, vals in series.items():
         fig.add_trace(go.Bar(x=list(categories), y=list(vals), name=name, text=[text_fmt.format(v) for v in vals],
                              textposition="outside"))
-    fig.update_layout(barmode="group", title=title, yaxis_title=yaxis_title, height=height,
+    fig.update_layout(barmode="group", title=title, yaxis=axis_for(yaxis_title, headroom=0.15), height=height,
                       margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=1.02, x=1, xanchor="right"))
     return fig
 
@@ -199,13 +200,13 @@ def stacked_bars(labels, parts: dict, title: str = "", axis_title: str = "", tex
         fig.add_trace(go.Bar(name=name, text=[fmt(v) if v else "" for v in vals], textposition="inside",
                              hovertemplate=f"{name}: %{{text}}<extra></extra>", **kw))
     # the legend sits above the plot, under the title (anchored at its bottom, it never covers the first bar)
-    fig.update_layout(barmode="stack", title=title, height=height or (110 + 42 * len(labels)),
+    fig.update_layout(barmode=bar_mode(True, False), title=title, height=height or (110 + 42 * len(labels)),
                       margin=dict(l=10, r=10, t=70, b=30),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
     if horizontal:
-        fig.update_layout(xaxis_title=axis_title, yaxis=dict(autorange="reversed"))
+        fig.update_layout(xaxis=axis_for(axis_title), yaxis=dict(autorange="reversed"))
     else:
-        fig.update_layout(yaxis_title=axis_title)
+        fig.update_layout(yaxis=axis_for(axis_title))
     return fig
 
 

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design, layer_label
 from lessons.units import BINARY, human_bytes
+from ui.axes import bar_mode
 from ui.figures import ROLE_COLORS
 
 KIND_COLORS = {
@@ -39,6 +40,11 @@ def chart_config(fmt: str = "png", filename: str = "cache") -> dict:
 def _stacks(stacks: Sequence[dict[str, int]]) -> list[int]:
     """The bytes a log axis must span for stacked bars: each bar's bottom segment and its total."""
     return [v for s in stacks for v in (next((s[k] for k in KINDS if s.get(k)), 0), sum(s.values()))]
+
+
+def _parts(stacks: Sequence[dict[str, int]]) -> list[int]:
+    """The bytes a log axis must span for bars side by side: every non-zero part."""
+    return [v for s in stacks for v in s.values() if v]
 
 
 def byte_ticks(values: Sequence[float], log: bool = False) -> dict:
@@ -85,9 +91,10 @@ def layer_bar(res: CacheResult, labels: Mapping[int, str], title: str, log: bool
         if any(ys):
             fig.add_bar(x=xs, y=ys, name=KIND_LABELS[k], marker_color=KIND_COLORS[k],
                         hovertemplate="%{x}: %{y:,} bytes<extra>" + KIND_LABELS[k] + "</extra>")
-    fig.update_layout(barmode="stack", title=title, xaxis_title="layer holding the stored copy",
+    stacks = list(res.by_layer.values())
+    fig.update_layout(barmode=bar_mode(True, log), title=title, xaxis_title="layer holding the stored copy",
                       yaxis=dict(title="bytes", type="log" if log else "linear",
-                                 **byte_ticks(_stacks(list(res.by_layer.values())), log)),
+                                 **byte_ticks(_parts(stacks) if log else _stacks(stacks), log)),
                       height=420, margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(type="category"),
                       legend=UNDER_AXIS_TITLE)
     return fig
@@ -102,9 +109,10 @@ def compare_bar(results: Sequence[tuple[str, CacheResult]], title: str, log: boo
             fig.add_bar(x=names, y=ys, name=KIND_LABELS[k], marker_color=KIND_COLORS[k],
                         hovertext=[human_bytes(y) for y in ys], hovertemplate="%{x}<br>%{hovertext}<extra>"
                         + KIND_LABELS[k] + "</extra>")
-    fig.update_layout(barmode="stack", title=title, height=420, margin=dict(l=10, r=10, t=50, b=40),
+    stacks = [r.by_kind for _, r in results]
+    fig.update_layout(barmode=bar_mode(True, log), title=title, height=420, margin=dict(l=10, r=10, t=50, b=40),
                       yaxis=dict(title="bytes on the accelerator", type="log" if log else "linear",
-                                 **byte_ticks(_stacks([r.by_kind for _, r in results]), log)),
+                                 **byte_ticks(_parts(stacks) if log else _stacks(stacks), log)),
                       legend=dict(orientation="h", y=-0.2))
     return fig
 

@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ui.axes import is_share_title, log_axis, share_axis, token_axis
 from ui.figures import ROLE_COLORS, show_token
 
 WINDOW_C, ENTRY_C, SINK_C, POOL_C, PICK_C, DROP_C = "#1f77b4", "#ff7f0e", "#7f7f7f", "#c7e9c0", "#2ca02c", "#d62728"
@@ -56,8 +57,10 @@ def attention_figure(view, tokens: list[str], pos: int, title: str) -> go.Figure
     fig.add_bar(x=[-2], y=[view.sink], name="sink", marker_color=SINK_C, width=1.5,
                 hovertemplate="sink share %{y:.3%}<extra></extra>")
     fig.add_vline(x=pos, line_dash="dot", line_color="#444", annotation_text="query", annotation_position="top")
-    fig.update_xaxes(title="source token position", range=[-4, pos + 2])
-    fig.update_yaxes(title="attention share", tickformat=".1~%")
+    # the tokens' text under their bars (the sink sits left of the first token)
+    fig.update_xaxes(range=[-4, pos + 2], **token_axis(tokens[: pos + 1], title="source token",
+                                                       show=lambda t: label(t, 12)))
+    fig.update_yaxes(**share_axis("attention share"))
     return _layout(fig, title, 340, barmode="overlay", legend=dict(orientation="h", y=-0.25))
 
 
@@ -120,7 +123,7 @@ def lens_figure(lens, title: str) -> go.Figure:
     probs = [p for _, _, p in lens]
     fig = go.Figure(go.Bar(x=probs[::-1], y=labels[::-1], orientation="h", marker_color=WINDOW_C,
                            text=[f"{p:.1%}" for p in probs[::-1]], textposition="outside"))
-    fig.update_xaxes(title="probability", range=[0, min(1.15, max(probs + [1e-9]) * 1.3)], tickformat=".0%")
+    fig.update_xaxes(**share_axis("probability", headroom=0.15))
     return _layout(fig, title, 60 + 36 * max(1, len(lens)))
 
 
@@ -139,7 +142,7 @@ def overview_figure(matrix: np.ndarray, tokens: list[str], layer_labels: list[st
                         marker=dict(symbol="square-open", size=14, color="red", line=dict(width=2)), hoverinfo="skip")
     if n_prompt is not None and n_prompt < n:
         fig.add_vline(x=n_prompt - 0.5, line_color="white", line_dash="dash", annotation_text="generated \u2192")
-    fig.update_xaxes(title="token position")
+    fig.update_xaxes(**token_axis(tokens[:n], title="token", show=lambda t: label(t, 12)))
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, title, 120 + 26 * matrix.shape[0])
 
@@ -190,7 +193,7 @@ def recall_rows_figure(positions, series: dict, title: str, y_title: str = "") -
     for name, ys in series.items():
         fig.add_scatter(x=list(positions), y=list(ys), mode="lines", name=name)
     fig.update_xaxes(title="query position")
-    fig.update_yaxes(title=y_title, range=[0, 1.05])
+    fig.update_yaxes(**share_axis(y_title or "recall", headroom=0.05))
     return _layout(fig, title, 300, legend=dict(orientation="h", y=-0.3))
 
 
@@ -212,8 +215,8 @@ def reach_figure(points, window: int, title: str) -> go.Figure:
     # on a log axis an annotation's x is the exponent (a shape's is the value)
     fig.add_annotation(x=math.log10(edge), y=1.05, text="window edge", showarrow=False, xanchor="left",
                        font=dict(color=DROP_C))
-    fig.update_xaxes(title="tokens back to the token to copy", type="log")
-    fig.update_yaxes(range=[0, 1.05])
+    fig.update_xaxes(**log_axis(back + [edge], "tokens back to the token to copy"))
+    fig.update_yaxes(**share_axis("share, or rate of spans continued", headroom=0.1))
     return _layout(fig, title, 340, legend=dict(orientation="h", y=-0.35))
 
 
@@ -236,7 +239,7 @@ def acceptance_figure(pos) -> go.Figure:
                            customdata=list(zip(pos["accepted"], pos["reached"])),
                            hovertemplate="position %{x}: %{customdata[0]} of %{customdata[1]}<extra></extra>"))
     fig.update_xaxes(title="draft position j", dtick=1)
-    fig.update_yaxes(title="accepted when reached", range=[0, 1.05])
+    fig.update_yaxes(**share_axis("accepted when reached", headroom=0.05))
     return _layout(fig, "Acceptance per draft position", 320)
 
 
@@ -248,8 +251,8 @@ def calibration_figure(pos) -> go.Figure:
     fig.add_scatter(x=list(pos["survival_predicted"]), y=list(pos["survival_observed"]), mode="markers",
                     marker=dict(symbol="diamond"), name="first j all kept")
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="calibrated")
-    fig.update_xaxes(title="predicted (mean confidence)", range=[0, 1.02])
-    fig.update_yaxes(title="observed", range=[0, 1.05])
+    fig.update_xaxes(**share_axis("predicted (mean confidence)", headroom=0.02))
+    fig.update_yaxes(**share_axis("observed", headroom=0.05))
     return _layout(fig, "Confidence head calibration", 320, legend=dict(orientation="h", y=-0.3))
 
 
@@ -257,8 +260,10 @@ def calibration_figure(pos) -> go.Figure:
 # Ablation lab
 # --------------------------------------------------------------------------------------------------
 
-def ablation_figure(rows: list[dict], metrics: list[tuple[str, str]], title: str) -> go.Figure:
-    """One panel per metric, one bar per configuration (the full model first)."""
+def ablation_figure(rows: list[dict], metrics: list[tuple[str, str]], title: str,
+                    chance: float | None = None) -> go.Figure:
+    """One panel per metric, one bar per configuration (the full model first). A recall or share panel runs over
+    0-100%, with `chance` (a guess's rate) dotted across it."""
     names = [r["configuration"] for r in rows]
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[m[1] for m in metrics])
     for c, (key, _) in enumerate(metrics, 1):
@@ -266,4 +271,9 @@ def ablation_figure(rows: list[dict], metrics: list[tuple[str, str]], title: str
         fig.add_trace(go.Bar(x=names, y=ys, marker_color=[PICK_C if i == 0 else WINDOW_C for i in range(len(rows))],
                              showlegend=False, hovertemplate="%{x}: %{y:.4g}<extra></extra>"), 1, c)
         fig.update_xaxes(tickangle=-40, row=1, col=c)
+        if is_share_title(metrics[c - 1][1]):
+            fig.update_yaxes(**share_axis(), row=1, col=c)
+            if chance is not None:
+                fig.add_hline(y=chance, line=dict(color=DROP_C, dash="dot"), row=1, col=c,
+                              annotation_text=f"chance {chance:.1%}", annotation_position="top right")
     return _layout(fig, title, 420)

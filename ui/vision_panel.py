@@ -35,6 +35,7 @@ from model.inference import (
     trace_with_image,
 )
 from model.scenes import draw_scene, sample_scenes
+from ui.axes import share_axis
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
 
@@ -114,7 +115,7 @@ def routing_figure(rs: lv.RoutingShare, layer_label: str) -> go.Figure:
                      go.Bar(x=experts, y=rs.text, name=f"text tokens ({rs.n_text_tokens})", marker_color="#ff7f0e")])
     fig.update_layout(barmode="group", height=320, margin=dict(l=10, r=10, t=40, b=40),
                       title=f"{layer_label}: share of expert picks (overlap {rs.overlap:.0%})",
-                      xaxis=dict(title="routed expert", dtick=1), yaxis=dict(title="share of picks", tickformat=".0%"),
+                      xaxis=dict(title="routed expert", dtick=1), yaxis=share_axis("share of picks"),
                       legend=dict(orientation="h", y=-0.25))
     return fig
 
@@ -125,7 +126,7 @@ def image_attention_figure(att: list[lv.ImageAttention], num: Callable[[int], in
                      go.Bar(x=x, y=[a.entries for a in att], name="through selected entries", marker_color="#ff7f0e")])
     fig.update_layout(barmode="stack", height=320, margin=dict(l=10, r=10, t=40, b=40),
                       title="Attention from the text after the picture onto image positions (mean over rows, heads)",
-                      xaxis=dict(title="layer"), yaxis=dict(title="share", tickformat=".0%"),
+                      xaxis=dict(title="layer"), yaxis=share_axis("share"),
                       legend=dict(orientation="h", y=-0.3))
     return fig
 

@@ -188,3 +188,80 @@ def test_dspark_stochastic_step_leaves_unchecked_rows_without_a_keep_chance():
         if seen:
             break
     assert seen, "a random drafter should have been refused before its last guess within four steps"
+
+
+# ---- honest axes on every figure the pages draw --------------------------------------------------------------
+def _charts(at: AppTest) -> list[dict]:
+    import json
+
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_every_drawn_figure_keeps_the_axis_rules(page):
+    from ui.axes import problems
+
+    at = app(page)
+    no_errors(at)
+    found = [p for spec in _charts(at) for p in problems(spec)]
+    assert not found, found
+
+
+@pytest.mark.parametrize("page, params", [("compare_designs", {"log": "0"}), ("cache_calculator", {"log": "0"}),
+                                          ("inspector", {"layer": 7})])
+def test_figures_with_other_settings_keep_the_axis_rules(page, params):
+    from ui.axes import problems
+
+    at = app(page, **params)
+    no_errors(at)
+    found = [p for spec in _charts(at) for p in problems(spec)]
+    assert not found, found
+
+
+def test_figures_drawn_after_a_button_keep_the_axis_rules():
+    """The figures a page draws only after a run (ablation lab, look-back sweep, DSpark, the vision panel), built
+    from small hand-made inputs; and the checker itself catches each broken rule."""
+    from types import SimpleNamespace
+
+    import plotly.graph_objects as go
+
+    from lessons import vision as lv
+    from ui.axes import log_ticks, problems, share_axis
+    from ui.figures import grouped_bars, stacked_bars
+    from ui.figures_run import ablation_figure, acceptance_figure, calibration_figure, lens_figure, reach_figure
+    from ui.vision_panel import image_attention_figure, routing_figure
+
+    rows = [{"configuration": "full model", "loss": 4.2, "recall_far": 0.12, "prefill_s": 0.3, "cache_bytes": 1000},
+            {"configuration": "window only", "loss": 4.3, "recall_far": 0.11, "prefill_s": 0.2, "cache_bytes": 1000}]
+    pos = {"position": [1, 2], "rate": [0.5, 0.25], "accepted": [2, 1], "reached": [4, 4], "predicted": [0.6, 0.3],
+           "survival_predicted": [0.6, 0.2], "survival_observed": [0.5, 0.1]}
+    points = [SimpleNamespace(back=b, share=0.3, copied=0.5, first=0.1, gap=b, layer=1, head=0)
+              for b in (3, 10, 40, 200)]
+    figs = [ablation_figure(rows, [("loss", "held-out loss"), ("recall_far", "far recall")], "t", chance=1 / 11),
+            acceptance_figure(pos), calibration_figure(pos), reach_figure(points, 32, "t"),
+            lens_figure([(1, "a", 0.02), (2, "b", 0.015)], "lens"),
+            grouped_bars(["E1", "E2"], {"a": [1e-9, 2e-9]}, yaxis_title="share"),
+            stacked_bars(["q1"], {"window": [0.7], "entries": [0.3]}, axis_title="share"),
+            routing_figure(lv.RoutingShare(layer=1, n_experts=4, image=[0.5, 0.5, 0, 0], text=[0.25] * 4, n_image_tokens=4,
+                                           n_text_tokens=8, overlap=0.5), "layer 1"),
+            image_attention_figure([lv.ImageAttention(layer=1, role="Full", per_row=[0.3], rows=[5], window=0.2,
+                                                      entries=0.1)])]
+    for fig in figs:
+        assert not problems(fig), problems(fig)
+    lens = figs[4].to_plotly_json()["layout"]["xaxis"]
+    assert lens["range"][0] == 0 and lens["range"][1] >= 1 and lens["dtick"] == 0.2     # distinct ticks, full range
+    recall = figs[0].to_plotly_json()["layout"]["yaxis2"]
+    assert recall["range"] == [0, 1] and recall["tickformat"].endswith("%")
+    assert log_ticks(3, 200) == [3, 10, 30, 100]
+    # the checker: each broken rule is named
+    bad_range = go.Figure(go.Bar(x=["a"], y=[0.1]), layout=dict(yaxis=dict(title="far recall", range=[0, 0.12],
+                                                                            tickformat=".0%", dtick=0.02)))
+    si = go.Figure(go.Bar(x=["a"], y=[1e-9]), layout=dict(yaxis=dict(title="share", range=[0, 1])))
+    stacked_log = go.Figure([go.Bar(x=["a"], y=[1]), go.Bar(x=["a"], y=[2])],
+                            layout=dict(barmode="stack", yaxis=dict(type="log", tickmode="array", tickvals=[1])))
+    minor = go.Figure(go.Scatter(x=[1, 100], y=[0, 1]), layout=dict(xaxis=dict(type="log")))
+    assert "run from 0 to 1" in " ".join(problems(bad_range))
+    assert "percent ticks" in " ".join(problems(si))
+    assert "stacked bars on a log axis" in " ".join(problems(stacked_log))
+    assert "readable ticks" in " ".join(problems(minor))
+    assert share_axis(percent_values=True)["range"] == [0, 100.0]
