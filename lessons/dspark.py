@@ -151,11 +151,18 @@ def position_rows(stats: SpecStats) -> list[PositionRow]:
                         c.predicted, c.observed_survival, c.predicted_survival) for c in stats.calibration]
 
 
+def passes_help(target_passes: int, checking: int) -> str:
+    """How the target-pass count splits, so it agrees with the table's checking passes."""
+    return (f"{target_passes} = 1 pass over the prompt (prefill), which also gives the first token, + {checking} "
+            "checking passes (one per draft-and-verify step)")
+
+
 def summary_rows(stats: SpecStats, plain_seconds: float | None = None,
                  plain_tokens: int | None = None) -> list[Explained]:
     g = stats.mean_draft_length
     rows = [
-        Explained("checking passes", stats.steps, "one big-model pass per draft-and-verify step"),
+        Explained("checking passes", stats.steps, "one big-model pass per draft-and-verify step (the target passes "
+                  "above add 1: the prefill pass that made the first token)"),
         Explained("guesses checked", sum(stats.reached), "positions the rules looked at"),
         Explained("guesses kept", stats.accepted, "sum over steps of the accepted prefix length k"),
         Explained("acceptance a", stats.alpha, "kept / checked"),

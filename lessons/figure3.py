@@ -341,13 +341,25 @@ class LiveLayer:
     entries_visible: int | None
     entries_selected: int | None
     selection_here: bool
-    pool: int | None
+    pool: int | None          # entries in the candidate pool at this row (None: the layer does not use one)
     shares: dict              # mean over heads: window / entries / sink
     experts: list[int]
     expert_weights: list[float]
     engram_gate: list[float] | None
     comb: list[list[float]] | None
     lens: list[tuple[int, float]]
+    scored: int | None = None     # entries this layer's indexer scored at this row (finite scores)
+    builds_pool: bool = False     # the candidate source: it scores every visible entry and keeps the pool
+
+    def selection_sentence(self, pool_max: int) -> str:
+        """Where this layer's selection comes from, and the pool in the same units the box text uses."""
+        made = "made here" if self.selection_here else "kept from an earlier layer"
+        if self.pool is None:
+            return f"Selection {made}."
+        if self.builds_pool:
+            return (f"Selection {made}: its indexer scored {self.scored or 0:,} entries, and from them it kept a "
+                    f"candidate pool of {self.pool:,} entries (at most {pool_max:,}) for the Reindex layers.")
+        return f"Selection {made}, inside the candidate pool of {self.pool:,} entries (at most {pool_max:,})."
 
 
 def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:
@@ -359,13 +371,19 @@ def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:
         raise ValueError(f"layer {layer} did not process position {pos}")
     sh = rec.shares
     w = sh.window.shape[-1]
-    stored = visible = selected = pool = None
+    stored = visible = selected = pool = scored = None
     if s.compress_ratio:
         stored = trace.layers[s.kv_source].source_len
         visible = min((pos + 1) // s.compress_ratio, stored)
         selected = int((sh.entry_ids[0, row] >= 0).sum())
-        if rec.index_scores is not None and (s.candidate_source or s.uses_candidates):
-            pool = int(torch.isfinite(rec.index_scores[0, row]).sum())
+        if rec.index_scores is not None:
+            scored = int(torch.isfinite(rec.index_scores[0, row]).sum())
+        # the pool is the candidate source's record at this row: the source scores every visible entry, so its
+        # own count of scores is not the pool
+        cand = next((r for r in trace.layers if r.spec.candidate_source and r.candidates is not None), None)
+        crow = None if cand is None else cand.row(pos)
+        if crow is not None and (s.candidate_source or s.uses_candidates):
+            pool = int(cand.candidates[0, crow].sum())
     shares = {"window": float(sh.window[0, row].sum(-1).mean()), "entries": float(sh.entries[0, row].sum(-1).mean()),
               "sink": float(sh.sink[0, row].mean())}
     lens = rec.lens_at(row)
@@ -376,7 +394,7 @@ def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:
         expert_weights=[float(x) for x in rec.router_weights[0, row].tolist()],
         engram_gate=None if rec.engram_gate is None else [float(g) for g in rec.engram_gate[0, row].tolist()],
         comb=None if rec.hc_attn is None else [[float(v) for v in r] for r in rec.hc_attn.comb[0, row].tolist()],
-        lens=lens)
+        lens=lens, scored=scored, builds_pool=bool(s.candidate_source))
 
 
 def sample_image(size: int = 64):

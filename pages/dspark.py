@@ -22,6 +22,7 @@ from lessons.dspark import (
     active_sentence,
     block_sentence,
     cache_rows,
+    passes_help,
     position_rows,
     simulate,
     simulation_rows,
@@ -229,11 +230,13 @@ except Exception as e:
 stats: SpecStats = spec.stats
 same = base.tokens == spec.tokens
 c = st.columns(4)
-c[0].metric("Target passes (plain)", base.target_passes)
-c[1].metric("Target passes (DSpark)", spec.target_passes)
+c[0].metric("Target passes (plain)", base.target_passes,
+            help="1 pass over the prompt, which gives the first token, + 1 pass per further token")
+c[1].metric("Target passes (DSpark)", spec.target_passes, help=passes_help(spec.target_passes, stats.steps))
 speed = base.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
 c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
 c[3].metric("Identical output", "yes" if same else "no")
+st.caption("DSpark's target passes: " + passes_help(spec.target_passes, stats.steps) + ".")
 if rule == "greedy" and drafter is getattr(model, "mtp", None):
     reproduce(snippets.dspark(sess.weights, text, int(max_new), mode, draft_length, float(threshold)), "dspark")
 if rule == "greedy" and not same:

@@ -80,6 +80,12 @@ if box_qp is not None and box_qp not in choices:
 seed("fig3_box", None if box_qp is None else box_qp if box_qp in choices else NONE, NONE)
 if st.session_state["fig3_box"] not in choices and st.session_state["fig3_box"] != NONE:
     st.session_state["fig3_box"] = NONE   # the drawing changed under the open box
+# A box keeps its id across drawings but not its label ("layer 8: attention (Full r2)" in the release, "(Reindex
+# r1)" in the running model). The browser shows the label it last sent unless the value is set again here.
+_label = choices.get(st.session_state["fig3_box"], NONE)
+if st.session_state.get("fig3_box_label", _label) != _label:
+    st.session_state["fig3_box"] = st.session_state["fig3_box"]
+st.session_state["fig3_box_label"] = _label
 
 
 def _open_step_box() -> None:
@@ -222,8 +228,7 @@ def _layer_numbers(box, ll) -> None:
             # a label no longer than "entries stored": a third of the narrow column, with its help icon
             c[2].metric("entries read", ll.entries_selected,
                         help=f"the entries this query selected, out of {ll.entries_visible} it could see")
-            made = "made here" if ll.selection_here else "kept from an earlier layer"
-            st.write(f"Selection {made}" + (f"; candidate pool {ll.pool} entries." if ll.pool else "."))
+            st.write(ll.selection_sentence(cfg.candidate_topk_blocks * cfg.candidate_block_size))
         else:
             c[1].metric("entries stored", "none")
         sh = ll.shares

@@ -289,6 +289,19 @@ def test_live_layer_numbers(traced):
     assert live_layer(tr, 1).engram_gate is not None and ll.engram_gate is None
     assert sum(ll.shares.values()) == pytest.approx(1.0, abs=1e-5)
     assert live_layer(tr, 6).pool is not None  # Reindex inside the candidate pool
+    # the pool a box reports is the pool, never the count of entries the candidate source scored
+    pool_max = cfg.candidate_topk_blocks * cfg.candidate_block_size
+    src = next(s.index for s in layer_map(cfg) if s.candidate_source)
+    cand = tr.layers[src]
+    held = int(cand.candidates[0, cand.row(39)].sum())
+    for layer in [s.index for s in layer_map(cfg) if s.candidate_source or s.uses_candidates]:
+        ll = live_layer(tr, layer)
+        assert ll.pool == held and ll.pool <= pool_max
+        said = ll.selection_sentence(pool_max)
+        assert f"{held:,} entries (at most {pool_max:,})" in said or f"pool of {held:,} entries" in said
+    built = live_layer(tr, src)
+    assert built.scored == built.entries_visible and f"scored {built.scored:,} entries" in \
+        built.selection_sentence(pool_max)
 
 
 # ---- recurrence ---------------------------------------------------------------------------------------------

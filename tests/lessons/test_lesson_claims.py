@@ -485,3 +485,18 @@ def test_one_based_numbering_names_its_explainer():
     from lessons.sources import EXPLAINER_1, ONE_BASED
 
     assert EXPLAINER_1 in ONE_BASED
+
+
+def test_dspark_target_passes_and_checking_passes_count_the_same_thing():
+    from lessons.dspark import passes_help, summary_rows
+    from model.inference import Sampler, speculative_generate
+    from model.arch import attach_drafter
+
+    m = random_model("micro", seed=3)
+    ids = torch.randint(5, 250, (1, 12), generator=torch.Generator().manual_seed(1))
+    res = speculative_generate(m, attach_drafter(m, seed=5), ids, 6, sampler=Sampler(), stop_at_eos=False)
+    checking = next(r for r in summary_rows(res.stats) if r.label == "checking passes")
+    assert res.target_passes == 1 + checking.value                    # the prefill pass made the first token
+    assert "add 1" in checking.formula and "prefill" in checking.formula
+    said = passes_help(res.target_passes, checking.value)
+    assert said.startswith(f"{res.target_passes} = 1 pass over the prompt") and f"+ {checking.value} checking" in said
