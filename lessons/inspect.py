@@ -164,6 +164,22 @@ def run_prompt(model, ids: list[int], mode: str = "bounded", new_tokens: int = 0
                step_s=steps, decode=model.decode)
 
 
+def one_line(text: str) -> str:
+    """Generated text on one line: a line break shows as ↵ and a tab as →, other control characters as \\xNN, so a
+    token after a break ('[' after '\\n') stays beside the text it follows instead of on a line of its own."""
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append("\u21b5")
+        elif ch == "\t":
+            out.append("\u2192")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def covered_rows(run: Run) -> np.ndarray:
     """[layers, tokens] bool: did layer l run token t as a query? (Generated tokens not yet fed are False.)"""
     m = np.zeros((run.n_layers, run.n), dtype=bool)

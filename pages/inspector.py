@@ -24,6 +24,7 @@ from lessons.inspect import (
     encode_prompt,
     layer_view,
     load_samples,
+    one_line,
     overview,
     run_prompt,
     trace_to_json,
@@ -120,7 +121,7 @@ except Exception as e:  # any model-side rejection becomes a message, never a tr
 st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
            f"({mode}), decode {run.decode_s:.2f} s, on {sess.device.upper()} with {sess.label}.")
 if run.generated:
-    st.text("Generated: " + "".join(run.tokens[run.n_prompt:]))
+    st.text("Generated: " + one_line("".join(run.tokens[run.n_prompt:])))
 if mode == "bounded":
     agree = cached_with_progress("inspector_agree", (sess.label, tuple(ids)),
                                  lambda progress: bounded_agreement(model, ids), "Comparing with exact prefill ...")

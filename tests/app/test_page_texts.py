@@ -265,3 +265,29 @@ def test_figures_drawn_after_a_button_keep_the_axis_rules():
     assert "stacked bars on a log axis" in " ".join(problems(stacked_log))
     assert "readable ticks" in " ".join(problems(minor))
     assert share_axis(percent_values=True)["range"] == [0, 100.0]
+
+
+# ---- numbers on one screen agree; a refused input says so ------------------------------------------------------
+def test_calculator_says_when_a_typed_number_is_out_of_range_and_keeps_the_last_good_one():
+    from lessons.calculator import LIMITS
+
+    at = app("cache_calculator", preset="v4.1-flash", context=131072)
+    hi = LIMITS["context"][1]
+    at.number_input(key="cc_context").set_value(hi + 1).run()
+    no_errors(at)
+    said = [w.value for w in at.warning]
+    assert any(f"{hi + 1:,}" in w and "not applied" in w and "131,072" in w for w in said), said
+    assert at.number_input(key="cc_context").value == 131072
+    at.number_input(key="cc_rollback").set_value(-3).run()
+    assert any("-3" in w.value and "not applied" in w.value for w in at.warning)
+    assert at.number_input(key="cc_rollback").value == 1
+
+
+def test_sidebar_names_the_explainer_whose_numbering_it_offers():
+    from lessons.sources import EXPLAINER_1
+
+    at = app("layer_map")
+    no_errors(at)
+    options = [o for r in at.sidebar.radio for o in r.options]
+    assert any(EXPLAINER_1 in str(o) for o in options) or any(
+        EXPLAINER_1 in str(r.format_func(o)) for r in at.sidebar.radio for o in r.options), options

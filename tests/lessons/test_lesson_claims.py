@@ -500,3 +500,10 @@ def test_dspark_target_passes_and_checking_passes_count_the_same_thing():
     assert "add 1" in checking.formula and "prefill" in checking.formula
     said = passes_help(res.target_passes, checking.value)
     assert said.startswith(f"{res.target_passes} = 1 pass over the prompt") and f"+ {checking.value} checking" in said
+
+
+def test_generated_text_stays_on_one_line():
+    from lessons.inspect import one_line
+
+    assert one_line(" the\n[") == " the\u21b5["                    # no stray '[' line under the text
+    assert "\n" not in one_line("a\nb\r\n") and one_line("a\tb") == "a\u2192b" and one_line("\x01") == "\\x01"
