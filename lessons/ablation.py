@@ -25,11 +25,11 @@ from .far_fact import window_reach
 from .units import human_bytes
 
 INTRO = (
-    "What does each part contribute to this trained tiny model? One way to ask: switch one part off, keep "
-    "everything else, and measure what changes: answer quality (loss on held-out text, and whether the model can "
-    "still recall an object placed far back in a story), processing time, and the bytes the cache holds. Every "
-    "configuration reads the same prompt at the same cache budget. Whether each part earns its place in the "
-    "released model is a question for the technical report's own experiments: this lab does not reproduce the "
+    "What does each part contribute to this trained tiny model? One way to ask: switch one part off, keep everything "
+    "else, and measure what changes: answer quality (loss on held-out text, and whether the model can still recall an"
+    " object placed far back in a story), processing time, and the bytes the cache holds. Every configuration is "
+    "timed and sized on the same prompt and scored on the same held-out stories. Whether each part earns its place in"
+    " the released model is a question for the technical report's own experiments: this lab does not reproduce the "
     "report's benchmarks, it measures the small model running here."
 )
 
@@ -44,7 +44,7 @@ CONFIGS: dict[str, tuple[dict, str, str]] = {
     "full model": ({}, "exact", "Everything on, as trained."),
     "every layer selects": ({"reselect_all": True}, "exact",
                             "Every Reuse layer picks its own entries instead of reusing the last selection. Reuse "
-                            "layers own no compressor and no indexer weights, so 'all Full' cannot mean that each "
+                            "layers own no compressor and no indexer weights, so this cannot mean that each "
                             "layer makes its own entries: here each one re-scores its group's shared entries with "
                             "the group's indexer weights applied to its own input."),
     "window only": ({"window_only": True}, "exact",

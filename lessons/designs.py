@@ -144,7 +144,8 @@ def v41_design(cfg: V41Config, knobs: Knobs, *, key: str = "v4.1-flash", label: 
         stores.append(Store(name="drafter window rows", kind="drafter", layers=ids, cap=window, read_by=k,
                             parts=_parts(WINDOW_FMT, d, "K=V values", "drafter"), persist="never",
                             note="DSpark's sliding-window layers; format assumed equal to the backbone window; "
-                                 "not held by our engine's Cache; rebuilt from the target's taps"))
+                                 "not held by our engine's Cache; rebuilt from the target layers' states the drafter "
+                                 "reads"))
     full = cfg.name in ("v4.1-flash",)
     n_full = sum(1 for s in specs if s.role == "Full")
     enc_r = sorted({s.compress_ratio for s in specs if s.role == "Full" and s.stack == "encoder"})
@@ -476,9 +477,9 @@ def with_context(key: str, context: int, batch: int = 1) -> Knobs:
 
 COMPARE_INTRO = (
     "Designs that save cache memory differ in what they share and what they give up. The same calculator runs "
-    "on each below, at one context length. Three different things can be shared: **prepared data** (one layer's "
-    "stored entries read by others), **the update rule** (the same weights applied again), and what is kept **per "
-    "token** versus a **fixed-size state** updated as tokens arrive."
+    "on each below, at one context length. Two different things can be shared: **prepared data** (one layer's "
+    "stored entries read by others) and **the update rule** (the same weights applied again); and a design keeps "
+    "its state either **per token** or as a **fixed-size state** updated as tokens arrive."
 )
 
 LINEAGE = (

@@ -242,7 +242,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              frozenset({"mhc"}), "mhc:encoder", read_along=read_along("§2.4.1")),
         Step("pool", "Narrowing the search in two steps",
              f"At layer {cand}, the indexer scores every visible entry (this broad scan still costs work), groups "
-             f"them in blocks of {f['pool_block']} and keeps the {f['pool_blocks']} best blocks: a pool of up to "
+             f"them in blocks of {f['pool_block']} and keeps the {f['pool_blocks']:,} best blocks: a pool of up to "
              f"{f['pool']:,} positions. Later Reindex layers pick their {f['topk']} entries only from inside that "
              "pool. An entry left out of the pool cannot be picked by them, however useful it would have been.",
              frozenset({"pool"}), None if f["cand"] is None else f"attn:{f['cand']}",

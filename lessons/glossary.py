@@ -86,7 +86,7 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "report"),
         Term("prefill, decode", "Prefill reads the tokens already in the input and prepares the cache; many tokens "
              "go through together. Decode then makes new tokens one at a time, each a full pass through the model "
-             "that must wait for the previous one.", "release"),
+             "that must wait for the previous one.", "explainer"),
         Term("HBM, persistent cache", "HBM is the fast memory on the accelerator that holds the cache while a "
              "request runs. A persistent cache is a copy kept in the host's memory or on SSD so a later request can "
              "reuse the work; the release reports its savings against V4-Flash for the two separately.", "release"),

@@ -6,7 +6,6 @@ even when a page stops early for a missing input.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from lessons.sources import SOURCES_NOTE, footer_lines
@@ -23,14 +22,19 @@ def sources_footer() -> None:
             st.markdown("[Glossary](glossary)")
         with st.expander("Sources"):
             st.markdown(SOURCES_NOTE)
-            st.dataframe(scale_table(), hide_index=True)
+            st.markdown(scale_table())
             st.markdown("\n".join(f"- {line}" for line in footer_lines()))
 
 
 @st.cache_data(show_spinner=False)
-def scale_table() -> pd.DataFrame:
-    """The release beside the shipped tiny config (lessons.start.scale_rows)."""
-    return pd.DataFrame(scale_rows(V41Config.preset("v4.1-flash"), V41Config.preset("tiny")))
+def scale_table() -> str:
+    """The release beside the shipped tiny config (lessons.start.scale_rows), as a Markdown table (its cells are
+    numbers and our own words, never a reader's text)."""
+    rows = scale_rows(V41Config.preset("v4.1-flash"), V41Config.preset("tiny"))
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
 
 
 def page_link(path: str, label: str, icon: str, query_params: dict[str, str] | None = None) -> bool:

@@ -242,8 +242,8 @@ def test_figures_drawn_after_a_button_keep_the_axis_rules():
             lens_figure([(1, "a", 0.02), (2, "b", 0.015)], "lens"),
             grouped_bars(["E1", "E2"], {"a": [1e-9, 2e-9]}, yaxis_title="share"),
             stacked_bars(["q1"], {"window": [0.7], "entries": [0.3]}, axis_title="share"),
-            routing_figure(lv.RoutingShare(layer=1, n_experts=4, image=[0.5, 0.5, 0, 0], text=[0.25] * 4, n_image_tokens=4,
-                                           n_text_tokens=8, overlap=0.5), "layer 1"),
+            routing_figure(lv.RoutingShare(layer=1, n_experts=4, image=[0.5, 0.5, 0, 0], text=[0.25] * 4,
+                                           n_image_tokens=4, n_text_tokens=8, overlap=0.5), "layer 1"),
             image_attention_figure([lv.ImageAttention(layer=1, role="Full", per_row=[0.3], rows=[5], window=0.2,
                                                       entries=0.1)])]
     for fig in figs:

@@ -489,8 +489,8 @@ def test_one_based_numbering_names_its_explainer():
 
 def test_dspark_target_passes_and_checking_passes_count_the_same_thing():
     from lessons.dspark import passes_help, summary_rows
-    from model.inference import Sampler, speculative_generate
     from model.arch import attach_drafter
+    from model.inference import Sampler, speculative_generate
 
     m = random_model("micro", seed=3)
     ids = torch.randint(5, 250, (1, 12), generator=torch.Generator().manual_seed(1))
