@@ -127,8 +127,8 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     ok(at)
     first = at.info[0].value
     assert first.startswith("What these weights do") and "held-out far facts" in first
-    offer = next(c.value for c in at.caption if "recall checkpoint (weights/recall)" in c.value)
-    assert offer.startswith("The text model (weights/tiny)")
+    offer = next(c.value for c in at.caption if "The recall checkpoint is a retrieval specialist" in c.value)
+    assert offer.startswith("The text model learned English") and "weights/" not in offer
     assert [b.label for b in at.button] == ["Load the recall checkpoint"]
     at.button(key="sh_ff_to_recall").click().run()
     ok(at)
@@ -140,7 +140,7 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
         "sliding_window"]
     far = next(c.value for c in at.caption if c.value.startswith("Far means"))
     assert f"reads {window} tokens directly" in far and "every far story lies beyond that reach" in far
-    assert next(c.value for c in at.caption if "weights/recall" in c.value).startswith("The recall checkpoint")
+    assert next(c.value for c in at.caption if "retrieval specialist" in c.value).startswith("The recall checkpoint")
     assert HEADER in [s.value for s in at.subheader]
     at.button(key="sh_ff_to_text").click().run()
     ok(at)

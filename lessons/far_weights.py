@@ -1,0 +1,135 @@
+"""What a set of trained weights does on far recall, said before the far-fact panel measures one story: the figures
+their training record states (its "measured" part, what `lab.probes.quality --record` measured on the file as shipped,
+or else its "final" part, the run's last quick evaluation), the verdict they support, and what each of the two
+shipped checkpoints learned. Pure text from plain records; it does not run a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.heldout import BUCKETS, COLOURS
+
+CHANCE = 1 / len(COLOURS)    # a guess among the story colours
+
+
+def no_better_than_guess(far: float) -> bool:
+    """Far recall within twice the chance of a guess: not evidence that recall has emerged."""
+    return far <= 2 * CHANCE
+
+
+NO_RECORD = ("These weights came without a training record that states their far recall, so what "
+             "they do on far facts is not known before the panel below measures one story.")
+
+
+def weights_note(weights: str, record: dict | None) -> str:
+    """What the loaded weights do on far recall, said before any measurement on this page: for trained weights (the
+    shipped ones or a chosen checkpoint), the held-out far recall recorded in their training.json (`record`: its
+    "measured" entry, what `lab.probes.quality --record` measured on the file as shipped, or else its "final" entry, the
+    run's last quick evaluation) and what else that benchmark measured on them; for random weights, that nothing is
+    learned; for weights without a record, that it is not known."""
+    chance = f"{100 * CHANCE:.1f}%"
+    if weights == "random":
+        return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
+                f"colours: {chance}). The panel shows the machinery, not a behaviour.")
+    steps = (record or {}).get("tokens")
+    device = str(((record or {}).get("machine") or {}).get("device", "cpu"))
+    on = "a GPU" if device.startswith("cuda") else "a CPU"      # where the last phase ran, as its record says
+    phase = f" (their last training phase: {steps:,} tokens on {on})" if isinstance(steps, int) else ""
+    said = _far_part(record)     # one figure per set of weights on every page: the one `far_recall_of` reads
+    if said is None:
+        return NO_RECORD
+    when = (f"measured on the shipped file{phase}, they recall" if said is (record or {}).get("measured") else
+            f"at the end of their training{phase} they recalled")
+    far = said["recall_far"]
+    # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
+    other = [f"{100 * said[f'recall_{b}']:.0f}% of facts {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
+             for b in ("inside", "just_past") if f"recall_{b}" in said]
+    verdict = (_no_recall(said) + ", so expect the fact to be missed; the panel shows where it is missed."
+               if no_better_than_guess(far) else
+               "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
+    return (f"What these weights do: {when} {100 * far:.0f}% of held-out far facts"
+            + (f" (nearer ones: {', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
+            f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
+
+
+def _no_recall(said: dict) -> str:
+    """The verdict on weights whose far recall is no better than a guess: when nearer facts are no better either,
+    recall has not emerged at any distance, so the misses say nothing about distance or the design."""
+    near = [said[f"recall_{b}"] for b in ("inside", "just_past") if isinstance(said.get(f"recall_{b}"), (int, float))]
+    if near and all(no_better_than_guess(x) for x in near):
+        return ("That is no better than a guess, and neither are the nearer facts: recall has not emerged at any "
+                "distance, so these weights have not learned the task, and where they miss says nothing about the "
+                "distance or the design")
+    return "That is no better than a guess: far recall has not emerged in these weights"
+
+
+def measured_note(record: dict | None) -> str:
+    """The figures `lab.probes.quality --record` measured on these weights (their training.json "measured"): far
+    recall with the global branch off, how often the far fact's entry is in the candidate pool at the answer
+    row, far recall on the held-out templates, and how often a story with other facts is answered with one of
+    theirs (finding a fact but not the asked one). Empty when they were not measured."""
+    m = (record or {}).get("measured") or {}
+    parts = []
+    if "recall_far" in m and "recall_far_window_only" in m:
+        parts.append(f"far recall {100 * m['recall_far']:.0f}% with everything on and "
+                     f"{100 * m['recall_far_window_only']:.0f}% with nothing older than the window read directly")
+    if "fact_in_pool" in m:
+        parts.append(f"the fact's entry in the candidate pool at the answer row for {100 * m['fact_in_pool']:.0f}% "
+                     "of far stories")
+    if "recall_far_heldout_templates" in m:
+        parts.append(f"{100 * m['recall_far_heldout_templates']:.0f}% on far stories told with names, objects and "
+                     "sentences never trained on")
+    if "distractors_other_fact" in m and "distractors_random_fact" in m:
+        parts.append(f"where a story holds other facts, {100 * m.get('distractors_right', 0):.0f}% of the answers "
+                     f"are the asked fact's colour and {100 * m['distractors_other_fact']:.0f}% another fact's "
+                     f"(a pick at random among the story's facts would be right "
+                     f"{100 * m['distractors_random_fact']:.0f}% of the time)")
+    return (f" Measured on these weights ({m.get('date', 'no date')}): " + "; ".join(parts) + ".") if parts else ""
+
+
+def _far_part(record: dict | None) -> dict | None:
+    """The part of a training record that states held-out far recall: "measured" (`lab.probes.quality --record`, more
+    stories, on the file as shipped) when it does, else "final" (the run's last quick evaluation); None if neither."""
+    rec = record or {}
+    for part in (rec.get("measured") or {}, rec.get("final") or {}):
+        if isinstance(part.get("recall_far"), (int, float)):
+            return part
+    return None
+
+
+def far_recall_of(record: dict | None) -> float | None:
+    """Held-out far recall of a training record, from the part `_far_part` picks."""
+    part = _far_part(record)
+    return None if part is None else float(part["recall_far"])
+
+
+def near_recall_of(record: dict | None) -> list[float]:
+    """Held-out recall of the nearer facts (the "inside" and "just_past" buckets) in the part `_far_part` picks."""
+    part = _far_part(record) or {}
+    return [float(part[f"recall_{b}"]) for b in ("inside", "just_past")
+            if isinstance(part.get(f"recall_{b}"), (int, float))]
+
+
+def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float | None, recall_window: int,
+                      text_near: Sequence[float] = ()) -> str:
+    """What each shipped set of trained weights learned, for the panel that offers the other one: the text model
+    (data/weights/tiny) and the retrieval checkpoint (data/weights/recall), each with its far recall
+    (`far_recall_of` its record), the text model's nearer recall (`near_recall_of`) and the recall checkpoint's
+    window. `on_recall` says which is loaded now."""
+    def pct(x: float | None) -> str:
+        return "not measured" if x is None else f"{100 * x:.0f}% of far held-out facts"
+
+    guess = text_far is not None and no_better_than_guess(text_far)
+    if guess and text_near and all(no_better_than_guess(x) for x in text_near):
+        verdict = ("recall has not emerged in it at any distance (" + pct(text_far) + "; nearer ones: "
+                   + ", ".join(f"{100 * x:.0f}%" for x in text_near) + "), so its misses say nothing about distance")
+    else:
+        verdict = ("far recall has not emerged in it" if guess else "its far recall") + f" ({pct(text_far)})"
+    text = f"The text model learned English from a small corpus with the configuration's window; {verdict}."
+    recall = (f"The recall checkpoint is a retrieval specialist: the same tokenizer and layer map (no vision "
+              f"tower), but every window narrowed to {recall_window} tokens and trained mostly on drills (stories "
+              "with several facts, then a question about each; lookup drills; copying drills), plus one part in five "
+              "ordinary text, so a far fact can come back only through the compressed entries the indexer selects "
+              f"({pct(recall_far)}). Its everyday English is poor; it is here to show that road working.")
+    return f"{recall} {text}" if on_recall else f"{text} {recall}"
