@@ -55,11 +55,15 @@ def test_calculator_field_refuses_text_and_out_of_range(ui):
     assert ui.page.locator('[data-testid="stMetricValue"]').first.inner_text() == hbm or box.input_value().isdigit()
     shown = ui.page.locator('[data-testid="stMetricValue"]').first.inner_text()
     url = ui.page.url
-    box.fill("99999999999")               # above the field's maximum (16,777,216)
+    box.fill("99999999999")               # above what the page computes (16,777,216)
     box.press("Enter")
     ui.settle()
-    # the browser's input refuses to commit an out-of-range number: the app never sees it, and what it
-    # computed before (and the URL that mirrors it) stays as it was
+    # the app refuses the out-of-range number with a message and keeps the last good value: what it computed
+    # before (and the URL that mirrors it) stays as it was
+    said = ui.wait_text('[data-testid="stAlertContentWarning"]', r"99,999,999,999 .*not applied")
+    assert "16,777,216" in said
+    ui.settle()
+    assert box.input_value() != "99999999999"
     assert ui.page.locator('[data-testid="stMetricValue"]').first.inner_text() == shown
     assert "99999999999" not in ui.page.url and ui.page.url == url
     ui.type_into("cc_context", "2048", submit="Enter")
