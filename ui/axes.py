@@ -71,11 +71,22 @@ def _tick_text(v: float) -> str:
     return f"{v:,.0f}" if v >= 1 else f"{v:g}"
 
 
+def si_text(v: float) -> str:
+    """1e15 -> '1P', 3e9 -> '3G': SI prefixes from kilo up (never below milli), for counts and rates."""
+    for exp, prefix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if v >= 10 ** exp:
+            return f"{v / 10 ** exp:g}{prefix}"
+    return _tick_text(v)
+
+
 def log_axis(values: Sequence[float], title: str | None = None, text=_tick_text) -> dict:
-    """A log axis labelled 1, 3, 10, 30, ... over the positive `values` only."""
+    """A log axis labelled 1, 3, 10, 30, ... over the positive `values` only (powers of ten only past four
+    decades, so the labels do not crowd)."""
     pos = [float(v) for v in values if v is not None and v > 0 and math.isfinite(v)] or [1.0]
     lo, hi = min(pos), max(pos)
     ticks = log_ticks(10 ** math.floor(math.log10(lo)), hi)
+    if math.log10(hi / lo) > 4:
+        ticks = [v for v in ticks if math.isclose(math.log10(v), round(math.log10(v)))]
     ax = dict(type="log", tickmode="array", tickvals=ticks, ticktext=[text(v) for v in ticks])
     if title is not None:
         ax["title"] = dict(text=title)

@@ -9,6 +9,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from lessons.roofline import Chip
+from ui.axes import log_axis, si_text
 
 Point = tuple[str, float, float, str]      # (label, FLOP/byte, FLOP/s, what the hover adds)
 
@@ -35,8 +36,9 @@ def roofline_figure(chips: Sequence[Chip], chosen: str, points: Sequence[Point],
         fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name=label,
                                  marker=dict(size=12, color=POINT_COLORS[j % len(POINT_COLORS)], symbol="diamond"),
                                  hovertemplate=f"{label}<br>{x:,.1f} FLOP/byte, {note}<extra></extra>"))
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP/byte)")
-    fig.update_yaxes(type="log", title="attainable compute (FLOP/s)")
+    ys = [lo * c.bandwidth for c in chips] + [c.peak for c in chips] + [p[2] for p in points]
+    fig.update_xaxes(**log_axis([lo, hi], "arithmetic intensity (FLOP/byte)"))
+    fig.update_yaxes(**log_axis(ys, "attainable compute (FLOP/s)", text=si_text))
     fig.update_layout(height=460, margin=dict(l=10, r=10, t=40, b=10),
                       title=title,
                       legend=dict(orientation="v", x=1.01, y=1))
