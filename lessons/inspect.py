@@ -164,20 +164,17 @@ def run_prompt(model, ids: list[int], mode: str = "bounded", new_tokens: int = 0
                step_s=steps, decode=model.decode)
 
 
+def visible_chars(text: str, spaces: bool = False) -> str:
+    """Text whose invisible characters show: a line break as ↵, a tab as →, other control characters as \\xNN,
+    and (with `spaces`) a space as ␣."""
+    marks = {"\n": "\u21b5", "\t": "\u2192"} | ({" ": "\u2423"} if spaces else {})
+    return "".join(marks.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 32 or ord(ch) == 127 else ch) for ch in text)
+
+
 def one_line(text: str) -> str:
-    """Generated text on one line: a line break shows as ↵ and a tab as →, other control characters as \\xNN, so a
-    token after a break ('[' after '\\n') stays beside the text it follows instead of on a line of its own."""
-    out = []
-    for ch in text:
-        if ch == "\n":
-            out.append("\u21b5")
-        elif ch == "\t":
-            out.append("\u2192")
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """Generated text on one line, so a token after a break ('[' after '\\n') stays beside the text it follows
+    instead of on a line of its own."""
+    return visible_chars(text)
 
 
 def covered_rows(run: Run) -> np.ndarray:

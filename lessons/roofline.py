@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import torch
@@ -189,14 +190,7 @@ def compute_bound_batch(cfg: V41Config, chip: Chip, context: int, pr: Precision 
 
     if not bound(limit):
         return None
-    lo, hi = 0, limit            # bound(lo) false (or lo = 0), bound(hi) true
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if bound(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return 1 + bisect_left(range(1, limit + 1), True, key=bound)
 
 
 WEIGHT_CLASSES = ("linear", "expert", "wide", "mixing", "engram_table", "fp32")
@@ -266,14 +260,8 @@ def largest_context(cfg: V41Config, chip: Chip, gpus: int, batch: int = 1, pr: P
         return top
     if not fits(1):
         return 0
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    # the first length that does not fit, counted from 1, is one past the longest that does
+    return bisect_left(range(1, top + 1), True, key=lambda t: not fits(t))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from lessons.inspect import visible_chars
 from ui.axes import axis_for, bar_mode, share_axis
 
 ROLE_COLORS = {"SWA": "#9aa5b1", "Full": "#1f77b4", "Reuse": "#8fbbe0", "Reindex": "#ff7f0e"}
@@ -11,18 +12,8 @@ ROLE_LETTERS = {"SWA": "W", "Full": "F", "Reuse": "R", "Reindex": "Ri"}
 
 
 def show_token(t: str) -> str:
-    """A token as text that survives display: spaces and control characters made visible."""
-    out = []
-    for ch in t:
-        if ch == " ":
-            out.append("\u2423")
-        elif ch == "\n":
-            out.append("\u21b5")
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out) or "\u2205"
+    """A token as text that survives display: spaces and control characters made visible, ∅ for an empty one."""
+    return visible_chars(t, spaces=True) or "\u2205"
 
 
 def top_tokens_bar(table, title: str = "Next-token probability") -> go.Figure:
