@@ -10,6 +10,7 @@ import streamlit as st
 
 from ui.common import app_frame
 from ui.state import PAGE_TITLE
+from ui.tour import PAGE_FILE
 
 # an emoji favicon is drawn locally; a ":material/...:" one is fetched from a font CDN (fails offline)
 st.set_page_config(page_title="V4.1 Explorer", page_icon="🧭", layout="wide")
@@ -46,7 +47,9 @@ if missing:
     raise FileNotFoundError(f"page files missing from {HERE}: {', '.join(missing)}")
 nav = {section: [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i, d in pages]
        for section, pages in SECTIONS.items()}
+files = {p.url_path: f for pages, items in zip(SECTIONS.values(), nav.values()) for (f, *_), p in zip(pages, items)}
 page = st.navigation(nav)
 st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from The job")
+st.session_state[PAGE_FILE] = files.get(page.url_path, "")   # the tour finds its stops by page file
 with app_frame():
     page.run()

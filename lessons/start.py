@@ -1,4 +1,5 @@
-"""The Start page's lesson: what a next-token score is, computed on the running model."""
+"""The home page's live part: the next-token scores of the running model for a prompt; the release beside
+the running model, size by size."""
 
 from __future__ import annotations
 
@@ -8,33 +9,10 @@ import torch
 
 from model import V41Config
 
-INTRO = (
-    "A language model does one job over and over: given the text so far, it gives every possible next "
-    "piece of text a score. This explorer runs DeepSeek-V4.1-Flash's real architecture on small weights we "
-    "trained ourselves, so you can watch each part of that job happen."
-)
-
-DEFINITIONS = [
-    ("Token", "The model never sees letters. A tokenizer cuts the text into pieces (a word, part of a word, a "
-              "space and a word) and gives each piece a number. Those numbers are what flows in, and the next "
-              "number is what the model predicts."),
-    ("Hidden state", "Each token becomes a row of numbers when it enters. Every layer rewrites that row using "
-                     "the rows before it; the row that comes out on top for the last token is turned into the "
-                     "next-token scores in the chart. These changing rows are the hidden states."),
-    ("Weight", "The rules each layer applies are fixed numbers learned in training: the weights. Reading a "
-               "prompt changes hidden states and fills caches; it never changes a weight."),
-]
-
 RANDOM_NOTE = (
     "These are random weights: the model has every part of the real architecture but has learned nothing, so "
     "its scores are close to uniform noise. Everything the other pages count (layers, entries, picks, shares) "
     "is still real computation."
-)
-
-NEXT = (
-    "**Where to go next.** *Figure 3 walkthrough* draws the whole model bottom to top and lets you open any part "
-    "of it; *Layer map* counts the layers; *CSA2 modes* and *Attention shares* show what a layer that reuses "
-    "prepared entries still computes for itself; *Is this recurrence?* checks which weights are shared."
 )
 
 

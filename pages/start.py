@@ -1,11 +1,13 @@
-"""Start page: the job (next-token scores for an editable prompt) and three short definitions."""
+"""Home page: V4.1 in one screen (ui.home: what is new, the far-fact picture, the tour, a Figure 3 thumbnail), then
+the job itself: next-token scores for an editable prompt, beside the limits of the weights running here."""
 
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.start import DEFINITIONS, INTRO, NEXT, RANDOM_NOTE
-from ui.common import built, clean_prompt, page_header, require_model
+from lessons.start import RANDOM_NOTE
+from ui.common import built, clean_prompt, page_header
 from ui.figures import top_tokens_bar
+from ui.home import draw_limits, opening
 from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
 from ui.reproduce import reproduce
@@ -14,8 +16,7 @@ from ui.state import KEEP, fragment, note_own_text, offer_own_text, prompt_to_ur
 from ui.text import plain
 
 sess = page_header("V4.1 Explorer")
-st.markdown(INTRO)
-model = require_model(sess)
+opening(sess)
 
 DEFAULT_PROMPT = "The key is in the blue box. The box is"
 
@@ -53,13 +54,15 @@ def live_part() -> None:
     reproduce(snippets.start(sess.weights, text), "start")
 
 
-live_part()
-if sess.weights == "random":
-    st.info(RANDOM_NOTE)
-cols = st.columns(3)
-for col, (title, body) in zip(cols, DEFINITIONS):
-    with col:
-        st.subheader(title)
-        st.write(body)
 st.divider()
-st.markdown(NEXT)
+st.subheader("The job, on the model running here")
+left, right = st.columns([3, 2], gap="large")
+with right:
+    draw_limits(sess)
+with left:
+    if sess.model is None:
+        st.info(sess.error or "No model loaded.")
+    else:
+        live_part()
+        if sess.weights == "random":
+            st.info(RANDOM_NOTE)

@@ -44,6 +44,7 @@ from ui.queue import heavy_run
 from ui.sources import sources_footer
 from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed, stop, url_batch
 from ui.text import plain
+from ui.tour import tour_bar
 from ui.warmup import ensure
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
@@ -221,11 +222,12 @@ def _draw_sidebar() -> Session:
 
 
 def page_header(title: str, intro: str | None = None) -> Session:
-    """What every page opens with: the sidebar (the session's choices), the sources footer, the title and,
-    when given, the page's introduction."""
+    """What every page opens with: the sidebar (the session's choices), the sources footer, the title, the
+    guided tour's bar when the URL names a stop of this page, and, when given, the page's introduction."""
     sess = sidebar()
     sources_footer()
     st.title(title)
+    tour_bar()          # a tour stop on this page: its question, where to look, Back and Next
     if intro is not None:
         st.write(intro)
     return sess

@@ -1,0 +1,204 @@
+"""V4.1 in one screen: what is new in DeepSeek-V4.1-Flash, each point counted from a config, and the limits of the
+small weights this explorer runs, set against the release.
+
+Every number in a point comes from the config passed in (through `model.layer_map` and the cache designs of
+lessons/designs.py), so a changed config changes the sentences; the points follow docs/design/architecture.md
+§2-3 (the causal encoder-decoder split, CSA2's Full / Reuse / Reindex modes, the hierarchical indexer, FP4
+entries) and the DSpark drafter. The cache per token is the part of the cache that grows with the context, for
+one sequence, compared with DeepSeek-V4-Flash's published formats (lessons/designs.py `v4_flash`). This module
+knows nothing of pages or drawing; it does not run a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from model import V41Config, layer_map
+
+from .calculator import calculate
+from .designs import defaults, v4_flash, v41_design
+from .dspark import block_sentence
+
+HEADLINE = (
+    "DeepSeek-V4.1-Flash is one stack of layers cut into a prompt-reading encoder and an answer-writing decoder, "
+    "with attention that stores few compressed entries, shares them between layers and reads only a chosen few."
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One thing that is new, with the numbers its sentence was built from (a test reads them)."""
+
+    key: str
+    title: str
+    short: str          # one line, for the first screen
+    text: str           # the point in full
+    numbers: dict
+
+
+def _and(xs: list[int]) -> str:
+    xs = [str(x) for x in xs]
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+def _layers(n: int) -> str:
+    return f"{n} layer{'s' if n != 1 else ''}"
+
+
+def cache_per_token(cfg: V41Config) -> float:
+    """Bytes the cache grows by per token of context, one sequence, for a V4.1 layout built from `cfg` (its own
+    window; FP4 entries as released). Fixed-size parts (the windows) do not grow and are not in it."""
+    knobs = dataclasses.replace(defaults("v4.1-flash"), window=cfg.sliding_window, context=1 << 16, batch=1)
+    return calculate(v41_design(cfg, knobs), knobs).hbm.growth_per_token
+
+
+def v4_flash_per_token() -> float:
+    """The same figure for DeepSeek-V4-Flash (vLLM's cache formats, lessons/designs.py)."""
+    knobs = dataclasses.replace(defaults("v4-flash"), context=1 << 16, batch=1)
+    return calculate(v4_flash(knobs), knobs).hbm.growth_per_token
+
+
+def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
+    """What is new, counted from `cfg`; `num` maps a 0-based layer index to the reader's numbering."""
+    specs = layer_map(cfg)
+    n = len(specs)
+    dec = cfg.decoder_start
+    n_enc, n_dec = dec, n - dec
+    roles = {r: [s.index for s in specs if s.role == r] for r in ("SWA", "Full", "Reuse", "Reindex")}
+    ratios = {st: sorted({s.compress_ratio for s in specs if s.stack == st and s.compress_ratio}, reverse=True)
+              for st in ("encoder", "decoder")}
+    cand = next((s.index for s in specs if s.candidate_source), None)
+    pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
+    ours, v4 = cache_per_token(cfg), v4_flash_per_token()
+    out = []
+
+    split = (f"{n} layers in one stack, cut in two: the first {n_enc} form a causal encoder that reads the prompt"
+             + (f", and the last {n_dec} a decoder whose first layer ({num(dec)}) turns the encoder's final rows into "
+                "one shared memory for every decoder layer. Most prompt tokens stop at the top of the encoder; each "
+                "generated token climbs both halves." if n_dec else "; this config has no decoder half."))
+    out.append(Point("split", "Encoder and decoder", f"{n_enc} + {n_dec} layers: a causal encoder reads the prompt, "
+                     "the decoder shares one memory made from it.", split,
+                     {"layers": n, "encoder": n_enc, "decoder": n_dec, "decoder_start": dec}))
+
+    def packs(st: str) -> str:
+        rs = ratios[st]
+        return " and ".join("1 token" if r == 1 else f"{r} tokens" for r in rs) if rs else "none"
+
+    modes = (f"{_layers(len(roles['Full']))} (Full: {_and([num(i) for i in roles['Full']]) if roles['Full'] else '-'})"
+             f" make compressed entries, packing {packs('encoder')} per entry in the encoder and {packs('decoder')} "
+             f"in the decoder. {_layers(len(roles['Reuse']))} (Reuse) keep both those entries and the last choice "
+             f"of which to read; {_layers(len(roles['Reindex']))} (Reindex) keep the entries but choose again. "
+             f"{_layers(len(roles['SWA']))} read only their {cfg.sliding_window}-token window.")
+    out.append(Point("modes", "CSA2's three modes", f"{len(roles['Full'])} Full layers make entries; "
+                     f"{len(roles['Reuse'])} Reuse and {len(roles['Reindex'])} Reindex layers read them.", modes,
+                     {"full": len(roles["Full"]), "reuse": len(roles["Reuse"]), "reindex": len(roles["Reindex"]),
+                      "window_only": len(roles["SWA"]), "window": cfg.sliding_window}))
+
+    search = (f"At layer {num(cand)} the indexer scores every visible entry and keeps the best "
+              f"{cfg.candidate_topk_blocks:,} blocks of {cfg.candidate_block_size}: a pool of up to {pool:,} "
+              f"positions. Each selecting layer reads at most {cfg.index_topk:,} entries, and the Reindex layers "
+              "choose them only from inside that pool." if cand is not None else
+              f"Each selecting layer reads at most {cfg.index_topk:,} entries; this config builds no candidate pool.")
+    out.append(Point("search", "A pool, then the top-k", f"a pool of up to {pool:,} positions, then at most "
+                     f"{cfg.index_topk:,} entries per query.", search,
+                     {"pool_blocks": cfg.candidate_topk_blocks, "block": cfg.candidate_block_size, "pool": pool,
+                      "topk": cfg.index_topk, "candidate_layer": cand}))
+
+    stored = len(roles["Full"])
+    readers = sum(1 for s in specs if s.kv_source is not None)
+    cache = (f"{stored} stored cop{'y' if stored == 1 else 'ies'} of FP4 entries serve {readers} compressed layers, "
+             f"so the cache grows by {ours:,.0f} B per token of context, against {v4:,.0f} B for DeepSeek-V4-Flash "
+             f"in vLLM's formats: {v4 / ours:.1f}x less." if ours else
+             "This config stores no compressed entries, so nothing in its cache grows per token.")
+    short = (f"{ours:,.0f} B per token of context against {v4:,.0f} B for V4-Flash ({v4 / ours:.1f}x less)."
+             if ours else "no compressed entries stored.")
+    out.append(Point("cache", "Cache per token", short, cache,
+                     {"bytes_per_token": ours, "v4_flash_bytes_per_token": v4, "stored_copies": stored,
+                      "readers": readers}))
+
+    targets = list(cfg.dspark_target_layer_ids)
+    draft = (f"A small drafter reads the states of layers {_and([num(i) for i in targets])} and proposes several "
+             f"tokens at once; the main model checks them in one pass and keeps them up to the first it would not "
+             "have written itself. "
+             + block_sentence(cfg.dspark_block_size))
+    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens; the model "
+                     "checks them in one pass.", draft,
+                     {"block": cfg.dspark_block_size, "targets": targets}))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The weights running here, against the release
+# --------------------------------------------------------------------------------------------------
+
+def limits_rows(release: V41Config, running: V41Config) -> list[dict]:
+    """One row per quantity the lessons lean on: the release's value and the running model's."""
+    def row(what: str, f) -> dict:
+        return {"": what, "released V4.1-Flash": f(release), "running here": f(running)}
+
+    def split(c: V41Config) -> str:
+        return f"{c.num_hidden_layers} ({c.decoder_start} + {c.num_hidden_layers - c.decoder_start})"
+
+    return [
+        row("layers (encoder + decoder)", split),
+        row("window (tokens read directly)", lambda c: f"{c.sliding_window:,}"),
+        row("top-k (entries a query reads)", lambda c: f"{c.index_topk:,}"),
+        row("candidate pool (blocks x size)",
+            lambda c: f"{c.candidate_topk_blocks:,} x {c.candidate_block_size} = "
+                      f"{c.candidate_topk_blocks * c.candidate_block_size:,}"),
+        row("routed experts (used per token)", lambda c: f"{c.n_routed_experts:,} ({c.num_experts_per_tok})"),
+        row("hidden size", lambda c: f"{c.hidden_size:,}"),
+    ]
+
+
+def knows_no_facts(cfg: V41Config, weights: str) -> str:
+    """What the loaded weights can be expected to write, said next to the prompt box."""
+    size = f"{cfg.num_hidden_layers} layers, hidden size {cfg.hidden_size}"
+    if weights == "random":
+        return f"These weights are random ({size}): every next-token score is close to noise."
+    if weights == "trained":
+        return (f"The model running here is tiny ({size}), trained on a small English corpus: it continues text "
+                "in simple English but knows no facts, so 'The capital of Italy is' gets a guess, not 'Rome'.")
+    return (f"The model running here is small ({size}) and was trained on a narrow corpus: expect it to know no "
+            "facts about the world.")
+
+
+# --------------------------------------------------------------------------------------------------
+# The far-fact picture on the home page: what the recall checkpoint does with a fact far back
+# --------------------------------------------------------------------------------------------------
+
+def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = None,
+                 text_far: float | None = None, chance: float | None = None) -> tuple[str, str]:
+    """(headline, comparison) for the far-fact picture: `recall` and `text` are lessons.far_fact.FarFact readings
+    of one story on the recall checkpoint and on the text model (None: not run); `recall_far` / `text_far` their
+    held-out far recall from their training records, `chance` a guess's. Plain text."""
+    t = recall.tokens
+    dec = [lf for lf in recall.layers if lf.stack == "decoder"] or recall.layers
+    on, off = recall.answers
+    n_fact = len(dec[0].fact_entries) if dec else 0
+    entry = "the one entry" if n_fact == 1 else f"the {n_fact} entries"
+    lo, hi = (min(lf.share for lf in dec), max(lf.share for lf in dec)) if dec else (0.0, 0.0)
+    span = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
+    which = (f"layers {num(dec[0].layer)}-{num(dec[-1].layer)}" if len(dec) > 1 else
+             f"layer {num(dec[0].layer)}" if dec else "no layer")
+    answer = (f"With everything on, the answer is '{on.token.strip()}'"
+              + (" (right)" if on.right else " (wrong)" if on.right is not None else "")
+              + f"; with the global branch off it is '{off.token.strip()}'"
+              + (" (right)." if off.right else " (wrong)." if off.right is not None else "."))
+    head = (f"Decoder {which} put {span} of their attention on {entry} holding a fact {t.distance} tokens back, "
+            f"far outside their {recall.window}-token window. {answer}")
+    if recall_far is not None:
+        head += f" Over the held-out far stories it recalls {100 * recall_far:.0f}%."
+    if text is None:
+        return head, ""
+    tdec = [lf for lf in text.layers if lf.stack == "decoder"] or text.layers
+    best = max((lf.share for lf in tdec), default=0.0)
+    ton = text.answers[0]
+    comp = (f"The text model, on the same story: at most {100 * best:.1f}% of any decoder layer's attention on the "
+            f"fact, and it answers '{ton.token.strip()}'"
+            + (" (right)" if ton.right else " (wrong)" if ton.right is not None else ""))
+    if text_far is not None:
+        comp += (f"; over the held-out far stories it recalls {100 * text_far:.0f}%"
+                 + (f", against {100 * chance:.0f}% for a guess" if chance is not None else ""))
+    return head, comp + "."

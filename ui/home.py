@@ -1,0 +1,149 @@
+"""The home page's opening: V4.1 in one screen (what is new, counted from the released config), the far-fact picture
+on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the limits of the weights running here.
+
+The far-fact reading is one story traced on both shipped checkpoints (lessons/far_fact.py `analyse`), computed
+once per server and per change of the weights' files (`cached_with_progress`), so the page draws in about a second
+once the server's warm-up has drawn it. The points and limits come from lessons/whats_new.py.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from lessons.far_fact import CHANCE, analyse
+from lessons.far_story import far_sample
+from lessons.figure3_layout import layout
+from lessons.whats_new import HEADLINE, far_headline, knows_no_facts, limits_rows, points
+from model import V41Config
+from ui.checkpoints import find_checkpoints
+from ui.common import TINY_DIR, Session, built, cached_with_progress, load_model, trained_available
+from ui.far_fact import RECALL_DIR, far_fact_figure, far_recall_of, training_record
+from ui.figures import diagram_figure
+from ui.sources import page_link
+from ui.tour import start_button
+
+FIGURE3 = "pages/figure3.py"
+
+
+@st.cache_resource(show_spinner=False)
+def release() -> V41Config:
+    return V41Config.preset("v4.1-flash")
+
+
+def _mtime(p) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def recall_dir():
+    """The shipped recall checkpoint's directory when this server offers it (its operator's allow-list), else None."""
+    real = RECALL_DIR.resolve()
+    return real if (real / "config.json").is_file() and real in find_checkpoints().values() else None
+
+
+def far_readings():
+    """(recall reading, text-model reading or None) of the far-fact sample story, or None with a message drawn.
+    The story is the one the recall checkpoint's panel shows (its rule, at its window); the text model reads the
+    same tokens."""
+    d = recall_dir()
+    if d is None:
+        st.info("This server does not offer the recall checkpoint, so the far-fact picture cannot be drawn here.")
+        return None
+    files = (_mtime(d / "model.safetensors"), _mtime(TINY_DIR / "model.safetensors"))
+
+    def compute(progress):
+        progress(0.1, "Loading the recall checkpoint ...")
+        recall = load_model("checkpoint", d)
+        progress(0.4, "Tracing a far-fact story on it ...")
+        sample = far_sample(recall.tokenizer, recall.cfg.sliding_window)
+        r = analyse(recall, sample.story, sample.tokens)
+        t = None
+        if trained_available():
+            progress(0.7, "The same story on the text model ...")
+            t = analyse(load_model("trained"), sample.story, sample.tokens)
+        return r, t
+
+    try:
+        return cached_with_progress("home_far", (str(d), files), compute, "Tracing the far-fact story ...",
+                                    max_entries=2)
+    except Exception as e:  # the opening must still draw: the picture is one part of it
+        st.warning(f"The far-fact picture could not be computed ({type(e).__name__}).")
+        return None
+
+
+def hero_figure(ff, num) -> go.Figure:
+    """The far-fact picture (ui.far_fact's figure), shorter and with a short axis title, for the home page."""
+    fig = go.Figure(far_fact_figure(ff, num, title=""))
+    fig.update_xaxes(title="token position (the fact red, the window blue; green: a fact entry is in the top-k)")
+    fig.update_layout(height=110 + 26 * len(ff.layers), margin=dict(l=10, r=10, t=20, b=40))
+    return fig
+
+
+def draw_hero(sess: Session) -> None:
+    """The far-fact picture with its headline, in a container the tour outlines (key home_hero)."""
+    with st.container(key="home_hero"):
+        got = far_readings()
+        if got is None:
+            return
+        recall, text = got
+        st.markdown(f"**See it work: a fact {recall.tokens.distance} tokens back**")
+        st.plotly_chart(built(hero_figure, recall, sess.num), width="stretch", key="home_far_fig",
+                        config={"displayModeBar": False})
+        head, comp = far_headline(recall, text, sess.num, far_recall_of(training_record(RECALL_DIR)),
+                                  far_recall_of(training_record(TINY_DIR)), CHANCE)
+        st.caption(f"On the recall checkpoint (weights trained for recall, every window narrowed to {recall.window} "
+                   f"tokens). {head}")
+        if comp:
+            st.caption(comp)
+
+
+def draw_whats_new(sess: Session) -> None:
+    st.markdown("**What is new in V4.1**")
+    ps = points(release(), sess.num)
+    st.markdown("\n".join(f"- **{p.title}**: {p.short}" for p in ps))
+    with st.expander("The five points in full"):
+        for p in ps:
+            st.markdown(f"**{p.title}.** {p.text}")
+
+
+def thumbnail_figure(cfg: V41Config) -> go.Figure:
+    """Figure 3's compact drawing with its labels taken off: the shape of the two halves at a glance."""
+    d = layout(cfg, compact=True)
+    fig = go.Figure(diagram_figure(d, height=200))
+    notes = [a for a in fig.layout.annotations if a.showarrow]          # keep the arrows, drop the labels
+    fig.update_layout(annotations=notes, margin=dict(l=0, r=0, t=0, b=0))
+    fig.data = fig.data[:len(d.lines)]                                    # the lines, not the pick markers
+    return fig
+
+
+def draw_thumbnail() -> None:
+    st.plotly_chart(built(thumbnail_figure, release()), width="stretch", key="home_thumb",
+                    config={"staticPlot": True})
+    page_link(FIGURE3, "Figure 3 walkthrough", ":material/account_tree:")
+
+
+def draw_limits(sess: Session) -> None:
+    """What the weights running here can do, next to the prompt box: a note and the table against the release."""
+    if sess.model is None:
+        return
+    st.info(knows_no_facts(sess.model.cfg, sess.weights))
+    st.table(pd.DataFrame(limits_rows(release(), sess.model.cfg)), hide_index=True)
+
+
+def opening(sess: Session) -> None:
+    """The first screen: the headline, the far-fact picture, what is new, the tour and the thumbnail."""
+    st.write(HEADLINE)
+    left, right = st.columns([3, 2], gap="large")
+    with right:
+        draw_whats_new(sess)
+        a, b = st.columns([1, 1], vertical_alignment="center")
+        with a:
+            start_button()
+        with b:
+            draw_thumbnail()
+    with left:
+        draw_hero(sess)
