@@ -37,6 +37,28 @@ class Step:
     box: str | None = None      # the box this step opens (an id of figure3_layout's boxes); None closes the open one
     table: list[dict] | None = None                        # an optional small table shown under the text
     read_along: str = ""                                   # where in the report this step's point is made
+    links: tuple[tuple[str, str], ...] = ()                # (page file, title): the pages this step sends to
+    picture: str = ""                                      # a live picture the page draws with the step ("far")
+
+
+# the app's pages a step links to, by the titles the navigation shows
+PAGES = {
+    "attention_shares": ("pages/attention_shares.py", "Attention shares"),
+    "csa2_modes": ("pages/csa2_modes.py", "CSA2 modes"),
+    "recurrence": ("pages/recurrence.py", "Is this recurrence?"),
+    "layer_map": ("pages/layer_map.py", "Layer map"),
+    "cache_calculator": ("pages/cache_calculator.py", "Cache calculator"),
+    "compare_designs": ("pages/compare_designs.py", "Compare designs"),
+    "prefill_decode": ("pages/prefill_decode.py", "Prefill vs decode"),
+    "inspector": ("pages/inspector.py", "Prompt inspector"),
+    "indexer_pools": ("pages/indexer_pools.py", "Indexer pools"),
+    "dspark": ("pages/dspark.py", "DSpark draft & verify"),
+    "ablation": ("pages/ablation.py", "Ablation lab"),
+}
+
+
+def _links(*names: str) -> tuple[tuple[str, str], ...]:
+    return tuple(PAGES[n] for n in names)
 
 
 # the steps about packing, picking and reading entries: each links to the stepped picture of that mechanism on a
@@ -175,7 +197,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "layers. Packing means fewer entries to keep; picking means fewer entries touched by each query. "
              "These counts do not say by themselves how much faster the whole model runs: that has to be "
              "measured.",
-             frozenset({"layer"}), None, levers(cfg), read_along=read_along("§2.3")),
+             frozenset({"layer"}), None, levers(cfg), read_along=read_along("§2.3"),
+             links=_links("cache_calculator", "compare_designs")),
         Step("fresh", "Same information, a fresh question",
              "Keys decide how relevant a stored position is; values are what gets mixed in. A layer's query "
              "turns keys into shares, and the shares weight the values. With two stored values, 10 and 30, "
@@ -183,21 +206,24 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "The three labels of the layers (table below) say which preparation a layer does itself; whatever "
              "the label, every layer still computes its own query, window keys and values, and attention output, "
              "and a Full layer, although it makes everything, still reads only the subset it selects.",
-             frozenset({"Reuse"}), None, modes, read_along=read_along("Figure 4 in §2.3.1")),
+             frozenset({"Reuse"}), None, modes, read_along=read_along("Figure 4 in §2.3.1"),
+             links=_links("attention_shares")),
         Step("encoder", "The left half: a causal encoder",
              f"The left column is the causal encoder: {enc_runs}. \"Causal\" means a row only ever sees "
              "positions up to its own, so its work on a prompt never has to be redone when more text arrives. "
              f"The bottom {f['n_swa']} layers only look at their window. Each Full layer (dark blue) packs "
              "its input into entries and picks some to read; the pale Reuse layers above it keep both the "
              "entries and the picks. " + fp4_sentence(cfg),
-             frozenset({"encoder"}), None, read_along=read_along("§2.2 (the encoder-decoder) and §2.3 (CSA2)")),
+             frozenset({"encoder"}), None, read_along=read_along("§2.2 (the encoder-decoder) and §2.3 (CSA2)"),
+             links=_links("layer_map")),
         Step("line", "The line between the halves",
              f"The red line carries the encoder's final rows across. The decoder's first layer ({dec_first}, Full, "
              "ratio 1) turns each of those rows into one global entry, and every decoder layer reads from that same "
              "set. When a long prompt is read in bounded mode, most prompt positions stop at the top of the "
              f"left column: only the last {f['W']} rows climb the decoder. Every newly generated token still "
              "goes through both halves. " + SPLIT_PRICE + " " + bounded_note(cfg),
-             frozenset({"line"}), "line", read_along=read_along("§2.2, and §3.2.2 for bounded replay")),
+             frozenset({"line"}), "line", read_along=read_along("§2.2, and §3.2.2 for bounded replay"),
+             links=_links("prefill_decode")),
         Step("decoder", "The right half: a decoder over shared memory",
              f"The right column: {dec_runs}. Only its first layer ({dec_first}, Full) prepares global entries, "
              "from the encoder's final rows; no layer above it prepares them again. The Reindex layers (orange) "
@@ -213,7 +239,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "1/n, 2/n, ...: switch on Compact to see the frames. In Compact mode the count inside a pale Reuse row "
              f"(x{rep_n}) is how many Reuse layers it stands for in each group, and the count beside a dotted frame"
              + (f" (x{outer.repeats})" if outer else "") + " is how many times the whole group repeats.",
-             frozenset({"repeat"}), None, read_along=read_along("Figure 3")),
+             frozenset({"repeat"}), None, read_along=read_along("Figure 3"), links=_links("recurrence")),
         Step("vision", "Images come in from the side",
              "Pictures do not go through the tokenizer. A separate network, the vision encoder, cuts an image "
              "into patches and turns them into rows of the same width as token rows; those rows take the place "
@@ -246,7 +272,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              f"{f['pool']:,} positions. Later Reindex layers pick their {f['topk']} entries only from inside that "
              "pool. An entry left out of the pool cannot be picked by them, however useful it would have been.",
              frozenset({"pool"}), None if f["cand"] is None else f"attn:{f['cand']}",
-             read_along=read_along("§2.3.2")),
+             read_along=read_along("§2.3.2"), links=_links("indexer_pools")),
         Step("drafter", "DSpark: draft, then verify",
              f"A small drafter reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
              f"several tokens at once. {block_sentence(f['draft_block'])} The main model then checks the drafted "
@@ -254,7 +280,7 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "with its own top token under greedy decoding, a min(1, p/q) draw under sampling). So the output "
              "follows what the main model alone would produce (the same tokens under greedy decoding, the same "
              "distribution under sampling), and good drafts save sequential steps.",
-             frozenset({"drafter"}), "drafter", read_along=read_along("§2.4.3")),
+             frozenset({"drafter"}), "drafter", read_along=read_along("§2.4.3"), links=_links("dspark")),
         Step("check", "Check the idea",
              "If a Reuse layer reads the same entries at the same positions as its source, why is its output "
              "different? Try to answer before opening the Attention shares page, where the answer is one click "
@@ -264,7 +290,16 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "components, so a gain from one of them should not be credited to cache sharing; and the "
              "encoder-decoder split moves work between reading the prompt and writing the answer rather than "
              "making every token cheaper (each generated token still climbs both halves).",
-             frozenset({"Reuse", "selects"}), None, read_along=read_along(None)),
+             frozenset({"Reuse", "selects"}), None, read_along=read_along(None),
+             links=_links("attention_shares", "ablation")),
+        Step("far", "See it work: a fact far back",
+             "A layer reads a token older than its window directly only through the compressed entries its "
+             "indexer selects. The picture is a small model with the same kinds of layers, trained for recall with "
+             "a window of a few tokens, reading one story: its decoder layers put most of their attention on the "
+             "one entry that holds a fact hundreds of tokens back, and with that road switched off the answer is "
+             "lost. The pages below show the same reading step by step, on the text model too.",
+             frozenset({"decoder"}), None, read_along=read_along("§2.3"),
+             links=_links("inspector", "indexer_pools", "ablation"), picture="far"),
     ]
 
 

@@ -14,6 +14,7 @@ from lessons.sources import ONE_BASED
 from model import V41Config
 from ui.common import built, page_header
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
+from ui.home import far_picture
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
@@ -29,14 +30,13 @@ from ui.state import (
     qp_set,
     seed,
     stepper,
-    stop,
 )
 from ui.text import plain, quoted
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
-st.caption("Both halves of DeepSeek-V4.1-Flash, drawn from the layer map of the config you pick. Step through "
-           "the story, or open any box: click its dot in the drawing or choose it from the list.")
+st.caption("Both halves of DeepSeek-V4.1-Flash, drawn from a config's layer map. Step through the story, or click "
+           "a box's dot to open it.")
 
 CONFIGS = {"full": "Released V4.1-Flash", "running": "The running model"}
 NONE = "(none)"
@@ -49,9 +49,10 @@ def _full_cfg() -> V41Config:
 
 # ---- controls seeded from the URL --------------------------------------------------------------
 seed("fig3_config", qp_choice("config", list(CONFIGS), CONFIGS["full"], "a drawing here (full or running)"), "full")
+# compact by default: the whole drawing and the story share one screen
 seed("fig3_compact", {"1": True, "0": False}.get(qp_get("compact", "")) if qp_get("compact") is not None else None,
-     False)
-top = st.columns([2, 2, 3])
+     True)
+top = st.columns([3, 2, 2], vertical_alignment="center")
 with top[0]:
     which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config",
                      persist_state=KEEP)
@@ -68,7 +69,7 @@ diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 with top[2]:
     counted = f"from 1, {ONE_BASED}" if sess.one_based else "from 0, as the code and report do"
-    st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}); layers numbered {counted}.")
+    st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}), numbered {counted}.")
 
 url_step = qp_int_or_none("step", 1, len(story), "showing step 1")
 seed("fig3_step", None if url_step is None else url_step - 1, 0)
@@ -107,17 +108,42 @@ def _on_pick() -> None:
 
 @fragment
 def walkthrough() -> None:
-    """The stepper, the drawing and the open box: a click on Back / Next / a dot reruns only this part, so
-    fast clicks each land (a full rerun redraws the sidebar and rebuilds the layout first)."""
+    """The stepper, the drawing, the story and the open box: a click on Back / Next / a dot reruns only this part,
+    so fast clicks each land (a full rerun redraws the sidebar and rebuilds the layout first).
+
+    The drawing sits on the left; on the right, beside it, the step's text and the open box. A box the reader
+    opened (a click, the list) comes first, under the stepper, so it is in view where the click was; the box a
+    step opens itself follows that step's text."""
     left, right = st.columns([3, 2], gap="medium")
     step_i = st.session_state["fig3_step"]
     step = story[step_i]
+    box_id = st.session_state["fig3_box"]
+    selected = None if box_id == NONE else box_id
+    below = st.container()  # full width, under the drawing (the vision panel needs the room)
+    with left:
+        if step.picture == "far":       # the story ends on the mechanism at work, where the drawing was
+            far_picture(sess, "fig3_far")
+        else:
+            fig = built(diagram_figure, diagram, step.focus, selected or step.box,
+                        height=diagram.height_px(30 if not compact else 44))
+            st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
+                            config={"displayModeBar": False})
+        with st.expander("Notation: what r2, r1 and the frames mean"):
+            st.caption(notation(cfg, sess.one_based))
+            if which == "running":
+                st.caption(map_line(cfg, sess.one_based))
+    qp_set(config=which if which != "full" else None, compact=None if compact else "0", step=step_i + 1,
+           box=selected, at=None if selected is None or which != "running" else qp_get("at"))
+
     with right:
         with st.container(horizontal=True, vertical_alignment="center"):
             stepper("fig3_stepper", len(story), "fig3_step", then=_open_step_box)   # Back / Next
             st.selectbox("Step", list(range(len(story))), key="fig3_step", label_visibility="collapsed",
                          persist_state=KEEP, width="stretch",
                          format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
+        own = selected is not None and selected == step.box
+        if selected is not None and not own:
+            _box_panel(selected, below)
         st.subheader(f"{step_i + 1}. {step.title}")
         st.write(step.body)
         if step.read_along:
@@ -126,50 +152,50 @@ def walkthrough() -> None:
             st.table(step.table, hide_index=True)      # a static table wraps its cells to the column's width
         if step.key in MECHANISM_STEPS:
             page_link("pages/csa2_modes.py", MECHANISM_LINK, ":material/call_split:")
+        for path, title in step.links:
+            page_link(path, title, ":material/arrow_forward:")
+        if own:
+            _box_panel(selected, below)
         st.divider()
-        box_id = st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
-                              format_func=lambda b: b if b == NONE else choices[b])
+        st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
+                     format_func=lambda b: b if b == NONE else choices[b])
+        if selected is None:
+            st.caption("No box open. Click a dot in the drawing or pick a box above.")
 
-    selected = None if box_id == NONE else box_id
-    with left:
-        fig = built(diagram_figure, diagram, step.focus, selected, height=diagram.height_px(30 if not compact else 44))
-        st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
-                        config={"displayModeBar": False})
-        st.caption(notation(cfg, sess.one_based))
-        if which == "running":
-            st.caption(map_line(cfg, sess.one_based))
 
-    below = st.container()  # full width, under the drawing (the vision panel needs the room)
-    qp_set(config=which if which != "full" else None, compact="1" if compact else None, step=step_i + 1,
-           box=selected, at=None if selected is None or which != "running" else qp_get("at"))
+def _close_box() -> None:
+    st.session_state["fig3_box"] = NONE
 
-    with right:
+
+def _box_panel(selected: str, below) -> None:
+    """The open box in a bordered panel with a button that closes it."""
+    with st.container(border=True, key="fig3_open"):
+        head = st.columns([5, 1], vertical_alignment="center")
+        head[0].markdown(f"**{choices[selected]}**")
+        head[1].button("", key="fig3_close", on_click=_close_box, icon=":material/close:", type="tertiary",
+                       help="Close this box")
         _open_box(selected, below)
 
 
-def _open_box(selected: str | None, below) -> None:
+def _open_box(selected: str, below) -> None:
     """What the open box says: its text, the vision steps for a vision box, and with the running model drawn,
     live numbers from a trace of a prompt."""
-    if selected is None:
-        st.caption("No box open. Click a dot in the drawing or pick a box above.")
-        stop()
     box = diagram.box(selected)
-    st.markdown(f"**{choices[selected]}**")
     st.write(box_text(box, cfg, sess.one_based))
     if box.kind == "vision":
         _vision_steps(below)
     if which != "running":
         st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
                    "model* to see them.")
-        stop()
+        return
 
     with st.expander("Prompt for the live numbers", expanded=False):
         text = prompt_picker()
     if text is None:
-        stop()
+        return
     lt = live_trace(sess, text)
     if lt is None:
-        stop()
+        return
     tr = lt.trace
     last = lt.n_tokens - 1
     st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "

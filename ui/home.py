@@ -83,22 +83,28 @@ def hero_figure(ff, num) -> go.Figure:
     return fig
 
 
+def far_picture(sess: Session, key: str, title: bool = True) -> None:
+    """The far-fact picture on the recall checkpoint with its headline and the text model's reading of the same
+    story (a message instead when the checkpoint is not offered)."""
+    got = far_readings()
+    if got is None:
+        return
+    recall, text = got
+    if title:
+        st.markdown(f"**See it work: a fact {recall.tokens.distance} tokens back**")
+    st.plotly_chart(built(hero_figure, recall, sess.num), width="stretch", key=key, config={"displayModeBar": False})
+    head, comp = far_headline(recall, text, sess.num, far_recall_of(training_record(RECALL_DIR)),
+                              far_recall_of(training_record(TINY_DIR)), CHANCE)
+    st.caption(f"On the recall checkpoint (weights trained for recall, every window narrowed to {recall.window} "
+               f"tokens). {head}")
+    if comp:
+        st.caption(comp)
+
+
 def draw_hero(sess: Session) -> None:
     """The far-fact picture with its headline, in a container the tour outlines (key home_hero)."""
     with st.container(key="home_hero"):
-        got = far_readings()
-        if got is None:
-            return
-        recall, text = got
-        st.markdown(f"**See it work: a fact {recall.tokens.distance} tokens back**")
-        st.plotly_chart(built(hero_figure, recall, sess.num), width="stretch", key="home_far_fig",
-                        config={"displayModeBar": False})
-        head, comp = far_headline(recall, text, sess.num, far_recall_of(training_record(RECALL_DIR)),
-                                  far_recall_of(training_record(TINY_DIR)), CHANCE)
-        st.caption(f"On the recall checkpoint (weights trained for recall, every window narrowed to {recall.window} "
-                   f"tokens). {head}")
-        if comp:
-            st.caption(comp)
+        far_picture(sess, "home_far_fig")
 
 
 def draw_whats_new(sess: Session) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lessons.tour import HOME, Stop, index_of, neighbours, stops
@@ -58,17 +59,25 @@ def current_page() -> str:
         return p.name
 
 
+def _switch(page: str, params: dict | None = None) -> None:
+    try:
+        st.switch_page(page, query_params=params)
+    except StreamlitAPIException:       # a page run on its own (no navigation) cannot open another
+        st.warning("This page runs on its own here, without the app's other pages: open the app to follow the tour.")
+
+
 def _go(stop: Stop | None) -> None:
     """Open a stop's page with the stop in its URL (None: the home page, the tour left)."""
     if stop is None:
         if current_page() == HOME:
             set_url_stop(None)
             st.rerun()
-        st.switch_page(HOME)
-    if stop.page == current_page():
+        _switch(HOME)
+    elif stop.page == current_page():
         set_url_stop(stop.key)
         st.rerun()
-    st.switch_page(stop.page, query_params={PARAM: stop.key})
+    else:
+        _switch(stop.page, {PARAM: stop.key})
 
 
 def start_button(key: str = "tour_start") -> None:
@@ -122,10 +131,13 @@ OUTLINE_CSS = """<style>
 </style>"""
 
 # the spot may be drawn after this script runs (a page draws top to bottom): look for it for a while, scroll once
+# (only when it starts below the screen: the tour's bar, above it, stays in view whenever the part is in view)
 SCROLL_JS = """<script>
 (() => {{ let tries = 0; const t = setInterval(() => {{
   const el = document.querySelector('.st-key-{spot}');
-  if (el) {{ clearInterval(t); el.scrollIntoView({{block: 'nearest', behavior: 'smooth'}}); }}
+  if (el) {{ clearInterval(t);
+             if (el.getBoundingClientRect().top > window.innerHeight - 150)
+               el.scrollIntoView({{block: 'start', behavior: 'smooth'}}); }}
   else if (++tries > 100) clearInterval(t);
 }}, 200); }})();
 </script>"""

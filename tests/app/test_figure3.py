@@ -88,7 +88,7 @@ def test_figure3_a_step_opens_its_own_box_or_closes_the_open_one():
 
 
 def test_figure3_drawing_follows_the_config_and_numbering():
-    at = app("figure3")
+    at = app("figure3", compact=0)                                       # every layer drawn
     opts = at.selectbox(key="fig3_box").options
     assert sum(o.endswith("(Reuse r1)") for o in opts) == 15            # the released decoder
     assert any(o.startswith("layer 14: attention") for o in opts)
@@ -105,7 +105,7 @@ def test_figure3_drawing_follows_the_config_and_numbering():
 
 
 def test_figure3_live_numbers_change_with_the_box():
-    at = app("figure3", config="running", box="attn:2")
+    at = app("figure3", config="running", box="attn:2", compact=0)     # every layer its own box
     no_errors(at)
     m = {x.label: x.value for x in at.metric}
     assert m["entries read"] == "16" and int(m["entries stored"]) > 16       # Full reads a subset

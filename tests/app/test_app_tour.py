@@ -1,0 +1,57 @@
+"""AppTest for the guided tour's bar: a stop named in the URL shows its question, where to look and its takeaway
+on its own page, with Back and Next; a stop of another page is offered as a link; a name that is no stop gets a
+message quoting it as plain text. Run through app.py, as the browser does (the bar needs the navigation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from lessons.tour import stops
+from ui.text import as_shown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def at_page(page: str, **params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["weights"] = "random"
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page(page)
+    return at.run()
+
+
+def markdown(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown) + "\n".join(c.value for c in at.caption)
+
+
+def test_a_stop_on_its_page_shows_the_bar():
+    tour = stops()
+    i, stop = next((i, s) for i, s in enumerate(tour) if s.page == "pages/compare_designs.py")
+    at = at_page(stop.page, stop=stop.key)
+    assert not at.exception, [e.value for e in at.exception]
+    text = markdown(at)
+    assert f"Tour, stop {i + 1} of {len(tour)}: {stop.title}" in text
+    assert stop.question in text and stop.takeaway in text
+    assert at.button(key="tour_back").label == "Back" and at.button(key="tour_next").label == "Next"
+    assert any(f".st-key-{stop.spot}" in h.proto.body for h in at.get("html"))      # the outline's rule
+
+
+def test_a_stop_of_another_page_and_a_bad_stop():
+    tour = stops()
+    at = at_page("pages/compare_designs.py", stop=tour[0].key)
+    assert not at.exception
+    assert any("is on another page" in i.value for i in at.info)
+    assert at.button(key="tour_goto")
+    bad = at_page("pages/compare_designs.py", stop="<b>nowhere</b>")
+    assert not bad.exception
+    assert any("names no stop of the tour" in w.value and "<b>nowhere</b>" in as_shown(w.value) for w in bad.warning)
+    assert not any("Tour, stop" in m.value for m in bad.markdown)
+
+
+def test_no_stop_no_bar():
+    at = at_page("pages/compare_designs.py")
+    assert not at.exception
+    assert not any("Tour, stop" in m.value for m in at.markdown)

@@ -1,0 +1,89 @@
+"""The home page's "what is new" points are counted from the config: change the config and the numbers and the
+sentences change with it; the limits table sets the running model against the release."""
+
+from __future__ import annotations
+
+from lessons.whats_new import cache_per_token, far_headline, limits_rows, points
+from model import V41Config
+
+
+def release() -> V41Config:
+    return V41Config.preset("v4.1-flash")
+
+
+def by_key(cfg: V41Config) -> dict:
+    return {p.key: p for p in points(cfg)}
+
+
+def test_the_release_points_say_the_release_numbers():
+    p = by_key(release())
+    assert p["split"].numbers == {"layers": 40, "encoder": 20, "decoder": 20, "decoder_start": 20}
+    assert (p["modes"].numbers["full"], p["modes"].numbers["reuse"], p["modes"].numbers["reindex"],
+            p["modes"].numbers["window_only"]) == (4, 30, 4, 2)
+    assert p["search"].numbers["pool"] == 2048 * 8 and p["search"].numbers["topk"] == 512
+    assert round(p["cache"].numbers["bytes_per_token"]) == 890            # 356 B x (3 x 1/2 + 1)
+    assert round(p["cache"].numbers["v4_flash_bytes_per_token"]) == 3850
+    assert "4.3x less" in p["cache"].text and "16,384" in p["search"].text and "37, 38 and 39" in p["dspark"].text
+
+
+def test_changing_the_config_changes_the_points():
+    before = by_key(release())
+    cfg = release().replace(index_topk=256, candidate_topk_blocks=1024, sliding_window=64,
+                            dspark_block_size=7).validate()
+    after = by_key(cfg)
+    assert after["search"].numbers["topk"] == 256 and after["search"].numbers["pool"] == 1024 * 8
+    assert "8,192" in after["search"].text and "256 entries" in after["search"].text
+    assert after["modes"].numbers["window"] == 64 and "64-token window" in after["modes"].text
+    assert after["dspark"].numbers["block"] == 7 and "up to 6 drafted" in after["dspark"].text
+    for k in ("search", "modes", "dspark"):
+        assert after[k].text != before[k].text, k
+
+
+def test_a_different_layer_map_changes_the_split_modes_and_cache():
+    tiny = V41Config.preset("micro")                    # 8 layers: 2 Full, 1 Reindex, a decoder from layer 4
+    p = by_key(tiny)
+    assert p["split"].numbers["encoder"] == tiny.decoder_start == 4 and p["split"].numbers["decoder"] == 4
+    assert p["modes"].numbers["full"] == 2 and p["modes"].numbers["reindex"] == 1
+    # the cache per token follows the entries the config stores: latents + index keys of each Full layer, per ratio
+    assert p["cache"].numbers["bytes_per_token"] == cache_per_token(tiny) != by_key(release())["cache"].numbers[
+        "bytes_per_token"]
+    assert p["cache"].numbers["stored_copies"] == 2
+
+
+def test_limits_rows_set_the_running_model_against_the_release():
+    tiny = V41Config.preset("micro")
+    rows = {r[""]: r for r in limits_rows(release(), tiny)}
+    assert rows["window (tokens read directly)"]["released V4.1-Flash"] == "128"
+    assert rows["window (tokens read directly)"]["running here"] == str(tiny.sliding_window)
+    assert rows["layers (encoder + decoder)"]["running here"] == "8 (4 + 4)"
+    assert rows["candidate pool (blocks x size)"]["running here"] == "3 x 2 = 6"
+
+
+class _LF:
+    def __init__(self, layer, stack, share):
+        self.layer, self.stack, self.share, self.fact_entries = layer, stack, share, [7]
+
+
+class _Answer:
+    def __init__(self, token, right):
+        self.token, self.right = token, right
+
+
+class _FF:
+    def __init__(self, shares, on, off):
+        self.layers = [_LF(i, "encoder" if i < 2 else "decoder", s) for i, s in enumerate(shares)]
+        self.answers = [on, off]
+        self.window = 2
+
+        class T:
+            distance = 300
+        self.tokens = T()
+
+
+def test_far_headline_reports_the_decoder_layers_only():
+    recall = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" red", True), _Answer(" blue", False))
+    text = _FF([0.0, 0.0, 0.001, 0.0], _Answer(" red", True), _Answer(" red", True))
+    head, comp = far_headline(recall, text, recall_far=0.9, text_far=0.12, chance=1 / 11)
+    assert "layers 2-3 put 50-99%" in head and "300 tokens back" in head and "2-token window" in head
+    assert "'red' (right)" in head and "'blue' (wrong)" in head and "recalls 90%" in head
+    assert "at most 0.1%" in comp and "recalls 12%" in comp and "9% for a guess" in comp
