@@ -3,10 +3,11 @@ and what to take away.
 
 A stop names its page by file (as app.py lists it) and the part of the page it talks about by the key of that
 part's element (`spot`: Streamlit gives an element with a key the CSS class `st-key-<key>`, which the tour's
-drawing outlines). Numbers in the texts are counted from the released config (`stops(cfg)`), the same way the
-pages count them. The claims follow docs/design/architecture.md §2-3 and docs/design/equations.md §3-7 (layer
-map, CSA2 modes, the hierarchical indexer, cache formats). This module knows nothing of Streamlit: moving between
-pages, the URL and the outline are ui/tour.py's.
+drawing outlines; a spot names the start of a key, so one stop can outline a pair of charts, and may list
+fallbacks, the first found being outlined). Numbers in the texts are counted from the released config
+(`stops(cfg)`), the same way the pages count them. The claims follow docs/design/architecture.md §2-3 and
+docs/design/equations.md §3-7 (layer map, CSA2 modes, the hierarchical indexer, cache formats). This module knows
+nothing of Streamlit: moving between pages, the URL and the outline are ui/tour.py's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Stop:
     title: str
     question: str        # the question this stop answers
     look_at: str         # what to look at: the outlined part of the page
-    spot: str            # the key of that part's element (outlined, scrolled into view)
+    spot: tuple[str, ...]  # that part's element key, or the start of several keys (the first found is outlined)
     takeaway: str        # at most TAKEAWAY_WORDS words
 
     @property
@@ -58,56 +59,56 @@ def stops(cfg: V41Config | None = None) -> list[Stop]:
         Stop("layout", "pages/figure3.py", "The drawing",
              "How is V4.1-Flash laid out?",
              "the drawing: the encoder on the left, the decoder on the right, the red line between them",
-             "fig3_chart",
+             ("fig3_chart",),
              f"One stack of {len(specs)} layers cut in two. The left {dec}, a causal encoder, read the prompt; the red "
              f"line carries their final rows to layer {dec}, which turns them into the entries every decoder layer "
              "shares. Dark blue layers make entries, pale ones reuse them, orange ones choose again."),
         Stop("modes", "pages/csa2_modes.py", "Three modes",
              "What does a Full, a Reuse and a Reindex layer each compute?",
-             "the table of what each layer of the running model computed",
-             "csa2_computed",
+             "the picture of one query's path: entries made, scored, pooled, picked, then read",
+             ("csa2_mech_fig", "live_sample"),
              "Full makes its group's compressed entries and chooses which to read; Reindex keeps those entries but "
              "chooses again; Reuse keeps both. In every mode the layer still computes its own query, its own "
              "window keys and values and its own output: what is shared is prepared data, never the answer."),
         Stop("shares", "pages/attention_shares.py", "Same entries, new shares",
              "If a Reuse layer reads the same entries, why is its output different?",
              f"the two bars mixing the stored values {v1} and {v2}",
-             "toy_bars",
+             ("toy_bars",),
              f"Keys decide the shares, values are what gets mixed. The same stored {v1} and {v2} mixed {mix(a)}, "
              f"mixed {mix(b)}. A Reuse layer reads its source's entries with its own query, so it gives them its "
              "own shares and gets its own result."),
         Stop("recurrence", "pages/recurrence.py", "Not recurrence",
              "Is sharing entries the same as running a layer again?",
-             "the table comparing a Reuse layer's weights with its source layer's",
-             "rec_params",
+             "the strip with a Reuse layer and its source; below it, their weights compared tensor by tensor",
+             ("rec_strip",),
              "No. CSA2 shares prepared data between layers, not the rule that updates the rows: every layer has "
              "weights of its own. Shared-depth recurrence would apply one block's weights again and again; a "
              "dotted x5 in the figure counts layers, it does not say they share weights."),
         Stop("cache", "pages/compare_designs.py", "Why the cache is small",
              "Why does V4.1's cache grow so much slower than V4-Flash's?",
              "the waterfall from V4-Flash to V4.1, one change at a time",
-             "cd_waterfall",
+             ("cd_waterfall",),
              f"Per token of context V4.1's cache grows by {ours:,.0f} B, V4-Flash's by {v4:,.0f} B. Packing fewer "
              f"tokens per entry costs bytes; keeping {full} stored copies for {readers} compressed layers saves the "
              "most, and FP4 entries and smaller index keys save more."),
         Stop("split", "pages/prefill_decode.py", "Prompt work and answer work",
              "Where does the encoder-decoder split save work?",
              "the bars of prefill and decode work for one round of an agent",
-             "pd_work",
+             ("pd_work",),
              "Most tokens of a long prompt climb only the encoder, while every generated token climbs both halves, "
              "so a prompt token is multiplied by fewer weights. When a round reads far more tokens than it writes, "
              "that is where the work is. These are counts of multiply-adds, not measured time."),
         Stop("inside", "pages/inspector.py", "Inside, layer by layer",
              "What does each layer do to one prompt?",
-             "the layer-by-token overview of the running model",
-             "insp_overview",
-             "Every row is a layer, every column a token of the prompt. Pick a layer and a token to see what that "
-             "layer read there: its window rows, the entries it selected, the experts it ran and its early guess "
-             "at the next token, all from one trace of the small model running here."),
+             "the chart of where one token's attention went in one layer, with the layer and token steppers",
+             ("insp_attn",),
+             "Pick a layer and a token: the chart splits that token's attention in that layer between its window "
+             "rows and the compressed entries it selected. The tabs beside it show the experts it ran and its "
+             "early guess at the next token, all from one trace of the small model running here."),
         Stop("pool", "pages/indexer_pools.py", "A pool, then the top-k",
              "How does the indexer choose what a layer reads?",
              "the strip of one query: its pool, its choices and what the pool dropped",
-             "pool_strip",
+             ("pool_strip",),
              (f"In the release, layer {cand}'s broad scan scores every visible entry and keeps the best "
               f"{cfg.candidate_topk_blocks:,} blocks of {cfg.candidate_block_size} ({pool:,} positions) as a pool; "
               if cand is not None else "A broad scan keeps the best blocks of entries as a pool; ")
@@ -116,7 +117,7 @@ def stops(cfg: V41Config | None = None) -> list[Stop]:
         Stop("far", HOME, "The road to a far fact",
              "Do the compressed entries really bring back something far away?",
              "the picture of where the answer token's attention went",
-             "home_hero",
+             ("home_hero",),
              "Yes, on weights trained to use them: decoder layers put most of their attention on the one entry that "
              "holds a fact far outside their window, and switching the global branch off loses the answer. The "
              "text model has the same machinery but leaves it unused: its far recall is close to a guess."),

@@ -20,10 +20,7 @@ from .calculator import calculate
 from .designs import defaults, v4_flash, v41_design
 from .dspark import block_sentence
 
-HEADLINE = (
-    "DeepSeek-V4.1-Flash is one stack of layers cut into a prompt-reading encoder and an answer-writing decoder, "
-    "with attention that stores few compressed entries, shares them between layers and reads only a chosen few."
-)
+HEADLINE = "DeepSeek-V4.1-Flash in one screen: what is new, and its main idea at work."
 
 
 @dataclass(frozen=True)
@@ -77,8 +74,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              + (f", and the last {n_dec} a decoder whose first layer ({num(dec)}) turns the encoder's final rows into "
                 "one shared memory for every decoder layer. Most prompt tokens stop at the top of the encoder; each "
                 "generated token climbs both halves." if n_dec else "; this config has no decoder half."))
-    out.append(Point("split", "Encoder and decoder", f"{n_enc} + {n_dec} layers: a causal encoder reads the prompt, "
-                     "the decoder shares one memory made from it.", split,
+    out.append(Point("split", "Encoder and decoder", f"{n_enc} + {n_dec} layers; the decoder's memory is made from the "
+                     "encoder's output.", split,
                      {"layers": n, "encoder": n_enc, "decoder": n_dec, "decoder_start": dec}))
 
     def packs(st: str) -> str:
@@ -90,7 +87,7 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              f"in the decoder. {_layers(len(roles['Reuse']))} (Reuse) keep both those entries and the last choice "
              f"of which to read; {_layers(len(roles['Reindex']))} (Reindex) keep the entries but choose again. "
              f"{_layers(len(roles['SWA']))} read only their {cfg.sliding_window}-token window.")
-    out.append(Point("modes", "CSA2's three modes", f"{len(roles['Full'])} Full layers make entries; "
+    out.append(Point("modes", "CSA2's three modes", f"{len(roles['Full'])} Full layers make entries, "
                      f"{len(roles['Reuse'])} Reuse and {len(roles['Reindex'])} Reindex layers read them.", modes,
                      {"full": len(roles["Full"]), "reuse": len(roles["Reuse"]), "reindex": len(roles["Reindex"]),
                       "window_only": len(roles["SWA"]), "window": cfg.sliding_window}))
@@ -100,8 +97,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
               f"positions. Each selecting layer reads at most {cfg.index_topk:,} entries, and the Reindex layers "
               "choose them only from inside that pool." if cand is not None else
               f"Each selecting layer reads at most {cfg.index_topk:,} entries; this config builds no candidate pool.")
-    out.append(Point("search", "A pool, then the top-k", f"a pool of up to {pool:,} positions, then at most "
-                     f"{cfg.index_topk:,} entries per query.", search,
+    out.append(Point("search", "A pool, then the top-k", f"{pool:,} positions, then {cfg.index_topk:,} entries per "
+                     "query.", search,
                      {"pool_blocks": cfg.candidate_topk_blocks, "block": cfg.candidate_block_size, "pool": pool,
                       "topk": cfg.index_topk, "candidate_layer": cand}))
 
@@ -111,7 +108,7 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              f"so the cache grows by {ours:,.0f} B per token of context, against {v4:,.0f} B for DeepSeek-V4-Flash "
              f"in vLLM's formats: {v4 / ours:.1f}x less." if ours else
              "This config stores no compressed entries, so nothing in its cache grows per token.")
-    short = (f"{ours:,.0f} B per token of context against {v4:,.0f} B for V4-Flash ({v4 / ours:.1f}x less)."
+    short = (f"{ours:,.0f} B against {v4:,.0f} B for V4-Flash ({v4 / ours:.1f}x less)."
              if ours else "no compressed entries stored.")
     out.append(Point("cache", "Cache per token", short, cache,
                      {"bytes_per_token": ours, "v4_flash_bytes_per_token": v4, "stored_copies": stored,
@@ -122,8 +119,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              f"tokens at once; the main model checks them in one pass and keeps them up to the first it would not "
              "have written itself. "
              + block_sentence(cfg.dspark_block_size))
-    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens; the model "
-                     "checks them in one pass.", draft,
+    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens, "
+                     "checked in one pass.", draft,
                      {"block": cfg.dspark_block_size, "targets": targets}))
     return out
 
@@ -173,7 +170,6 @@ def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = 
     """(headline, comparison) for the far-fact picture: `recall` and `text` are lessons.far_fact.FarFact readings
     of one story on the recall checkpoint and on the text model (None: not run); `recall_far` / `text_far` their
     held-out far recall from their training records, `chance` a guess's. Plain text."""
-    t = recall.tokens
     dec = [lf for lf in recall.layers if lf.stack == "decoder"] or recall.layers
     on, off = recall.answers
     n_fact = len(dec[0].fact_entries) if dec else 0
@@ -182,14 +178,13 @@ def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = 
     span = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
     which = (f"layers {num(dec[0].layer)}-{num(dec[-1].layer)}" if len(dec) > 1 else
              f"layer {num(dec[0].layer)}" if dec else "no layer")
-    answer = (f"With everything on, the answer is '{on.token.strip()}'"
-              + (" (right)" if on.right else " (wrong)" if on.right is not None else "")
-              + f"; with the global branch off it is '{off.token.strip()}'"
+    answer = (f"The answer is '{on.token.strip()}'" + (" (right)" if on.right else " (wrong)" if on.right is not None
+                                                       else "")
+              + f"; with the global branch off, '{off.token.strip()}'"
               + (" (right)." if off.right else " (wrong)." if off.right is not None else "."))
-    head = (f"Decoder {which} put {span} of their attention on {entry} holding a fact {t.distance} tokens back, "
-            f"far outside their {recall.window}-token window. {answer}")
+    head = f"decoder {which} put {span} of their attention on {entry} holding the fact. {answer}"
     if recall_far is not None:
-        head += f" Over the held-out far stories it recalls {100 * recall_far:.0f}%."
+        head += f" Held-out far recall: {100 * recall_far:.0f}%."
     if text is None:
         return head, ""
     tdec = [lf for lf in text.layers if lf.stack == "decoder"] or text.layers

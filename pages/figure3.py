@@ -35,8 +35,7 @@ from ui.text import plain, quoted
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
-st.caption("Both halves of DeepSeek-V4.1-Flash, drawn from a config's layer map. Step through the story, or click "
-           "a box's dot to open it.")
+st.caption("Step through the story, or click a box's dot to open it.")
 
 CONFIGS = {"full": "Released V4.1-Flash", "running": "The running model"}
 NONE = "(none)"
@@ -57,7 +56,8 @@ with top[0]:
     which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config",
                      persist_state=KEEP)
 with top[1]:
-    compact = st.toggle("Compact (each repeat drawn once)", key="fig3_compact", persist_state=KEEP)
+    compact = st.toggle("Compact", key="fig3_compact", persist_state=KEEP,
+                        help="Each repeated group drawn once, with its count; off, every layer has its own row.")
 if which == "running" and sess.model is None:
     st.info((sess.error or "No model is loaded.") + " Drawing the released config instead.")
     which = "full"
@@ -68,8 +68,8 @@ story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_par
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 with top[2]:
-    counted = f"from 1, {ONE_BASED}" if sess.one_based else "from 0, as the code and report do"
-    st.caption(f"{cfg.num_hidden_layers} layers ({cfg.name}), numbered {counted}.")
+    st.caption(f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
+               + (f"1 ({ONE_BASED})." if sess.one_based else "0."))
 
 url_step = qp_int_or_none("step", 1, len(story), "showing step 1")
 seed("fig3_step", None if url_step is None else url_step - 1, 0)
@@ -160,7 +160,7 @@ def walkthrough() -> None:
         st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
                      format_func=lambda b: b if b == NONE else choices[b])
         if selected is None:
-            st.caption("No box open. Click a dot in the drawing or pick a box above.")
+            st.caption("No box open: click a dot in the drawing.")
 
 
 def _close_box() -> None:

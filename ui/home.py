@@ -76,16 +76,20 @@ def far_readings():
 
 
 def hero_figure(ff, num) -> go.Figure:
-    """The far-fact picture (ui.far_fact's figure), shorter and with a short axis title, for the home page."""
+    """The far-fact picture (ui.far_fact's figure) with short row labels and axis title, for a first screen."""
     fig = go.Figure(far_fact_figure(ff, num, title=""))
-    fig.update_xaxes(title="token position (the fact red, the window blue; green: a fact entry is in the top-k)")
+    rows = [f"{num(lf.layer)} {lf.role}" for lf in ff.layers]
+    fig.update_traces(y=rows, selector=dict(type="heatmap"))
+    fig.update_traces(y=rows, selector=dict(type="scatter"))
+    fig.update_xaxes(title="position in the story (red: the fact; blue: the window)")
+    fig.update_traces(colorbar=dict(title="", tickvals=[0, 0.5, 1], tickformat=".0%"), selector=dict(type="heatmap"))
     fig.update_layout(height=110 + 26 * len(ff.layers), margin=dict(l=10, r=10, t=20, b=40))
     return fig
 
 
 def far_picture(sess: Session, key: str, title: bool = True) -> None:
-    """The far-fact picture on the recall checkpoint with its headline and the text model's reading of the same
-    story (a message instead when the checkpoint is not offered)."""
+    """The far-fact picture on the recall checkpoint with its headline; the text model's reading of the same story
+    in an expander (a message instead when the checkpoint is not offered)."""
     got = far_readings()
     if got is None:
         return
@@ -95,10 +99,11 @@ def far_picture(sess: Session, key: str, title: bool = True) -> None:
     st.plotly_chart(built(hero_figure, recall, sess.num), width="stretch", key=key, config={"displayModeBar": False})
     head, comp = far_headline(recall, text, sess.num, far_recall_of(training_record(RECALL_DIR)),
                               far_recall_of(training_record(TINY_DIR)), CHANCE)
-    st.caption(f"On the recall checkpoint (weights trained for recall, every window narrowed to {recall.window} "
-               f"tokens). {head}")
+    st.caption(f"Trained for recall, {recall.window}-token windows: {head}")
     if comp:
-        st.caption(comp)
+        with st.expander("The same story on the text model"):
+            st.caption(comp + " Its windows are wider, and it has not learned to use the compressed entries: the "
+                              "pages on the global branch show both side by side.")
 
 
 def draw_hero(sess: Session) -> None:
@@ -111,7 +116,7 @@ def draw_whats_new(sess: Session) -> None:
     st.markdown("**What is new in V4.1**")
     ps = points(release(), sess.num)
     st.markdown("\n".join(f"- **{p.title}**: {p.short}" for p in ps))
-    with st.expander("The five points in full"):
+    with st.expander("In full"):
         for p in ps:
             st.markdown(f"**{p.title}.** {p.text}")
 

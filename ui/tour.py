@@ -2,13 +2,15 @@
 and Next), the outline around the part of the page the stop talks about, and the "Start the tour" button.
 
 The stops are data (lessons/tour.py). The stop being shown lives in the URL (`?stop=<key>`), so the browser's
-Back button and a reload return to it; Back and Next move between pages with st.switch_page. The outline is a
+Back button and a reload return to it; Back and Next are links to the neighbouring stops' pages (st.page_link with
+the stop in their query), drawn as buttons. The outline is a
 style rule on the element whose key the stop names (Streamlit gives it the class `st-key-<key>`), plus a small
 script that scrolls it into view once it is drawn; a page needs no code of its own to be a stop.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import streamlit as st
@@ -30,17 +32,9 @@ def tour() -> list[Stop]:
 
 # ---- the stop in the URL (one place, so that the app's own URL helper can take it over) ----------------------
 def url_stop() -> str | None:
-    """The stop named in the URL, or None."""
+    """The stop named in the URL, or None (the links write it; nothing else does)."""
     v = st.query_params.get(PARAM)
     return None if v is None else str(v)
-
-
-def set_url_stop(key: str | None) -> None:
-    """Name a stop in the URL (None removes it) without leaving the page."""
-    if key is None:
-        st.query_params.pop(PARAM, None)
-    else:
-        st.query_params[PARAM] = key
 
 
 # ---- which page is drawn ----------------------------------------------------------------------------------------
@@ -59,34 +53,47 @@ def current_page() -> str:
         return p.name
 
 
-def _switch(page: str, params: dict | None = None) -> None:
-    try:
-        st.switch_page(page, query_params=params)
-    except StreamlitAPIException:       # a page run on its own (no navigation) cannot open another
-        st.warning("This page runs on its own here, without the app's other pages: open the app to follow the tour.")
+def _link(key: str, stop: Stop | None, label: str, icon: str, help: str) -> None:
+    """A link that opens a stop's page with the stop in its URL (None: the home page, the tour left), in a keyed
+    container (styled as a button by LINK_CSS). A link, not a button that switches page: the browser moves at
+    once, and the page being left does not run again (its own URL writes would race the move). A stop on the page
+    being shown is a button instead (a link to the page one is on is drawn inactive): it rewrites the URL's stop."""
+    page = HOME if stop is None else stop.page
+    with st.container(key=key):
+        if page == current_page():
+            st.button(label, key=f"{key}_here", icon=icon, help=help, width="stretch",
+                      type="primary" if key in ("tour_next", "tour_start") else "secondary",
+                      on_click=_set_stop, args=(None if stop is None else stop.key,))
+            return
+        try:
+            st.page_link(page, label=label, icon=icon, help=help, width="stretch",
+                         query_params=None if stop is None else {PARAM: stop.key})
+        except StreamlitAPIException:   # a page run on its own (no navigation) has no other page to open
+            st.caption("Open the app to follow the tour.")
 
 
-def _go(stop: Stop | None) -> None:
-    """Open a stop's page with the stop in its URL (None: the home page, the tour left)."""
-    if stop is None:
-        if current_page() == HOME:
-            set_url_stop(None)
-            st.rerun()
-        _switch(HOME)
-    elif stop.page == current_page():
-        set_url_stop(stop.key)
-        st.rerun()
+def _set_stop(key: str | None) -> None:
+    """Button callback: name a stop of this page in the URL, or leave the tour (None)."""
+    if key is None:
+        st.query_params.pop(PARAM, None)
     else:
-        _switch(stop.page, {PARAM: stop.key})
+        st.query_params[PARAM] = key
+
+
+LINK_CSS = """<style>
+.st-key-tour_next a, .st-key-tour_start a {{ background: #ff4b4b; border-radius: 0.5rem; justify-content: center; }}
+.st-key-tour_next a *, .st-key-tour_start a * {{ color: #fff !important; }}
+.st-key-tour_back a {{ border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem; justify-content: center; }}
+{extra}</style>"""
 
 
 def start_button(key: str = "tour_start") -> None:
-    """The home page's "Start the tour" button."""
+    """The home page's "Start the tour" link, drawn as a button."""
     first = tour()[0]
-    if st.button("Start the tour", key=key, type="primary", icon=":material/tour:", width="stretch",
-                 help=f"{len(tour())} stops, the first: {first.title}. Each stop asks one question, outlines the "
-                      "part of the page that answers it and moves on with Next."):
-        _go(first)
+    st.html(LINK_CSS.format(extra=""))
+    _link(key, first, "Start the tour", ":material/tour:",
+          f"{len(tour())} stops, the first: {first.title}. Each stop asks one question, outlines the part of the "
+          "page that answers it and moves on with Next.")
 
 
 # ---- the bar and the outline --------------------------------------------------------------------------------------
@@ -105,45 +112,57 @@ def tour_bar() -> None:
     if stop.page != current_page():
         c1, c2 = st.columns([3, 1], vertical_alignment="center")
         c1.info(f"Tour stop {i + 1} of {len(stops_)}, {stop.title}, is on another page.")
-        if c2.button("Go to that stop", key="tour_goto"):
-            _go(stop)
+        with c2:
+            _link("tour_goto", stop, "Go to that stop", ":material/arrow_forward:", stop.question)
         return
     before, after = neighbours(stops_, i)
     with st.container(border=True, key="tour_bar"):
         top = st.columns([5, 2, 2], vertical_alignment="center")
         top[0].markdown(f"**Tour, stop {i + 1} of {len(stops_)}: {stop.title}**")
-        back = top[1].button("Back" if before else "Home", key="tour_back", icon=":material/arrow_back:",
-                             width="stretch", help=f"Stop {i}: {before.title}" if before else "The home page")
-        nxt = top[2].button("Next" if after else "Finish", key="tour_next", icon=":material/arrow_forward:",
-                            icon_position="right", type="primary", width="stretch",
-                            help=f"Stop {i + 2}: {after.title}" if after else "Leave the tour")
+        with top[1]:
+            _link("tour_back", before, "Back" if before else "Home", ":material/arrow_back:",
+                  f"Stop {i}: {before.title}" if before else "The home page")
+        with top[2]:
+            _link("tour_next", after, "Next" if after else "Finish", ":material/arrow_forward:",
+                  f"Stop {i + 2}: {after.title}" if after else "Leave the tour")
         st.markdown(f"**{stop.question}** Look at {stop.look_at} (outlined below).")
         st.caption(stop.takeaway)
     outline(stop.spot)
-    if back:
-        _go(before)
-    if nxt:
-        _go(after)
 
 
-OUTLINE_CSS = """<style>
-.st-key-{spot} {{ outline: 3px solid #ff4b4b; outline-offset: 6px; border-radius: 4px; }}
-</style>"""
+# the bar stays in view while the reader scrolls to the part it talks about
+# (the rule goes on the bar's wrapper: a sticky element sticks inside its parent, and the wrapper is the bar's size)
+BAR_CSS = """div:has(> .st-key-tour_bar) { position: sticky; top: 3rem; z-index: 990; }
+.st-key-tour_bar { background: #fff; box-shadow: 0 2px 6px rgba(0, 0, 0, 0.08); }
+"""
 
-# the spot may be drawn after this script runs (a page draws top to bottom): look for it for a while, scroll once
-# (only when it starts below the screen: the tour's bar, above it, stays in view whenever the part is in view)
-SCROLL_JS = """<script>
-(() => {{ let tries = 0; const t = setInterval(() => {{
-  const el = document.querySelector('.st-key-{spot}');
-  if (el) {{ clearInterval(t);
-             if (el.getBoundingClientRect().top > window.innerHeight - 150)
-               el.scrollIntoView({{block: 'start', behavior: 'smooth'}}); }}
-  else if (++tries > 100) clearInterval(t);
+# The spot may be drawn after this script runs (a page draws top to bottom): look for the first of its keys for a
+# while, outline every element whose key starts with it (a rule, so the page's reruns keep it), and scroll the main
+# area so that it starts just under the bar when it is not in view (above or below: a page opened from a link keeps
+# the scroll of the page before).
+SPOT_JS = """<script>
+(() => {{ const keys = {keys}; let tries = 0; const t = setInterval(() => {{
+  for (const k of keys) {{
+    const el = document.querySelector('[class*="st-key-' + k + '"]');
+    if (!el) continue;
+    clearInterval(t);
+    const rule = document.createElement('style');
+    rule.textContent = '[class*="st-key-' + k + '"] {{ outline: 3px solid #ff4b4b; outline-offset: 6px; ' +
+                       'border-radius: 4px; }}';
+    document.head.appendChild(rule);
+    const bar = document.querySelector('.st-key-tour_bar');
+    const under = bar ? bar.getBoundingClientRect().bottom + 16 : 80;
+    const top = el.getBoundingClientRect().top;
+    const main = document.querySelector('[data-testid="stMain"]');
+    if (main && (top < under || top > window.innerHeight - 150)) main.scrollBy({{top: top - under}});
+    return;
+  }}
+  if (++tries > 100) clearInterval(t);
 }}, 200); }})();
 </script>"""
 
 
-def outline(spot: str) -> None:
-    """Outline the element with key `spot` and scroll it into view once it is drawn (our own key: no user text)."""
-    safe = "".join(ch for ch in spot if ch.isalnum() or ch in "_-")
-    st.html(OUTLINE_CSS.format(spot=safe) + SCROLL_JS.format(spot=safe), unsafe_allow_javascript=True)
+def outline(spot: tuple[str, ...]) -> None:
+    """Outline the part a stop names and scroll it into view once it is drawn (our own keys: no reader's text)."""
+    keys = ["".join(ch for ch in k if ch.isalnum() or ch in "_-") for k in spot]
+    st.html(LINK_CSS.format(extra=BAR_CSS) + SPOT_JS.format(keys=json.dumps(keys)), unsafe_allow_javascript=True)

@@ -84,6 +84,6 @@ def test_far_headline_reports_the_decoder_layers_only():
     recall = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" red", True), _Answer(" blue", False))
     text = _FF([0.0, 0.0, 0.001, 0.0], _Answer(" red", True), _Answer(" red", True))
     head, comp = far_headline(recall, text, recall_far=0.9, text_far=0.12, chance=1 / 11)
-    assert "layers 2-3 put 50-99%" in head and "300 tokens back" in head and "2-token window" in head
-    assert "'red' (right)" in head and "'blue' (wrong)" in head and "recalls 90%" in head
+    assert "layers 2-3 put 50-99%" in head and "the one entry holding the fact" in head
+    assert "'red' (right)" in head and "'blue' (wrong)" in head and "90%" in head
     assert "at most 0.1%" in comp and "recalls 12%" in comp and "9% for a guess" in comp

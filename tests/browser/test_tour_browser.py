@@ -1,0 +1,147 @@
+"""The guided tour and the Figure 3 screen in a real browser at 1400 x 1000, cold, defaults only.
+
+- From the home page's "Start the tour" through every stop with Next: each stop opens its page with the stop in
+  the URL, shows its bar and outlines its part of the page, with no error; a reload and the browser's Back keep
+  the stop; then the tour's Back returns through every stop to the home page, and Finish leaves the tour.
+- Figure 3 opens on the compact drawing with the first step's text beside it, both inside the first screen, and a
+  clicked box opens its panel beside the drawing, also inside the first screen.
+- The first screens of the home page and of Figure 3 carry at most about 200 words of main-area text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lessons.tour import stops
+
+pytestmark = pytest.mark.browser
+
+W, H = 1400, 1000
+FIRST_SCREEN_WORDS = 200
+
+# words of the main area's text inside the first screen, as a reader sees them: chart labels included, a closed
+# expander's body and icon names left out
+WORDS_ON_SCREEN = """(h) => { const main = document.querySelector('[data-testid="stMain"]');
+  const walk = document.createTreeWalker(main, NodeFilter.SHOW_TEXT); let n = 0, node;
+  while ((node = walk.nextNode())) {
+    const t = node.textContent.trim(); if (!t) continue;
+    const el = node.parentElement; if (!el || el.closest('[data-testid="stSidebar"]')) continue;
+    if (el.closest('details:not([open])') && !el.closest('summary')) continue;     // a closed expander's body
+    if (el.closest('[data-testid="stIconMaterial"]')) continue;                     // an icon's name
+    const r = el.getBoundingClientRect(); const s = getComputedStyle(el);
+    if (r.height === 0 || s.visibility === 'hidden' || s.display === 'none') continue;
+    if (r.top < h && r.bottom > 0) n += t.split(/\\s+/).length;
+  } return n; }"""
+
+
+FIRST_SPOT = """(keys) => keys.map(k => document.querySelector('[class*="st-key-' + k + '"]')).find(Boolean)"""
+
+
+def on_screen(ui, locator) -> tuple[float, float]:
+    box = locator.first.bounding_box()
+    assert box is not None, "not drawn"
+    return box["y"], box["y"] + box["height"]
+
+
+def bar_text(ui) -> str:
+    return ui.key("tour_bar").first.inner_text()
+
+
+def wait_stop(ui, i: int, n: int, key: str) -> None:
+    ui.page.wait_for_url(re.compile(rf"[?&]stop={key}(&|$)"))
+    ui.settle()
+    ui.page.wait_for_function("t => { const b = document.querySelector('.st-key-tour_bar');"
+                              " return b && b.innerText.includes(t); }", arg=f"stop {i + 1} of {n}")
+
+
+def test_tour_from_the_home_page_through_every_stop_and_back(ui):
+    ui.page.set_viewport_size({"width": W, "height": H})
+    tour = stops()
+    n = len(tour)
+    ui.open()
+    assert ui.key("tour_bar").count() == 0                 # no stop in the URL: no bar
+    ui.key("tour_start").locator("a").first.click()
+    for i, stop in enumerate(tour):
+        wait_stop(ui, i, n, stop.key)
+        text = bar_text(ui)
+        assert stop.question in text and stop.takeaway in text, stop.key
+        # the part the stop talks about is on its page, outlined, and scrolled into the screen
+        assert ui.page.evaluate(FIRST_SPOT, list(stop.spot)), f"stop {stop.key}: no element for {stop.spot}"
+        ui.page.wait_for_function(f"keys => {{ const el = ({FIRST_SPOT})(keys); const r = el.getBoundingClientRect();"
+                                  f" return getComputedStyle(el).outlineStyle === 'solid' && r.top < {H}"
+                                  " && r.bottom > 0; }", arg=list(stop.spot))
+        ui.assert_clean()
+        ui.shot(f"tour-{i + 1:02d}-{stop.key}")
+        if i + 1 < n:
+            ui.key("tour_next").locator("a, button").first.click()
+    # the stop lives in the URL: a reload keeps it, and the browser's Back returns to the stop before (a page's own
+    # URL writes add entries of their own: each Back shows a stop, and a few reach the one before)
+    ui.page.reload()
+    wait_stop(ui, n - 1, n, tour[-1].key)
+    for _ in range(4):
+        ui.page.go_back()
+        ui.settle()
+        assert "stop=" in ui.page.url and ui.key("tour_bar").count() == 1, ui.page.url
+        if f"stop={tour[-2].key}" in ui.page.url:
+            break
+    wait_stop(ui, n - 2, n, tour[-2].key)
+    ui.key("tour_next").locator("a, button").first.click()
+    wait_stop(ui, n - 1, n, tour[-1].key)
+    # Finish leaves the tour (the home page without its bar); Back returns to the last stop
+    ui.key("tour_next").locator("a, button").first.click()
+    ui.page.wait_for_function("() => !location.search.includes('stop=')")
+    ui.settle()
+    assert ui.key("tour_bar").count() == 0
+    for _ in range(4):
+        ui.page.go_back()
+        ui.settle()
+        if f"stop={tour[-1].key}" in ui.page.url:
+            break
+    wait_stop(ui, n - 1, n, tour[-1].key)
+    # the tour's own Back, stop by stop, to the home page
+    for i in range(n - 1, 0, -1):
+        ui.key("tour_back").locator("a, button").first.click()
+        wait_stop(ui, i - 1, n, tour[i - 1].key)
+        ui.assert_clean()
+    ui.key("tour_back").locator("a, button").first.click()    # "Home" on the first stop
+    ui.page.wait_for_function("() => !location.search.includes('stop=')")
+    ui.settle()
+    assert ui.page.locator("h1").first.inner_text().startswith("V4.1 Explorer")
+    assert ui.key("tour_bar").count() == 0
+    ui.assert_clean()
+
+
+def test_figure3_drawing_step_text_and_an_opened_box_share_the_first_screen(ui):
+    ui.page.set_viewport_size({"width": W, "height": H})
+    ui.open("figure3")
+    top, bottom = on_screen(ui, ui.key("fig3_chart"))
+    assert 0 <= top and bottom <= H, (top, bottom)                      # the whole compact drawing
+    head = ui.page.locator('[data-testid="stMain"] h3', has_text=re.compile(r"^1\. "))
+    body = ui.page.locator('[data-testid="stMain"] p', has_text="Read the drawing from the bottom")
+    assert on_screen(ui, head)[1] <= H and on_screen(ui, body)[1] <= H     # the step's title and text
+    assert ui.page.evaluate(WORDS_ON_SCREEN, H) <= FIRST_SCREEN_WORDS
+    ui.shot("figure3-first-screen")
+    # a click on a box's dot opens its panel beside the drawing, in the first screen
+    dot = ui.key("fig3_chart").locator(".scatterlayer .trace").last.locator("path.point").nth(3)
+    dot.click(force=True)
+    ui.page.wait_for_selector(".st-key-fig3_open")
+    ui.settle()
+    top, bottom = on_screen(ui, ui.key("fig3_open"))
+    chart_box = ui.key("fig3_chart").first.bounding_box()
+    assert top < H - 150 and top >= 0, (top, bottom)
+    assert ui.key("fig3_open").first.bounding_box()["x"] > chart_box["x"] + chart_box["width"] - 5   # beside it
+    ui.assert_clean()
+    ui.shot("figure3-box-open")
+
+
+def test_home_first_screen(ui):
+    ui.page.set_viewport_size({"width": W, "height": H})
+    ui.open()
+    assert on_screen(ui, ui.key("home_far_fig"))[1] <= H                 # the far-fact picture
+    assert on_screen(ui, ui.key("tour_start"))[1] <= H                   # the tour's button
+    words = ui.page.evaluate(WORDS_ON_SCREEN, H)
+    assert words <= FIRST_SCREEN_WORDS, words
+    ui.assert_clean()
+    ui.shot("home-first-screen")
