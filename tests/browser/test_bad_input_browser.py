@@ -20,7 +20,7 @@ def test_hostile_prompt_is_shown_as_text_everywhere(ui):
     ui.open()
     ui.type_into("start_prompt", HOSTILE)
     assert ui.key("start_prompt").locator("textarea").input_value() == HOSTILE
-    assert ui.key("start_bar").locator(".main-svg").count() == 1         # the next-token chart
+    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1         # the next-token chart
     assert not _pwned(ui)
     # the prompt inspector shows the tokens of the same text as literal code
     ui.open("inspector", gen=0, prompt=HOSTILE)
@@ -39,7 +39,7 @@ def test_empty_prompt_then_valid_in_the_same_tab(ui):
     assert any("empty" in a for a in ui.alerts("Warning"))
     assert ui.key("start_bar").count() == 0                                # no next-token chart
     ui.type_into("start_prompt", "The key is in the blue box. The box is")
-    assert ui.key("start_bar").locator(".main-svg").count() == 1 and not ui.alerts("Warning")
+    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1 and not ui.alerts("Warning")
     ui.assert_clean()
 
 

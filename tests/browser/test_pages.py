@@ -64,14 +64,14 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
 
 def test_start(ui):
     ui.open()
-    assert ui.key("start_bar").locator(".main-svg").count() == 1           # the next-token chart
-    assert ui.key("home_far_fig").locator(".main-svg").count() == 1        # the far-fact picture
+    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1           # the next-token chart
+    assert ui.key("home_far_fig").locator(".js-plotly-plot").count() == 1        # the far-fact picture
     before = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
     ui.type_into("start_prompt", "Anna put the silver key in the green box near the door. Later she opened the")
     after = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
     assert after > before
     assert "prompt=Anna" in ui.page.url                   # the prompt is mirrored in the URL
-    assert ui.key("start_bar").locator(".main-svg").count() == 1
+    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1
     ui.assert_clean()
     ui.shot("start")
     # the typed prompt follows the reader to the inspector, and the job keeps it when they come back
