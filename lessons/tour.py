@@ -66,7 +66,7 @@ def stops(cfg: V41Config | None = None) -> list[Stop]:
         Stop("modes", "pages/csa2_modes.py", "Three modes",
              "What does a Full, a Reuse and a Reindex layer each compute?",
              "the picture of one query's path: entries made, scored, pooled, picked, then read",
-             ("csa2_mech_fig", "live_sample"),
+             ("csa2_mech_fig",),
              "Full makes its group's compressed entries and chooses which to read; Reindex keeps those entries but "
              "chooses again; Reuse keeps both. In every mode the layer still computes its own query, its own "
              "window keys and values and its own output: what is shared is prepared data, never the answer."),

@@ -1,11 +1,11 @@
 """The guided tour's drawing: the bar under a page's title (the stop's question, where to look, the takeaway, Back
 and Next), the outline around the part of the page the stop talks about, and the "Start the tour" button.
 
-The stops are data (lessons/tour.py). The stop being shown lives in the URL (`?stop=<key>`), so the browser's
-Back button and a reload return to it; Back and Next are links to the neighbouring stops' pages (st.page_link with
-the stop in their query), drawn as buttons. The outline is a
-style rule on the element whose key the stop names (Streamlit gives it the class `st-key-<key>`), plus a small
-script that scrolls it into view once it is drawn; a page needs no code of its own to be a stop.
+The stops are data (lessons/tour.py). The stop being shown lives in the URL (`?stop=<key>`) and only there, so the
+browser's Back button and a reload return to it; Back and Next are links to
+the neighbouring stops' pages (st.page_link with the stop in their query), drawn as buttons. The outline is a style
+rule on the elements whose key the stop names (Streamlit gives them the class `st-key-<key>`), added by a small
+script that also scrolls the part under the bar once it is drawn; a page needs no code of its own to be a stop.
 """
 
 from __future__ import annotations
@@ -30,11 +30,18 @@ def tour() -> list[Stop]:
     return stops()
 
 
-# ---- the stop in the URL (one place, so that the app's own URL helper can take it over) ----------------------
+# ---- the stop in the URL ---------------------------------------------------------------------------------------
+# Only the URL holds the stop (not the session, as ui.state.link_value would): the tour's links carry it, and a
+# link without it (Home, Finish, the sidebar) leaves the tour.
 def url_stop() -> str | None:
-    """The stop named in the URL, or None (the links write it; nothing else does)."""
-    v = st.query_params.get(PARAM)
-    return None if v is None else str(v)
+    """The stop the URL names, or None (after a message quoting it when it names no stop)."""
+    raw = st.query_params.get(PARAM)
+    if raw is None:
+        return None
+    if index_of(tour(), str(raw)) is None:
+        st.warning(f"URL parameter stop = {quoted(raw)} is not a stop of the tour; the page is shown on its own.")
+        return None
+    return str(raw)
 
 
 # ---- which page is drawn ----------------------------------------------------------------------------------------
@@ -101,19 +108,17 @@ def tour_bar() -> None:
     """Under a page's title: when the URL names a stop of this page, its bar and the outline of its part; a stop
     of another page gets a link to it; a name that is no stop gets a message. Nothing without a stop."""
     key = url_stop()
-    if key is None:
-        return
     stops_ = tour()
     i = index_of(stops_, key)
     if i is None:
-        st.warning(f"URL parameter stop = {quoted(key)} names no stop of the tour; the page is shown on its own.")
         return
     stop = stops_[i]
-    if stop.page != current_page():
-        c1, c2 = st.columns([3, 1], vertical_alignment="center")
+    if stop.page != current_page():      # a link that names a stop of another page
+        c1, c2, c3 = st.columns([4, 2, 2], vertical_alignment="center")
         c1.info(f"Tour stop {i + 1} of {len(stops_)}, {stop.title}, is on another page.")
         with c2:
-            _link("tour_goto", stop, "Go to that stop", ":material/arrow_forward:", stop.question)
+            _link("tour_goto", stop, "Back to the tour", ":material/arrow_forward:", stop.question)
+        c3.button("Leave the tour", key="tour_leave", on_click=_set_stop, args=(None,), width="stretch")
         return
     before, after = neighbours(stops_, i)
     with st.container(border=True, key="tour_bar"):

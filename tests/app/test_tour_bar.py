@@ -4,14 +4,11 @@ message quoting it as plain text. Run through app.py, as the browser does (the b
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from streamlit.testing.v1 import AppTest
 
 from lessons.tour import stops
+from tests.conftest import ROOT
 from ui.text import as_shown
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def at_page(page: str, **params) -> AppTest:
@@ -44,11 +41,13 @@ def test_a_stop_of_another_page_and_a_bad_stop():
     tour = stops()
     at = at_page("pages/compare_designs.py", stop=tour[0].key)
     assert not at.exception
-    assert any("is on another page" in i.value for i in at.info)
-    assert "Go to that stop" in {p.proto.label for p in at.get("page_link")}
+    assert any("on another page" in i.value for i in at.info)
+    assert "Back to the tour" in {p.proto.label for p in at.get("page_link")}
+    at.button(key="tour_leave").click().run()                                  # leave it: no stop, no message
+    assert not any("on another page" in i.value for i in at.info) and "stop" not in at.query_params
     bad = at_page("pages/compare_designs.py", stop="<b>nowhere</b>")
     assert not bad.exception
-    assert any("names no stop of the tour" in w.value and "<b>nowhere</b>" in as_shown(w.value) for w in bad.warning)
+    assert any("is not a stop of the tour" in w.value and "<b>nowhere</b>" in as_shown(w.value) for w in bad.warning)
     assert not any("Tour, stop" in m.value for m in bad.markdown)
 
 
