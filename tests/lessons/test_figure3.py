@@ -27,7 +27,7 @@ from lessons.layers import (
 from lessons.recurrence import param_comparison, reuse_facts, shares_sentence, storage_check
 from lessons.shares import mix, reuse_comparison, share_view, two_value_mix
 from model import Ablation, V41Config, layer_map
-from tests.conftest import random_model
+from tests.conftest import ROOT, random_model
 
 PRESETS = ["v4.1-flash", "tiny", "micro", "small"]
 
@@ -208,7 +208,15 @@ def test_layout_numbering_changes_labels(full):
 def test_story_steps_follow_the_seed_path(full):
     st_ = steps(full)
     keys = [s.key for s in st_]
-    assert keys[:5] == ["job", "why", "fresh", "encoder", "line"] and keys[-1] == "check"
+    assert keys[:5] == ["job", "why", "fresh", "encoder", "line"] and keys[-2] == "check"
+    # the story ends on the mechanism at work, linking the pages that show that reading
+    assert keys[-1] == "far" and st_[-1].picture == "far"
+    assert {p for p, _ in st_[-1].links} >= {"pages/inspector.py", "pages/indexer_pools.py"}
+    for s in st_:   # a step that names a page links it
+        for path, title in s.links:
+            assert (ROOT / path).is_file(), (s.key, path)
+        if "Is this recurrence?" in s.body or "Attention shares" in s.body:
+            assert s.links, s.key
     assert "repeat" in keys and "drafter" in keys
     d = layout(full)
     for s in st_:  # every step lights up something, and its box exists
