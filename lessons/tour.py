@@ -3,8 +3,8 @@ and what to take away.
 
 A stop names its page by file (as app.py lists it) and the part of the page it talks about by the key of that
 part's element (`spot`: Streamlit gives an element with a key the CSS class `st-key-<key>`, which the tour's
-drawing outlines; a spot names the start of a key, so one stop can outline a pair of charts, and may list
-fallbacks, the first found being outlined). Numbers in the texts are counted from the released config
+drawing outlines; a spot also outlines keys that extend it by "_...", so one stop can outline a pair of charts,
+and may list fallbacks, the first found being outlined). Numbers in the texts are counted from the released config
 (`stops(cfg)`), the same way the pages count them. The claims follow docs/design/architecture.md §2-3 and
 docs/design/equations.md §3-7 (layer map, CSA2 modes, the hierarchical indexer, cache formats). This module knows
 nothing of Streamlit: moving between pages, the URL and the outline are ui/tour.py's.
@@ -31,7 +31,7 @@ class Stop:
     title: str
     question: str        # the question this stop answers
     look_at: str         # what to look at: the outlined part of the page
-    spot: tuple[str, ...]  # that part's element key, or the start of several keys (the first found is outlined)
+    spot: tuple[str, ...]  # that part's element key (or the stem of "key_..." keys); fallbacks after it
     takeaway: str        # at most TAKEAWAY_WORDS words
 
     @property

@@ -89,6 +89,7 @@ def _set_stop(key: str | None) -> None:
 
 LINK_CSS = """<style>
 .st-key-tour_next a, .st-key-tour_start a {{ background: #ff4b4b; border-radius: 0.5rem; justify-content: center; }}
+.st-key-tour_next a:hover, .st-key-tour_start a:hover {{ background: #d93a3a; }}
 .st-key-tour_next a *, .st-key-tour_start a * {{ color: #fff !important; }}
 .st-key-tour_back a {{ border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem; justify-content: center; }}
 {extra}</style>"""
@@ -142,18 +143,19 @@ BAR_CSS = """div:has(> .st-key-tour_bar) { position: sticky; top: 3rem; z-index:
 """
 
 # The spot may be drawn after this script runs (a page draws top to bottom): look for the first of its keys for a
-# while, outline every element whose key starts with it (a rule, so the page's reruns keep it), and scroll the main
+# while, outline the element with that key or keys extending it by "_..." (a rule, so the page's reruns keep it; a
+# plain prefix would also catch a longer name: pd_work and pd_workload), and scroll the main
 # area so that it starts just under the bar when it is not in view (above or below: a page opened from a link keeps
 # the scroll of the page before).
 SPOT_JS = """<script>
 (() => {{ const keys = {keys}; let tries = 0; const t = setInterval(() => {{
   for (const k of keys) {{
-    const el = document.querySelector('[class*="st-key-' + k + '"]');
+    const sel = '.st-key-' + k + ', [class*="st-key-' + k + '_"]';   // the key, or keys that extend it by _...
+    const el = document.querySelector(sel);
     if (!el) continue;
     clearInterval(t);
     const rule = document.createElement('style');
-    rule.textContent = '[class*="st-key-' + k + '"] {{ outline: 3px solid #ff4b4b; outline-offset: 6px; ' +
-                       'border-radius: 4px; }}';
+    rule.textContent = sel + ' {{ outline: 3px solid #ff4b4b; outline-offset: 6px; border-radius: 4px; }}';
     document.head.appendChild(rule);
     const bar = document.querySelector('.st-key-tour_bar');
     const under = bar ? bar.getBoundingClientRect().bottom + 16 : 80;

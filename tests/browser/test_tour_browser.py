@@ -36,7 +36,8 @@ WORDS_ON_SCREEN = """(h) => { const main = document.querySelector('[data-testid=
   } return n; }"""
 
 
-FIRST_SPOT = """(keys) => keys.map(k => document.querySelector('[class*="st-key-' + k + '"]')).find(Boolean)"""
+FIRST_SPOT = """(keys) => keys.map(k => document.querySelector('.st-key-' + k + ', [class*="st-key-' + k + '_"]'))
+                             .find(Boolean)"""
 
 
 def on_screen(ui, locator) -> tuple[float, float]:
