@@ -1,5 +1,5 @@
-"""V4.1 in one screen: what is new in DeepSeek-V4.1-Flash, each point counted from a config, and the limits of the
-small weights this explorer runs, set against the release.
+"""V4.1 in one screen: what is new in DeepSeek-V4.1-Flash, each point counted from a config, what the small weights
+this explorer runs can be expected to write, and the far-fact picture's headline.
 
 Every number in a point comes from the config passed in (through `model.layer_map` and the cache designs of
 lessons/designs.py), so a changed config changes the sentences; the points follow docs/design/architecture.md
@@ -126,28 +126,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
 
 
 # --------------------------------------------------------------------------------------------------
-# The weights running here, against the release
+# The weights running here (their sizes against the release: lessons/start.py scale_rows)
 # --------------------------------------------------------------------------------------------------
-
-def limits_rows(release: V41Config, running: V41Config) -> list[dict]:
-    """One row per quantity the lessons lean on: the release's value and the running model's."""
-    def row(what: str, f) -> dict:
-        return {"": what, "released V4.1-Flash": f(release), "running here": f(running)}
-
-    def split(c: V41Config) -> str:
-        return f"{c.num_hidden_layers} ({c.decoder_start} + {c.num_hidden_layers - c.decoder_start})"
-
-    return [
-        row("layers (encoder + decoder)", split),
-        row("window (tokens read directly)", lambda c: f"{c.sliding_window:,}"),
-        row("top-k (entries a query reads)", lambda c: f"{c.index_topk:,}"),
-        row("candidate pool (blocks x size)",
-            lambda c: f"{c.candidate_topk_blocks:,} x {c.candidate_block_size} = "
-                      f"{c.candidate_topk_blocks * c.candidate_block_size:,}"),
-        row("routed experts (used per token)", lambda c: f"{c.n_routed_experts:,} ({c.num_experts_per_tok})"),
-        row("hidden size", lambda c: f"{c.hidden_size:,}"),
-    ]
-
 
 def knows_no_facts(cfg: V41Config, weights: str) -> str:
     """What the loaded weights can be expected to write, said next to the prompt box."""

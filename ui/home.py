@@ -3,7 +3,8 @@ on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the
 
 The far-fact reading is one story traced on both shipped checkpoints (lessons/far_fact.py `analyse`), computed
 once per server and per change of the weights' files (`cached_with_progress`), so the page draws in about a second
-once the server's warm-up has drawn it. The points and limits come from lessons/whats_new.py.
+once the server's warm-up has drawn it. The points come from lessons/whats_new.py, the sizes against the release
+from lessons/start.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import streamlit as st
 from lessons.far_fact import CHANCE, analyse
 from lessons.far_story import far_sample
 from lessons.figure3_layout import layout
-from lessons.whats_new import HEADLINE, far_headline, knows_no_facts, limits_rows, points
+from lessons.start import scale_rows
+from lessons.whats_new import HEADLINE, far_headline, knows_no_facts, points
 from model import V41Config
 from ui.checkpoints import find_checkpoints
 from ui.common import TINY_DIR, Session, built, cached_with_progress, load_model, trained_available
@@ -142,7 +144,7 @@ def draw_limits(sess: Session) -> None:
     if sess.model is None:
         return
     st.info(knows_no_facts(sess.model.cfg, sess.weights))
-    st.table(pd.DataFrame(limits_rows(release(), sess.model.cfg)), hide_index=True)
+    st.table(pd.DataFrame(scale_rows(release(), sess.model.cfg)), hide_index=True)
 
 
 def opening(sess: Session) -> None:

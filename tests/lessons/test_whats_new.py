@@ -1,9 +1,9 @@
 """The home page's "what is new" points are counted from the config: change the config and the numbers and the
-sentences change with it; the limits table sets the running model against the release."""
+sentences change with it; the far-fact headline reads the decoder layers."""
 
 from __future__ import annotations
 
-from lessons.whats_new import cache_per_token, far_headline, limits_rows, points
+from lessons.whats_new import cache_per_token, far_headline, points
 from model import V41Config
 
 
@@ -48,15 +48,6 @@ def test_a_different_layer_map_changes_the_split_modes_and_cache():
     assert p["cache"].numbers["bytes_per_token"] == cache_per_token(tiny) != by_key(release())["cache"].numbers[
         "bytes_per_token"]
     assert p["cache"].numbers["stored_copies"] == 2
-
-
-def test_limits_rows_set_the_running_model_against_the_release():
-    tiny = V41Config.preset("micro")
-    rows = {r[""]: r for r in limits_rows(release(), tiny)}
-    assert rows["window (tokens read directly)"]["released V4.1-Flash"] == "128"
-    assert rows["window (tokens read directly)"]["running here"] == str(tiny.sliding_window)
-    assert rows["layers (encoder + decoder)"]["running here"] == "8 (4 + 4)"
-    assert rows["candidate pool (blocks x size)"]["running here"] == "3 x 2 = 6"
 
 
 class _LF:
