@@ -12,7 +12,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_figure3_box_list_names_the_box_the_heading_names_after_draw_is_switched(ui):
-    ui.open("figure3", box="attn:8")
+    ui.open("figure3", box="attn:8", compact="0")   # one box per layer: the full drawing
     released = ui.selected("fig3_box")
     assert "layer 8" in released
     ui.key("fig3_config").get_by_text("The running model").click()
