@@ -585,7 +585,7 @@ REPLAY_TEXT = (
     "saved context later can either **store** the decoder's window rows with the shared latents, or leave them "
     "out and **recompute** them when the context comes back, by running the decoder over the last few rows again "
     "(bounded replay). Recomputing spends arithmetic to save storage and transfer, but only if what the replay "
-    "starts from is smaller than what it rebuilds. Our engine starts the replay from the decoder's input rows for "
+    "starts from is smaller than what it rebuilds.\n\nOur engine starts the replay from the decoder's input rows for "
     "that stretch (every mHC stream plus the pre mix, in fp32), and its prefix cache keeps them: the persistent "
     "figure above counts them whenever the windows are not kept. The replay is also an approximation: it rebuilds "
     "the windows from a short recent stretch, not from the whole history."

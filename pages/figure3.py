@@ -120,6 +120,9 @@ def walkthrough() -> None:
                          format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
         st.subheader(f"{step_i + 1}. {step.title}")
         st.write(step.body)
+        if step.fine_print:     # the page's one fine-print box: the current step's caveats
+            with st.expander("Fine print"):
+                st.caption(step.fine_print)
         if step.read_along:
             st.caption(step.read_along)
         if step.table:

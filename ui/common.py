@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import threading
 import types
 from collections import OrderedDict
@@ -229,6 +230,17 @@ def page_header(title: str, intro: str | None = None) -> Session:
     if intro is not None:
         st.write(intro)
     return sess
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"*(])")
+
+
+def lead(text: str, sentences: int = 1) -> tuple[str, str]:
+    """A paragraph cut after its first `sentences` sentences: (the lead a page shows beside its view, the rest it
+    puts in its fine print). A reader takes in the first sentence of a block, so the lead is written to carry the
+    point; the rest is kept word for word, only moved."""
+    parts = _SENTENCE_END.split(text.strip())
+    return " ".join(parts[:sentences]), " ".join(parts[sentences:])
 
 
 def require_model(sess: Session):

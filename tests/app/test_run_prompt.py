@@ -193,7 +193,7 @@ def test_dspark_whole_run_greedy_identical():
 def test_ablation_lab_runs_two_configurations():
     at = app("ablation")
     no_errors(at)
-    assert "Not run yet" in "\n".join(i.value for i in at.info)
+    assert "Not run yet" in "\n".join(c.value for c in at.caption)
     at.multiselect(key="abl_configs").set_value(["full model", "window only"])
     at.selectbox(key="abl_stories").set_value(3)
     at.selectbox(key="abl_natural").set_value(512)

@@ -46,7 +46,7 @@ def test_block_is_the_anchor_plus_at_most_four_drafts_everywhere():
 
     cfg = V41Config.preset("v4.1-flash")
     drafts = cfg.dspark_block_size - 1
-    text = next(s.body for s in steps(cfg) if s.key == "drafter")
+    text = next(s.body + " " + s.fine_print for s in steps(cfg) if s.key == "drafter")   # all the step shows
     box = box_text(Box("drafter", "drafter", "", 0, 0, 1, 1), cfg)
     for t in (text, box, block_sentence(cfg.dspark_block_size)):
         assert f"up to {drafts} drafted tokens" in t
@@ -194,10 +194,11 @@ def test_every_step_reads_along_with_only_the_sections_the_sources_name():
 
 def test_repeat_decoder_and_encoder_steps():
     st = _steps()
-    assert "Compact" in st["repeat"].body and "x3" in st["repeat"].body and "x5" in st["repeat"].body
+    shown = {k: s.body + " " + s.fine_print for k, s in st.items()}     # the main text and its fine print
+    assert "Compact" in shown["repeat"] and "x3" in shown["repeat"] and "x5" in shown["repeat"]
     assert "Nothing here prepares" not in st["decoder"].body and "Only its first layer (20, Full)" in st["decoder"].body
-    assert "FP4" in st["encoder"].body and "K=V" in st["encoder"].body and "256 B of values plus 32 B" in \
-        st["encoder"].body      # 512 numbers x 4 bits; 512 / 16 scales x 1 byte
+    assert "FP4" in shown["encoder"] and "K=V" in shown["encoder"] and "256 B of values plus 32 B" in \
+        shown["encoder"]      # 512 numbers x 4 bits; 512 / 16 scales x 1 byte
 
 
 # ---- Indexer pools, Ablation lab --------------------------------------------------------------------------------
