@@ -158,13 +158,13 @@ def test_engram_lookup_is_cheap_its_projection_is_not_free_and_mhc_coefficients_
 def test_engram_projection_work_is_put_in_numbers_when_the_counts_are_given():
     # the release's figures: 157,327,360 projection weights per Engram layer, 16.1B active per decoded token
     body = _steps(engram_params=196_928_504_320, total_params=763_205_315_795, engram_proj=157_327_360,
-                  active_decode=16_130_606_192)["engram"].body
+                  active_decode=16_130_606_192)["engram"].fine_print
     assert "about 157M multiply-adds per token at each Engram layer" in body
     assert "at 2 such layers, about 2% of the weights" in body       # 2 x 157.3M / 16.13B = 1.95%
     body = _steps(engram_params=196_928_504_320, total_params=763_205_315_795, engram_proj=157_327_360,
-                  active_decode=3_146_547_200)["engram"].body
+                  active_decode=3_146_547_200)["engram"].fine_print
     assert "about 10% of the weights" in body                         # the share follows the counts
-    assert "multiply-adds" not in _steps()["engram"].body              # no counts given: no number claimed
+    assert "multiply-adds" not in _steps()["engram"].fine_print + _steps()["engram"].body   # no counts: no number
 
 
 def test_fresh_step_shows_the_modes_table_with_the_ten_and_thirty_numbers():
