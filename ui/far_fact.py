@@ -285,9 +285,10 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True, 
     if note:
         weights_note_box(sess)
     _offer_other_weights(sess, key)
-    st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
-    with st.expander("What this shows", expanded=False):
+    # what "far" means and which roads reach it, said once, together (the picture below comes first)
+    with st.expander("What this shows, and what counts as far", expanded=False):
         st.write(INTRO)
+        st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
         st.caption(reach_sentence(cfg.num_hidden_layers, cfg.sliding_window))
         st.caption(FAR_RULE)
     seed(f"{key}_ff_src", {"own": SOURCES[1], "sample": SOURCES[0]}.get(qp_choice("ff", ["own", "sample"], None,
