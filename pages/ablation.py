@@ -43,7 +43,7 @@ if sess.weights == "random":
 else:
     weights_note_box(sess)
 
-with st.expander("What each configuration switches off, and what the lab cannot show", expanded=False):
+with st.expander("What each configuration switches off; fine print", expanded=False):
     st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),
                  hide_index=True)
     st.caption(INTRO_REST)
@@ -75,11 +75,12 @@ chosen = st.multiselect("Configurations", names, key="abl_configs", persist_stat
 c1, c2, c3 = st.columns(3)
 topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=KEEP,
                  help=f"The model reads {cfg.index_topk} entries per query.")
-stories = c2.selectbox("Held-out stories per configuration", STORIES, key="abl_stories", persist_state=KEEP,
-                       help="Split evenly over the three distance buckets; 300 is the whole held-out set.")
-natural = c3.selectbox("Held-out natural-text tokens", NATURAL, key="abl_natural", persist_state=KEEP,
-                       format_func=lambda n: "all" if n == 0 else f"{n:,}")
-cost_sample = st.selectbox("Prompt for time and cache bytes", range(len(samples)), key="abl_cost",
+stories = c2.selectbox("Stories per configuration", STORIES, key="abl_stories", persist_state=KEEP,
+                       help="Held-out stories, split evenly over the three distance buckets; 300 is the whole held-out "
+                            "set.")
+natural = c3.selectbox("Natural-text tokens", NATURAL, key="abl_natural", persist_state=KEEP,
+                       format_func=lambda n: "all" if n == 0 else f"{n:,}", help="Held-out natural text.")
+cost_sample = st.selectbox("Prompt (time and cache bytes)", range(len(samples)), key="abl_cost",
                            persist_state=KEEP, format_func=lambda i: samples[i].name) if samples else None
 qp_set(configs=",".join(chosen) if chosen != names else None, topk=topk, stories=stories, natural=natural,
        cost=cost_sample)
@@ -115,8 +116,7 @@ for name in chosen:
         missing.append(label(name, topk))
 if missing:     # beside the button: every one chosen is named only when some have run
     said = counted(len(missing), "configuration") if len(missing) == len(chosen) else ", ".join(missing)
-    note_col.caption(f"Not run yet at these settings: {said}. Each takes seconds to minutes on CPU; results are "
-                     "kept.")
+    note_col.caption(f"Not run yet: {said} (seconds to minutes each on CPU; results are kept).")
 
 if rows:   # the results right under the button; the one-story panel after them
     table = ablation_table(rows)

@@ -254,7 +254,7 @@ def far_fact_run(sess, story, tokens):
     return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
 
 
-WEIGHTS_NOTE_TITLE = "What these weights do on far facts: their measured recall"
+WEIGHTS_NOTE_TITLE = "What these weights do on far facts (measured)"
 
 
 def weights_note_box(sess) -> None:
