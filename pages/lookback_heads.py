@@ -31,7 +31,7 @@ from lessons.lookback_heads import (
     reach_sweep,
 )
 from model.heldout import heldout_natural_tokens
-from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model
+from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model, sentences
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
@@ -45,11 +45,11 @@ INTRO_LEAD, INTRO_REST = lead(INTRO, 1)
 sess = page_header("Look-back heads", INTRO_LEAD)
 model = require_model(sess)
 window = model.cfg.sliding_window
-REACH_LEAD, REACH_REST = lead(REACH.format(window=window), 1)
-st.write(REACH_LEAD)
+reach = sentences(REACH.format(window=window))
+st.write(" ".join([reach[0], reach[-1]]))          # the rule and what to try; how older text gets in, below
 with st.expander("Previous-token and induction heads: what this page looks for"):
     st.write(INTRO_REST)
-    st.write(REACH_REST)
+    st.write(" ".join(reach[1:-1]))
 
 
 @st.cache_data(show_spinner=False, max_entries=4)

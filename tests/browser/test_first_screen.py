@@ -96,3 +96,33 @@ def test_the_count_leaves_out_closed_expanders_and_charts(ui):
     assert "Compare designs" in shown                   # the title is counted
     assert "import" not in shown                        # the snippet inside the closed expander is not
     assert "keyboard_arrow_right" not in shown          # nor the expander's icon
+
+
+def box_in_view(ui, key: str) -> dict:
+    """The element with this key: its box in the viewport, or a failure naming it."""
+    box = ui.key(key).first.bounding_box()
+    assert box is not None, f"{key}: not drawn"
+    return box
+
+
+def test_inspector_steps_layers_beside_its_chart(ui):
+    """At 1400 x 1000 the inspector's controls, its layer stepper and the chart the stepper drives share the first
+    screen, and stepping a layer moves nothing off it (no scrolling); the generated text is one line."""
+    ui.page.set_viewport_size(VIEWPORT)
+    ui.open("inspector")
+    height = VIEWPORT["height"]
+    for key in ("insp_prompt", "insp_layer_step", "insp_layer"):
+        box = box_in_view(ui, key)
+        assert box["y"] >= 0 and box["y"] + box["height"] <= height, f"{key} is not inside the first screen: {box}"
+    chart = box_in_view(ui, "insp_attn")
+    assert chart["y"] + 200 <= height, f"the attention chart starts below the first screen's last 200 px: {chart}"
+    heading = ui.wait_text('[data-testid="stMain"] h3', r"^Layer \d+")
+    ui.key("insp_layer_step").locator('[data-testid="stPaginationNext"]').click()
+    ui.settle()
+    assert ui.wait_text('[data-testid="stMain"] h3', r"^Layer \d+") != heading
+    after = box_in_view(ui, "insp_attn")
+    assert abs(after["y"] - chart["y"]) < 60, f"the chart moved after a step: {chart} -> {after}"
+    assert ui.page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollTop") == 0
+    generated = [t for t in ui.texts('[data-testid="stText"]') if t.startswith("Generated:")]
+    assert generated and all("\n" not in t.strip() for t in generated), generated
+    ui.assert_clean()
