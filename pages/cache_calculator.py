@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.cache_growth import growth_sum, growth_terms
 from lessons.calculator import (
     CALC_INTRO,
     CALC_LEVERS,
@@ -15,8 +16,6 @@ from lessons.calculator import (
     Knobs,
     calculate,
     decoder_scans,
-    growth_sum,
-    growth_terms,
     layer_label,
     replay_tradeoff,
     replay_verdict,

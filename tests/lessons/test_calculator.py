@@ -345,7 +345,7 @@ def test_a_number_cut_to_its_first_digits_is_explained():
 def test_why_this_size_sums_the_growing_stores_per_token():
     """The calculator's one-line sum: V4.1 keeps 3 ratio-2 copies and 1 ratio-1 copy of a 356-byte entry (512 FP4
     latents = 256 B + 32 E4M3 scales, a 128-number FP4 index key = 64 B + 4 scales): 356 x 3 / 2 + 356 = 890 B."""
-    from lessons.calculator import growth_sum, growth_terms
+    from lessons.cache_growth import growth_sum, growth_terms
 
     terms = growth_terms(build("v4.1-flash"))
     assert [(t.entry_bytes, t.copies, t.ratio) for t in terms] == [(356, 3, 2), (356, 1, 1)]
