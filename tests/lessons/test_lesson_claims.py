@@ -317,7 +317,7 @@ def test_map_line_is_the_running_models_own():
 def _body(cfg, key, **kw):
     from lessons.figure3 import steps
 
-    return next(s.body for s in steps(cfg, **kw) if s.key == key)
+    return next(s.body + " " + s.fine_print for s in steps(cfg, **kw) if s.key == key)   # the text and its fine print
 
 
 def test_bounded_replay_sentence_names_the_drawn_model_and_its_window():
@@ -404,7 +404,7 @@ def test_mhc_sites_are_explained_one_way_as_the_engine_runs_them():
     from model import V41Config
 
     cfg = V41Config.preset("v4.1-flash")
-    step = next(s.body for s in steps(cfg) if s.key == "mhc")
+    step = next(s.body + " " + s.fine_print for s in steps(cfg) if s.key == "mhc")   # the text and its fine print
     box = box_text(Box("mhc:encoder", "mhc", "", 0, 0, 1, 1), cfg)
     for text in (step, box):
         assert MHC_SITE in text and "serving that site and the next" not in text
