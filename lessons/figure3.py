@@ -234,13 +234,11 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
         Step("engram", "Engram: look up a short pattern",
              f"At {engram}, the last few token ids (up to {f['ngram']} in a row) are hashed into addresses "
              "of large learned tables. The rows found there are gated into the state before attention runs. "
-             "The lookup itself is only a few table rows per token, but projecting those rows into the streams "
-             f"is ordinary matrix work, and the tables are large in memory: they hold "
-             f"{big}{share}, learned like any other weight.",
+             f"The tables are large in memory: they hold {big}{share}, learned like any other weight.",
              frozenset({"engram"}), f"engram:{min(eng_layers)}" if eng_layers else None,
              read_along=read_along("§2.4.2"),
-             fine_print=f"Projecting the looked-up rows into the streams is ordinary matrix work{work}." if work
-             else ""),
+             fine_print="The lookup itself is only a few table rows per token, but projecting those rows into the "
+                        f"streams is ordinary matrix work{work}."),
         Step("mhc", "mHC: several residual paths",
              f"A plain residual connection keeps one copy of each row and adds every update to it. Here each "
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "

@@ -147,8 +147,8 @@ def test_engram_lookup_is_cheap_its_projection_is_not_free_and_mhc_coefficients_
     cfg = V41Config.preset("v4.1-flash")
     tables = sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
     st = _steps()
-    body = st["engram"].body
-    assert "large in memory" in body and f"{tables / 1e9:,.0f}B parameters" in body
+    body = st["engram"].body + " " + st["engram"].fine_print       # the step's text and its fine print
+    assert "large in memory" in st["engram"].body and f"{tables / 1e9:,.0f}B parameters" in body
     assert "matrix work" in body and "cheap in arithmetic" not in body.lower()
     st = _steps(engram_params=196_928_504_320, total_params=763_205_315_795)
     assert "197B parameters, out of 763B" in st["engram"].body
