@@ -26,10 +26,11 @@ from .units import human_bytes
 
 INTRO = (
     "What does each part contribute to this trained tiny model? One way to ask: switch one part off, keep everything "
-    "else, and measure what changes: answer quality (loss on held-out text, and whether the model can still recall an"
-    " object placed far back in a story), processing time, and the bytes the cache holds. Every configuration is "
-    "timed and sized on the same prompt and scored on the same held-out stories. Whether each part earns its place in"
-    " the released model is a question for the technical report's own experiments: this lab does not reproduce the "
+    "else, and measure what changes. What is measured: answer quality (loss on held-out text, and whether the model "
+    "can still recall an object placed far back in a story), processing time, and the bytes the cache holds. Every "
+    "configuration is timed and sized on the same prompt and scored on the same held-out stories. Whether each part "
+    "earns its place in the released model is a question for the technical report's own experiments: this lab does "
+    "not reproduce the "
     "report's benchmarks, it measures the small model running here."
 )
 

@@ -529,10 +529,13 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
 CALC_INTRO = (
     "While a model reads a request, it keeps prepared data for every token so that later tokens can attend to "
     "it without redoing the work: the cache. Here every cache figure is written as one product, "
-    "**entries x numbers per entry x stored layer copies x bits per number**, one row per kind of data. "
-    "Choose a design, move an input and watch which rows change. Shrinking the cache can mean fewer entries "
-    "(a window, or pooling tokens), fewer numbers, fewer stored copies (layers sharing one), or fewer bits. "
-    "For DeepSeek-V4.1 the same product is checked against the bytes the running model actually holds."
+    "**entries x numbers per entry x stored layer copies x bits per number**, one row per kind of data."
+)
+
+CALC_LEVERS = (
+    "Shrinking the cache can mean fewer entries (a window, or pooling tokens), fewer numbers, fewer stored copies "
+    "(layers sharing one), or fewer bits. For DeepSeek-V4.1 the same product is checked against the bytes the "
+    "running model actually holds."
 )
 
 REPLAY_TEXT = (
@@ -540,7 +543,7 @@ REPLAY_TEXT = (
     "saved context later can either **store** the decoder's window rows with the shared latents, or leave them "
     "out and **recompute** them when the context comes back, by running the decoder over the last few rows again "
     "(bounded replay). Recomputing spends arithmetic to save storage and transfer, but only if what the replay "
-    "starts from is smaller than what it rebuilds. Our engine starts the replay from the decoder's input rows for "
+    "starts from is smaller than what it rebuilds.\n\nOur engine starts the replay from the decoder's input rows for "
     "that stretch (every mHC stream plus the pre mix, in fp32), and its prefix cache keeps them: the persistent "
     "figure above counts them whenever the windows are not kept. The replay is also an approximation: it rebuilds "
     "the windows from a short recent stretch, not from the whole history."

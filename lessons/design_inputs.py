@@ -14,15 +14,23 @@ from .designs import DESIGNS, build, defaults
 from .units import counted
 
 SHARED_KNOBS = ("context", "batch", "window")   # inputs that mean the same thing in every design that takes them
+CALC_DESIGN = "v4.1-flash"    # the calculator opens on the model the app explains
+CALC_CONTEXT = 131_072        # ... at a long working context (128K tokens), the same for every design
+
+
+def page_defaults(key: str) -> Knobs:
+    """A design's inputs as the calculator first shows them: its own defaults at the page's context."""
+    return dataclasses.replace(defaults(key), context=CALC_CONTEXT)
 
 
 def switch_design(old: str, new: str, k: Knobs) -> tuple[Knobs, str]:
     """The calculator's inputs after the reader changes design from `old` to `new`: the new design's defaults,
-    except the shared inputs the reader set (values other than the old design's defaults) that the new design
-    takes too; and a sentence saying which were kept and why the context changed, if it did."""
-    was, base = defaults(old), defaults(new)
+    except the reader's context (a change of design never moves it) and the other shared inputs the reader set
+    (values other than the old design's defaults) that the new design takes too; and a sentence saying which
+    were kept."""
+    was, base = page_defaults(old), page_defaults(new)
     both = set(build(old, was).knobs_used) & set(build(new, base).knobs_used)
-    kept = {n: getattr(k, n) for n in SHARED_KNOBS if n in both and getattr(k, n) != getattr(was, n)
+    kept = {n: getattr(k, n) for n in SHARED_KNOBS if n in both and (n == "context" or getattr(k, n) != getattr(was, n))
             and LIMITS[n][0] <= getattr(k, n) <= LIMITS[n][1]}
     out = dataclasses.replace(base, **kept)
     label = DESIGNS[new][0]
@@ -75,3 +83,26 @@ def own_values(d: Design) -> str:
     if "mode" not in used:
         said.append("no bounded replay, prefill mode or rollback slack (DeepSeek-V4.1's engine)")
     return f"This design sets the rest itself: {'; '.join(said)}." if said else ""
+
+
+_SAID = {"context": "context", "batch": "batch", "layers": "layers", "numbers": "numbers per entry",
+         "bits": "bits per number", "group": "layers sharing one copy", "ratio": "tokens per entry",
+         "window": "window", "replay": "bounded-replay rows", "rollback": "rollback slack", "mode": "prefill mode"}
+
+
+def what_moved(before: tuple[str, Knobs, bool], after: tuple[str, Knobs, bool]) -> str:
+    """The inputs that differ between two states of the calculator (design, inputs, windows kept), said as
+    "the context (131,072 to 262,144)"; "" when nothing differs."""
+    (d0, k0, w0), (d1, k1, w1) = before, after
+    said = []
+    if d0 != d1:
+        said.append(f"the design ({DESIGNS[d0][0]} to {DESIGNS[d1][0]})")
+    for f in dataclasses.fields(Knobs):
+        a, b = getattr(k0, f.name), getattr(k1, f.name)
+        if a != b and (d0 != d1 and f.name == "context" or d0 == d1):
+            said.append(f"the {_SAID[f.name]} ({a:,} to {b:,})" if isinstance(a, int) else
+                        f"the {_SAID[f.name]} ({a} to {b})")
+    if w0 != w1:
+        said.append("the persist-windows switch")
+    return ", ".join(said)
+

@@ -70,9 +70,9 @@ INTRO = (
     "for hundreds of tokens, then asks where the object is. The token just before the answer has to predict the "
     "colour, and the fact lies outside its window of recent tokens, so no layer reads the fact's tokens directly "
     "there. The direct road back is the global branch: the compressed entries that pack the fact's tokens, found "
-    "by the indexer. It is not the only road: each layer's window passes along what the rows in it already hold, "
+    "by the indexer.\n\nIt is not the only road: each layer's window passes along what the rows in it already hold, "
     "so stacked windows can relay the fact hop by hop, and the entries of later tokens can carry it once those "
-    "tokens have absorbed it. Below, for that one token, how much attention went to the fact's entries in each "
+    "tokens have absorbed it.\n\nBelow, for that one token, how much attention went to the fact's entries in each "
     "compressed layer, whether the candidate pool and the top-k selection contain them, and what the model "
     "answers with the global branch switched off (which tests whether these weights use the direct road)."
 )

@@ -50,7 +50,8 @@ def weights_note(weights: str, record: dict | None) -> str:
                "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
     return (f"What these weights do: {when} {100 * far:.0f}% of held-out far facts"
             + (f" (nearer ones: {', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
-            f"{len(COLOURS)} colours). {verdict}" + measured_note(record))
+            f"{len(COLOURS)} colours). {verdict}"
+            + ("\n\n" + measured.strip() if (measured := measured_note(record)) else ""))   # two blocks, not one
 
 
 def _no_recall(said: dict) -> str:

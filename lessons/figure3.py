@@ -39,6 +39,7 @@ class Step:
     read_along: str = ""                                   # where in the report this step's point is made
     links: tuple[tuple[str, str], ...] = ()                # (page file, title): the pages this step sends to
     picture: str = ""                                      # a live picture the page draws with the step ("far")
+    fine_print: str = ""        # the step's caveats and finer detail, kept apart from its main text
 
 
 # the app's pages a step links to, by the titles the navigation shows
@@ -194,36 +195,40 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "design trims it four ways at once: a window (each layer reads only its last "
              f"{f['W']} raw rows), packing ({f['enc_ratio']} tokens squeezed into one entry in the left half), "
              f"picking (a query reads at most {f['topk']} global entries), and preparing once for several "
-             "layers. Packing means fewer entries to keep; picking means fewer entries touched by each query. "
-             "These counts do not say by themselves how much faster the whole model runs: that has to be "
-             "measured.",
+             "layers.",
              frozenset({"layer"}), None, levers(cfg), read_along=read_along("§2.3"),
-             links=_links("cache_calculator", "compare_designs")),
+             links=_links("cache_calculator", "compare_designs"),
+             fine_print="Packing means fewer entries to keep; picking means fewer entries touched by each query. "
+                        "These counts do not say by themselves how much faster the whole model runs: that has to "
+                        "be measured."),
         Step("fresh", "Same information, a fresh question",
              "Keys decide how relevant a stored position is; values are what gets mixed in. A layer's query "
              "turns keys into shares, and the shares weight the values. With two stored values, 10 and 30, "
              f"shares of {toy}: the values did not move, the mix did. So reused entries are not a reused answer. "
-             "The three labels of the layers (table below) say which preparation a layer does itself; whatever "
-             "the label, every layer still computes its own query, window keys and values, and attention output, "
-             "and a Full layer, although it makes everything, still reads only the subset it selects.",
+             "The three labels of the layers (table below) say which preparation a layer does itself.",
              frozenset({"Reuse"}), None, modes, read_along=read_along("Figure 4 in §2.3.1"),
-             links=_links("attention_shares")),
+             links=_links("attention_shares"),
+             fine_print="Whatever the label, every layer still computes its own query, window keys and values, and "
+                        "attention output, and a Full layer, although it makes everything, still reads only the "
+                        "subset it selects."),
         Step("encoder", "The left half: a causal encoder",
              f"The left column is the causal encoder: {enc_runs}. \"Causal\" means a row only ever sees "
              "positions up to its own, so its work on a prompt never has to be redone when more text arrives. "
              f"The bottom {f['n_swa']} layers only look at their window. Each Full layer (dark blue) packs "
              "its input into entries and picks some to read; the pale Reuse layers above it keep both the "
-             "entries and the picks. " + fp4_sentence(cfg),
+             "entries and the picks.",
              frozenset({"encoder"}), None, read_along=read_along("§2.2 (the encoder-decoder) and §2.3 (CSA2)"),
-             links=_links("layer_map")),
+             links=_links("layer_map"),
+             fine_print=fp4_sentence(cfg)),
         Step("line", "The line between the halves",
              f"The red line carries the encoder's final rows across. The decoder's first layer ({dec_first}, Full, "
              "ratio 1) turns each of those rows into one global entry, and every decoder layer reads from that same "
-             "set. When a long prompt is read in bounded mode, most prompt positions stop at the top of the "
-             f"left column: only the last {f['W']} rows climb the decoder. Every newly generated token still "
-             "goes through both halves. " + SPLIT_PRICE + " " + bounded_note(cfg),
+             "set. " + SPLIT_PRICE,
              frozenset({"line"}), "line", read_along=read_along("§2.2, and §3.2.2 for bounded replay"),
-             links=_links("prefill_decode")),
+             links=_links("prefill_decode"),
+             fine_print="When a long prompt is read in bounded mode, most prompt positions stop at the top of the "
+                        f"left column: only the last {f['W']} rows climb the decoder. Every newly generated token "
+                        "still goes through both halves. " + bounded_note(cfg)),
         Step("decoder", "The right half: a decoder over shared memory",
              f"The right column: {dec_runs}. Only its first layer ({dec_first}, Full) prepares global entries, "
              "from the encoder's final rows; no layer above it prepares them again. The Reindex layers (orange) "
@@ -236,10 +241,11 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "In this model every copy "
              "is a separate layer with its own tensors; the Is this recurrence? page checks that on the real "
              "weights. The default drawing here gives every layer its own row and numbers the repeated groups "
-             "1/n, 2/n, ...: switch on Compact to see the frames. In Compact mode the count inside a pale Reuse row "
-             f"(x{rep_n}) is how many Reuse layers it stands for in each group, and the count beside a dotted frame"
-             + (f" (x{outer.repeats})" if outer else "") + " is how many times the whole group repeats.",
-             frozenset({"repeat"}), None, read_along=read_along("Figure 3"), links=_links("recurrence")),
+             "1/n, 2/n, ...: switch on Compact to see the frames.",
+             frozenset({"repeat"}), None, read_along=read_along("Figure 3"), links=_links("recurrence"),
+             fine_print=f"In Compact mode the count inside a pale Reuse row (x{rep_n}) is how many Reuse layers it "
+                        "stands for in each group, and the count beside a dotted frame"
+                        + (f" (x{outer.repeats})" if outer else "") + " is how many times the whole group repeats."),
         Step("vision", "Images come in from the side",
              "Pictures do not go through the tokenizer. A separate network, the vision encoder, cuts an image "
              "into patches and turns them into rows of the same width as token rows; those rows take the place "
@@ -254,18 +260,18 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
         Step("engram", "Engram: look up a short pattern",
              f"At {engram}, the last few token ids (up to {f['ngram']} in a row) are hashed into addresses "
              "of large learned tables. The rows found there are gated into the state before attention runs. "
-             "The lookup itself is only a few table rows per token, but projecting those rows into the streams "
-             f"is ordinary matrix work{work}, and the tables are large in memory: they hold "
-             f"{big}{share}, learned like any other weight.",
+             f"The tables are large in memory: they hold {big}{share}, learned like any other weight.",
              frozenset({"engram"}), f"engram:{min(eng_layers)}" if eng_layers else None,
-             read_along=read_along("§2.4.2")),
+             read_along=read_along("§2.4.2"),
+             fine_print="The lookup itself is only a few table rows per token, but projecting those rows into the "
+                        f"streams is ordinary matrix work{work}."),
         Step("mhc", "mHC: several residual paths",
              f"A plain residual connection keeps one copy of each row and adds every update to it. Here each "
              f"row travels as {f['hc']} parallel streams (the thin grey lines). Before and after every "
              "attention and MoE site, mixing coefficients decide how the streams feed the sublayer and how they "
              "are blended again. The coefficients are not fixed numbers: learned projections (plus learned offsets) "
-             "compute them for every token from the streams themselves. " + MHC_SITE,
-             frozenset({"mhc"}), "mhc:encoder", read_along=read_along("§2.4.1")),
+             "compute them for every token from the streams themselves.",
+             frozenset({"mhc"}), "mhc:encoder", read_along=read_along("§2.4.1"), fine_print=MHC_SITE),
         Step("pool", "Narrowing the search in two steps",
              f"At layer {cand}, the indexer scores every visible entry (this broad scan still costs work), groups "
              f"them in blocks of {f['pool_block']} and keeps the {f['pool_blocks']:,} best blocks: a pool of up to "
@@ -275,30 +281,33 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              read_along=read_along("§2.3.2"), links=_links("indexer_pools")),
         Step("drafter", "DSpark: draft, then verify",
              f"A small drafter reads the states of layers {', '.join(str(n(i)) for i in f['targets'])} and drafts "
-             f"several tokens at once. {block_sentence(f['draft_block'])} The main model then checks the drafted "
+             "several tokens at once. The main model then checks the drafted "
              "tokens in one pass and keeps them up to the first one its acceptance rule refuses (an exact match "
              "with its own top token under greedy decoding, a min(1, p/q) draw under sampling). So the output "
              "follows what the main model alone would produce (the same tokens under greedy decoding, the same "
              "distribution under sampling), and good drafts save sequential steps.",
-             frozenset({"drafter"}), "drafter", read_along=read_along("§2.4.3"), links=_links("dspark")),
+             frozenset({"drafter"}), "drafter", read_along=read_along("§2.4.3"), links=_links("dspark"),
+             fine_print=block_sentence(f["draft_block"])),
         Step("check", "Check the idea",
              "If a Reuse layer reads the same entries at the same positions as its source, why is its output "
              "different? Try to answer before opening the Attention shares page, where the answer is one click "
              "away. Then ask what would show that these shortcuts pay off: quality, time and memory compared at "
-             "equal budgets, and ablations that switch one piece off. Two cautions while reading the release: "
-             "image input, the Engram lookup, the mixing of residual streams and drafting are separate "
-             "components, so a gain from one of them should not be credited to cache sharing; and the "
-             "encoder-decoder split moves work between reading the prompt and writing the answer rather than "
-             "making every token cheaper (each generated token still climbs both halves).",
+             "equal budgets, and ablations that switch one piece off.",
              frozenset({"Reuse", "selects"}), None, read_along=read_along(None),
-             links=_links("attention_shares", "ablation")),
+             links=_links("attention_shares", "ablation"),
+             fine_print="Two cautions while reading the release: image input, the Engram lookup, the mixing of "
+                        "residual streams and drafting are separate components, so a gain from one of them should "
+                        "not be credited to cache sharing; and the encoder-decoder split moves work between reading "
+                        "the prompt and writing the answer rather than making every token cheaper (each generated "
+                        "token still climbs both halves)."),
         Step("far", "See it work: a fact far back",
              "A layer reads a token older than its window directly only through the compressed entries its "
              "indexer selects. The picture is a small model with the same kinds of layers, trained for recall with "
              "a window of a few tokens, reading one story: its decoder layers put most of their attention on the "
              "one entry that holds a fact hundreds of tokens back, and with that road switched off the answer is "
-             "lost. The pages below show the same reading step by step, on the text model too.",
+             "lost.",
              frozenset({"decoder"}), None, read_along=read_along("§2.3"),
+             fine_print="The pages linked below show the same reading step by step, on the text model too.",
              links=_links("inspector", "indexer_pools", "ablation"), picture="far"),
     ]
 

@@ -31,10 +31,9 @@ MAX_PROMPT_TOKENS = 4096   # the inspector keeps every record of every row: CPU 
 MAX_NEW_TOKENS = 64
 
 INTRO = (
-    "Type a prompt (or pick a sample) and the model reads it with a recorder switched on. Then step "
-    "through the layers for one token: what role the layer plays, where its attention went, which experts "
-    "the router picked, what Engram looked up, how the residual streams were mixed, and which next tokens "
-    "the layer would already predict if the model stopped there."
+    "Run a prompt with a recorder switched on, then step through the layers for one token: the layer's role, "
+    "where its attention went, its experts, Engram, the residual-stream mixing, and what the layer would "
+    "already predict if the model stopped there."
 )
 
 BOUNDED_NOTE = (

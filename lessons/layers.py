@@ -229,10 +229,14 @@ SEPARATE_DECISIONS = (
     "**index scores** column. Sharing the entries saves storage: a layer that reads entries made below it stores none"
     " of its own, which the **compressed entries** column (entries stored as latents) shows as 'read ... made below'."
     " A Reindex layer takes one without the other: it reads the shared entries (no storage of its own) but computes "
-    "its own index scores (search work of its own). The candidate pool does not shrink that work in this engine: as "
-    "in the Hugging Face port, a Reindex layer scores every visible entry and then masks out those outside the pool, "
-    "so the column counts both the scores computed and the ones kept inside the pool. A production kernel could score"
-    " only the pool; that saving is not measured here."
+    "its own index scores (search work of its own)."
+)
+
+POOL_SCORING = (
+    "The candidate pool does not shrink that work in this engine: as in the Hugging Face port, a "
+    "Reindex layer scores every visible entry and then masks out those outside the pool, so the column counts both "
+    "the scores computed and the ones kept inside the pool. A production kernel could score only the pool; that "
+    "saving is not measured here."
 )
 
 

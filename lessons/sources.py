@@ -87,5 +87,5 @@ def footer_lines() -> list[str]:
 SOURCES_NOTE = (
     "Facts describe the versions named. The tiny model running here has the release's layer kinds, not its "
     "sizes: fewer layers, a narrower window, a smaller selection and pool, fewer experts and small widths (the "
-    "table below). How sure each statement is: " + "; ".join(f"*{v}*" for v in SURENESS.values()) + "."
+    "table below).\n\nHow sure each statement is: " + "; ".join(f"*{v}*" for v in SURENESS.values()) + "."
 )

@@ -20,33 +20,36 @@ from lessons.ablation import (
     reading,
     run_config,
 )
-from lessons.far_fact import CHANCE, weights_note
+from lessons.far_fact import CHANCE
 from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
-from ui.common import built, cached_with_progress, page_header, require_model
-from ui.far_fact import far_fact_panel, session_record
+from lessons.units import counted
+from ui.common import built, cached_with_progress, lead, page_header, require_model
+from ui.far_fact import far_fact_panel, weights_note_box
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
 
-sess = page_header("Ablation lab", INTRO)
+INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
+sess = page_header("Ablation lab", INTRO_LEAD)
 far_pair(sess, "abl_pair", "ablation")     # first: the far recall that the global branch carries, on both weights
-st.caption(CAVEAT)
 model = require_model(sess)
 cfg = model.cfg
 if sess.weights == "random":
     st.warning("These are not trained weights: with random weights every configuration scores near chance, so "
                "the table shows the machinery, not the model's behaviour.")
 else:
-    st.info(weights_note(sess.weights, session_record(sess)))
+    weights_note_box(sess)
 
-with st.expander("What each configuration switches off", expanded=False):
+with st.expander("What each configuration switches off; fine print", expanded=False):
     st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),
                  hide_index=True)
+    st.caption(INTRO_REST)
+    st.caption(CAVEAT)
     st.caption(bounded_note(cfg))
-st.caption(map_line(cfg, sess.one_based))
+    st.caption(map_line(cfg, sess.one_based))
 
 names = list(CONFIGS)
 STORIES, NATURAL = [3, 15, 30, 90, 300], [512, 2048, 8192, 0]
@@ -72,11 +75,12 @@ chosen = st.multiselect("Configurations", names, key="abl_configs", persist_stat
 c1, c2, c3 = st.columns(3)
 topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=KEEP,
                  help=f"The model reads {cfg.index_topk} entries per query.")
-stories = c2.selectbox("Held-out stories per configuration", STORIES, key="abl_stories", persist_state=KEEP,
-                       help="Split evenly over the three distance buckets; 300 is the whole held-out set.")
-natural = c3.selectbox("Held-out natural-text tokens", NATURAL, key="abl_natural", persist_state=KEEP,
-                       format_func=lambda n: "all" if n == 0 else f"{n:,}")
-cost_sample = st.selectbox("Prompt for time and cache bytes", range(len(samples)), key="abl_cost",
+stories = c2.selectbox("Stories per configuration", STORIES, key="abl_stories", persist_state=KEEP,
+                       help="Held-out stories, split evenly over the three distance buckets; 300 is the whole held-out "
+                            "set.")
+natural = c3.selectbox("Natural-text tokens", NATURAL, key="abl_natural", persist_state=KEEP,
+                       format_func=lambda n: "all" if n == 0 else f"{n:,}", help="Held-out natural text.")
+cost_sample = st.selectbox("Prompt (time and cache bytes)", range(len(samples)), key="abl_cost",
                            persist_state=KEEP, format_func=lambda i: samples[i].name) if samples else None
 qp_set(configs=",".join(chosen) if chosen != names else None, topk=topk, stories=stories, natural=natural,
        cost=cost_sample)
@@ -96,7 +100,8 @@ def _run(name: str, progress):
                       max_natural_tokens=natural or None, progress=progress)
 
 
-go = st.button("Run the selected configurations", type="primary", key="abl_run")
+run_col, note_col = st.columns([1, 3], vertical_alignment="center")
+go = run_col.button("Run the selected configurations", type="primary", key="abl_run")
 rows, missing = [], []
 for name in chosen:
     key = budget + (name, topk if name == "smaller top-k" else None)
@@ -109,9 +114,9 @@ for name in chosen:
             st.error(f"{label(name, topk)} failed: {plain(e)}")
     else:
         missing.append(label(name, topk))
-if missing:
-    st.info("Not run yet at these settings: " + ", ".join(missing) + ". Press the button (each configuration takes "
-            "seconds to minutes on CPU; results are kept).")
+if missing:     # beside the button: every one chosen is named only when some have run
+    said = counted(len(missing), "configuration") if len(missing) == len(chosen) else ", ".join(missing)
+    note_col.caption(f"Not run yet: {said} (seconds to minutes each on CPU; results are kept).")
 
 if rows:   # the results right under the button; the one-story panel after them
     table = ablation_table(rows)

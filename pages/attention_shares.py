@@ -56,11 +56,9 @@ st.write(TOY_POINT)
 st.subheader("The same idea in the running model")
 far_pair(sess, "sh_pair", "shares")
 st.write("A query's shares go to three places: the raw rows of its window, the compressed entries it selected, "
-         "and a learned sink that absorbs attention the head does not want to spend. Each row of the map is a "
-         "head; the red lines separate window, entries and sink. Every row adds up to 1.")
+         "and a learned sink that absorbs attention the head does not want to spend.")
 lt = picked_trace(sess)
 tr, n_tok = lt.trace, lt.n_tokens
-st.caption(map_line(sess.model.cfg, sess.one_based))
 n_layers = len(tr.layers)
 heads = tr.layers[0].shares.window.shape[2]
 comp_layers = [r.spec.index for r in tr.layers if r.spec.compress_ratio]
@@ -92,6 +90,8 @@ st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(
 st.plotly_chart(built(share_heatmap, view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
                       title=f"Shares at layer {sess.num(layer)}, position {pos}"),
                 key="sh_heat", config={"displayModeBar": False})
+st.caption("Each row of the map is a head; the red lines separate window, entries and sink. Every row adds up to 1. "
+           + map_line(sess.model.cfg, sess.one_based))
 tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],

@@ -6,8 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.cache_growth import growth_sum, growth_terms
 from lessons.calculator import (
     CALC_INTRO,
+    CALC_LEVERS,
     LEAVES_OUT,
     REPLAY_TEXT,
     CalcError,
@@ -19,8 +21,8 @@ from lessons.calculator import (
     replay_verdict,
     windows_persist,
 )
-from lessons.design_inputs import own_values, switch_design
-from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, defaults, sharing_help
+from lessons.design_inputs import CALC_DESIGN, own_values, page_defaults, switch_design
+from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, sharing_help
 from lessons.layers import map_line
 from lessons.units import counted, human_bytes, human_flops
 from lessons.workload import check_against_engine
@@ -29,6 +31,7 @@ from ui.common import built, page_header
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (
+    change_since_last,
     chart,
     chart_format,
     derivation_table,
@@ -50,30 +53,32 @@ CHECK_TOKENS = 4096        # the check against the running model prefills at mos
 sess = page_header("Cache calculator")
 st.markdown(CALC_INTRO)
 
-# ---- design and inputs (mirrored in the URL) -----------------------------------------------------
-seed(f"{P}_preset", qp_choice("preset", CALCULATOR_PRESETS, "the teaching example", "a design here"), "teaching")
+# ---- design and inputs (mirrored in the URL), with why this size beside them ----------------------------------
+seed(f"{P}_preset", qp_choice("preset", CALCULATOR_PRESETS, DESIGNS[CALC_DESIGN][0], "a design here"), CALC_DESIGN)
 
 
 def _switch_design() -> None:
-    """A new design starts from its defaults, but keeps a context, batch or window the reader set."""
-    old, new = st.session_state.get(f"{P}_shown", "teaching"), st.session_state[f"{P}_preset"]
-    was = defaults(old)
+    """A new design starts from its defaults, but keeps the reader's context, and a batch or window they set."""
+    old, new = st.session_state.get(f"{P}_shown", CALC_DESIGN), st.session_state[f"{P}_preset"]
+    was = page_defaults(old)
     now = Knobs(**{f.name: st.session_state.get(f"{P}_{f.name}", getattr(was, f.name)) for f in fields(Knobs)})
     knobs_, note = switch_design(old, new, now)
     init_knobs(P, knobs_, force=True)
     st.session_state[f"{P}_switched"] = note
 
 
-preset = st.selectbox("Design", CALCULATOR_PRESETS, format_func=lambda k: DESIGNS[k][0], key=f"{P}_preset",
-                      on_change=_switch_design, persist_state=KEEP)
+left, right = st.columns([1.2, 1], gap="medium")
+with left:
+    preset = st.selectbox("Design", CALCULATOR_PRESETS, format_func=lambda k: DESIGNS[k][0], key=f"{P}_preset",
+                          on_change=_switch_design, persist_state=KEEP)
 shown_before = st.session_state.get(f"{P}_shown")
 st.session_state[f"{P}_shown"] = preset            # the design a change of design starts from
 # what comes and goes with a run or a design (notes, the inputs a design takes) sits in two containers, so that the
 # elements below keep their places between runs, and the tabs the tab the reader opened
-notes, inputs = st.container(), st.container()
+notes, inputs = left.container(), left.container()
 if note := st.session_state.pop(f"{P}_switched", None):   # an event, not a state: a link to the page never shows it
     st.toast(note, icon=":material/swap_horiz:", duration="long")
-base = defaults(preset)
+base = page_defaults(preset)
 # a link to another design than the one this session showed: its URL is the whole state (defaults left out)
 linked = arrived() and qp_get("preset") is not None and shown_before not in (None, preset)
 for msg in init_knobs(P, base, fresh=linked or url_moved()):
@@ -82,15 +87,16 @@ own = build(preset, base)
 used = own.knobs_used
 
 # only the inputs this design takes; a line says what it sets itself
-labels = {"context": "Context length (tokens)", "batch": "Batch (sequences)",
+labels = {"context": "Context (tokens)", "batch": "Batch (sequences)",
           "bits": "Bits per number" + (" (latents)" if preset == "v4.1-flash" else ""), "window": "Window (rows)",
           "group": "Layers sharing one copy", "ratio": "Tokens per entry (ratio)", "layers": "Layers",
-          "numbers": "Numbers per entry", "replay": "Bounded-replay rows", "rollback": "Rollback slack",
+          "numbers": "Numbers per entry", "replay": "Replay rows", "rollback": "Rollback slack",
           "mode": "Prefill mode"}
 shown = [n for n in labels if n in used]
 seed(f"{P}_keepwin", {"1": True, "0": False}.get(qp_get("keepwin") or "") if qp_get("keepwin") else None, False)
 with inputs:
-    cells = [cell for _ in range(0, len(shown) + own.has_replay, 4) for cell in st.columns(4)]
+    per_row = 3
+    cells = [cell for _ in range(0, len(shown) + own.has_replay, per_row) for cell in st.columns(per_row)]
     for name, cell in zip(shown, cells):
         knob_widget(P, name, labels[name], cell)
     if own.has_replay:
@@ -99,8 +105,6 @@ with inputs:
                                       "input and bounded replay recomputes the decoder's windows. "
                                       "Exact prefill always keeps the windows.")
     typed_warning(P)
-    if line := own_values(own):
-        st.caption(line)
 keep_windows = bool(st.session_state[f"{P}_keepwin"]) and own.has_replay   # the toggle is drawn only there
 
 knobs = read_knobs(P)
@@ -119,31 +123,47 @@ try:
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
     stop()
-qp_set(preset=preset if preset != "teaching" else None, keepwin="1" if keep_windows else None)
+qp_set(preset=preset if preset != CALC_DESIGN else None, keepwin="1" if keep_windows else None)
 mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
-m = st.columns(4)
-m[0].metric("HBM (accelerator)", human_bytes(hbm.total), help=f"{hbm.total:,} bytes for "
-            f"{counted(knobs.batch, 'sequence')} of {counted(knobs.context, 'token')}")
-m[1].metric("Per further token", f"{hbm.growth_per_token:,.1f} B",
-            help="bytes the growing stores add per token, long run (batch included)")
-m[2].metric("Average per token", f"{hbm.per_token:,.1f} B", help="total / (context x batch)")
-m[3].metric("Persistent, per context", human_bytes(per.total),
-            help=f"{per.total:,} bytes in host memory or on SSD for one saved context, as our engine's prefix cache "
-                 "saves it; a separate budget")
-st.caption(f"**{design.label}** ({design.status}). {design.summary} The accelerator figure and the persistent "
-           "figure are two separate results; adding them would say nothing about either memory. The release, too, "
-           "reports its savings against V4-Flash for accelerator memory and for the persistent cache separately.")
+change = change_since_last(P, (preset, knobs, keep_windows),
+                           {"hbm": hbm.total, "growth": hbm.growth_per_token, "average": hbm.per_token,
+                            "persistent": per.total})
+with left:
+    m = st.columns(2)
+    m[0].metric("HBM (accelerator)", human_bytes(hbm.total), delta=change.delta("hbm", human_bytes),
+                delta_color="inverse", help=f"{hbm.total:,} bytes for {counted(knobs.batch, 'sequence')} of "
+                                            f"{counted(knobs.context, 'token')}")
+    m[1].metric("Per further token", f"{hbm.growth_per_token:,.1f} B", delta=change.delta("growth", "{:,.1f} B"),
+                delta_color="inverse", help="bytes the growing stores add per token, long run (batch included)")
+    m = st.columns(2)
+    m[0].metric("Average per token", f"{hbm.per_token:,.1f} B", delta=change.delta("average", "{:,.1f} B"),
+                delta_color="inverse", help="total / (context x batch)")
+    m[1].metric("Persistent, per context", human_bytes(per.total), delta=change.delta("persistent", human_bytes),
+                delta_color="inverse", help=f"{per.total:,} bytes in host memory or on SSD for one saved context, "
+                                            "as our engine's prefix cache saves it; a separate budget")
+    if change.said:
+        st.caption(f"Arrows: the change from before you moved {change.said}.")
+with right:
+    st.markdown("**Why this size**")
+    st.markdown(growth_sum(growth_terms(design, knobs.batch)))
+    fmt = st.session_state.get(f"{P}_fmt", "png")
+    chart(built(kind_bar, hbm, f"{design.label}: {human_bytes(hbm.total)} at {counted(knobs.context, 'token')}"),
+          f"{P}_kind", fmt, f"cache-{preset}-by-kind")
+    if line := own_values(own):
+        st.caption(line)
+with st.expander(f"About {design.label} ({design.status}), and why the two memories are never added"):
+    st.caption(f"{design.summary} The accelerator figure and the persistent figure are two separate results; adding "
+               "them would say nothing about either memory. The release, too, reports its savings against V4-Flash "
+               "for accelerator memory and for the persistent cache separately.")
 
 reproduce(snippets.cache_calculator(preset, knobs, keep_windows), f"cache-{preset}")
 
-tabs = st.tabs(["Bytes by kind", "By layer", "Derivation", "Check against the running model", "Bounded replay",
+tabs = st.tabs(["Persistent cache", "By layer", "Derivation", "Check against the running model", "Bounded replay",
                 "What the formula leaves out"])
 with tabs[0]:
     fmt = chart_format(f"{P}_fmt")
-    chart(built(kind_bar, hbm, f"{design.label}: {human_bytes(hbm.total)} at {counted(knobs.context, 'token')}"),
-          f"{P}_kind", fmt, f"cache-{preset}-by-kind")
     if per.total:
         chart(built(kind_bar, per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
               f"cache-{preset}-persistent")
@@ -167,6 +187,7 @@ with tabs[1]:
 with tabs[2]:
     st.markdown("Each row: **entries x numbers per entry x stored layer copies x bits per number / 8** "
                 "(x sequences). Block scales and padding are rows of their own.")
+    st.markdown(CALC_LEVERS)
     st.dataframe(derivation_table(calc), hide_index=True, width="stretch", key=f"{P}_rows",
                  column_config={"bytes": st.column_config.NumberColumn(format="localized")})
     # the files' layer column follows the sidebar's numbering: their name says which

@@ -9,6 +9,7 @@ from lessons import reproduce as snippets
 from lessons.layers import (
     MODES,
     MODES_NOTE,
+    POOL_SCORING,
     SEPARATE_DECISIONS,
     computed_by_layer,
     computed_rows,
@@ -35,16 +36,18 @@ st.info(MODES_NOTE)
 
 st.subheader("What each layer actually did")
 st.write("The table below is not a restatement of the labels: every count is read off a trace of the running "
-         "model on the prompt you choose. Index scores exist only where a layer ran its indexer; entries are "
-         "recorded only where a layer made them; a reused selection is compared entry by entry with the one it "
-         "claims to reuse.")
+         "model on the prompt you choose.")
 comp = computed_by_layer(lt.trace)
 st.caption(f"{lt.n_tokens} tokens traced on {sess.label}. 'Last query reads' is for the query at the last "
            f"position.")
-st.caption(map_line(sess.model.cfg, sess.one_based))
 st.dataframe(pd.DataFrame(computed_rows(comp, sess.one_based)), hide_index=True, key="csa2_computed",
              height=40 + 35 * len(comp))
 st.markdown(SEPARATE_DECISIONS)
+with st.expander("Fine print: how the counts are read, and the pool's scoring work"):
+    st.caption("Index scores exist only where a layer ran its indexer; entries are recorded only where a layer made "
+               "them; a reused selection is compared entry by entry with the one it claims to reuse.")
+    st.caption(POOL_SCORING)
+    st.caption(map_line(sess.model.cfg, sess.one_based))
 reproduce(snippets.csa2_modes(sess.weights, lt.text, sess.one_based), "csa2-modes")
 
 checks = mode_checks(comp)

@@ -41,7 +41,7 @@ from model.inference import (
     speculative_start,
     verify_step,
 )
-from ui.common import built, cached_with_progress, page_header, require_model
+from ui.common import built, cached_with_progress, lead, page_header, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
@@ -50,13 +50,15 @@ from ui.reproduce import reproduce
 from ui.state import KEEP, qp_choice, qp_float_or_none, qp_get, qp_int_or_none, qp_set, sample_or_text, seed, stop
 from ui.text import plain
 
-sess = page_header("DSpark: draft, then verify", INTRO)
+INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
+sess = page_header("DSpark: draft, then verify", INTRO_LEAD)
 _pc = param_counts("v4.1-flash")
 st.caption(active_sentence(_pc["active_decode"], _pc["backbone"]))
 model = require_model(sess)
 cfg = model.cfg
-st.caption(block_sentence(cfg.dspark_block_size))
-with st.expander("Words used on this page", expanded=False):
+with st.expander("What a kept guess costs, what happens to a wrong one, and the words used here", expanded=False):
+    st.write(INTRO_REST)
+    st.caption(block_sentence(cfg.dspark_block_size))
     st.dataframe(pd.DataFrame(DEFINITIONS, columns=["term", "meaning"]), hide_index=True)
 
 

@@ -146,6 +146,9 @@ def walkthrough() -> None:
             _box_panel(selected, below)
         st.subheader(f"{step_i + 1}. {step.title}")
         st.write(step.body)
+        if step.fine_print:     # the page's one fine-print box: the current step's caveats
+            with st.expander("Fine print"):
+                st.caption(step.fine_print)
         if step.read_along:
             st.caption(step.read_along)
         if step.table:

@@ -22,7 +22,7 @@ from lessons.pools import (
     trace_for_pools,
 )
 from model import V41Config, layer_map
-from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
+from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
@@ -34,7 +34,8 @@ from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
-sess = page_header("Indexer pools", INTRO)
+INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
+sess = page_header("Indexer pools", INTRO_LEAD)
 model = require_model(sess)
 cfg = model.cfg
 if not any(s.uses_candidates for s in layer_map(cfg)):
@@ -108,14 +109,17 @@ if nb == cfg.candidate_topk_blocks and k == cfg.index_topk:
     st.caption("At the configured sizes the recomputed restricted selection " +
                ("equals the model's own selection in every row." if same else
                 "differs from the model's own in some rows (ties in the scores)."))
-st.caption("Live (pure, from the cached index scores): pool, selections, recall, indexer mass. From the re-run "
-           "(each Reindex layer's attention logits recomputed once per prompt on the recorded hidden states): "
-           "attention mass. Hidden states of later layers are those of the real run at the configured sizes.")
+with st.expander("Fine print: whose pool these statistics describe, and how they are computed"):
+    st.caption(INTRO_REST)
+    st.caption(scale_note(cfg, V41Config.preset("v4.1-flash"), int(nb), int(k),
+                          chosen=(nb, k) != (nb_default, k_default)))
+    st.caption("Live (pure, from the cached index scores): pool, selections, recall, indexer mass. From the re-run "
+               "(each Reindex layer's attention logits recomputed once per prompt on the recorded hidden states): "
+               "attention mass. Hidden states of later layers are those of the real run at the configured sizes.")
+    st.caption(map_line(cfg, sess.one_based))
 
 rows = summary_rows(inp, results, sess.one_based)
 st.subheader("Per Reindex layer")
-st.info(scale_note(cfg, V41Config.preset("v4.1-flash"), int(nb), int(k), chosen=(nb, k) != (nb_default, k_default)))
-st.caption(map_line(cfg, sess.one_based))
 table = pd.DataFrame(rows)
 st.dataframe(table, hide_index=True, key="pool_table")
 st.download_button("Table (CSV)", table.to_csv(index=False), file_name="indexer_pools.csv", mime="text/csv",

@@ -81,59 +81,64 @@ def vision_section(prompt: str) -> None:
             st.error(f"The picture could not be read: {plain(e)}")
 
 
-# ---- prompt -----------------------------------------------------------------------------------------------
+# ---- prompt (left column) beside the layer view (right column) ----------------------------------------------
+# At 1400 x 1000 the controls, the layer stepper and the chart it drives share the first screen: the run's notes
+# live in one expander under the controls, so after a run the first thing beside the prompt is the picture.
 samples = load_samples()
-c1, c2, c3 = st.columns([3, 1, 1])
+ctl, right = st.columns([1, 2.4], gap="medium")
 seed("insp_mode", qp_choice("mode", ["bounded", "exact"], "bounded", "a prefill mode (bounded or exact)"), "bounded")
-with c2:
-    mode = st.radio("Prefill", ["bounded", "exact"], key="insp_mode", horizontal=True, persist_state=KEEP)
 seed("insp_gen", qp_int_or_none("gen", 0, MAX_NEW_TOKENS, "showing 4"), 4)
-with c3:
-    n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, key="insp_gen", persist_state=KEEP,
-                            help="Generated tokens are inspected like prompt tokens.")
-qp_set(mode=mode if mode != "bounded" else None, gen=int(n_new))
 # a long story by default: hundreds of entries, so the top-k really chooses (a short prompt's selection keeps them all)
 first_long = next((i for i, s in enumerate(samples) if s.kind == "long"), 0)
-sample_i, text = sample_or_text("insp", samples, first_long, LONG_PROMPT_CHARS, text_label="Prompt", height=120,
-                                columns=[c1], help="The long stories put an object somewhere early and ask for it "
-                                                   "at the end, far past the attention window.")
+with ctl:
+    sample_i, text = sample_or_text("insp", samples, first_long, LONG_PROMPT_CHARS, text_label="Prompt", height=110,
+                                    help="The long stories put an object somewhere early and ask for it "
+                                         "at the end, far past the attention window.")
+    c2, c3 = st.columns(2)
+    with c2:
+        mode = st.radio("Prefill", ["bounded", "exact"], key="insp_mode", horizontal=True, persist_state=KEEP)
+    with c3:
+        n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, key="insp_gen", persist_state=KEEP,
+                                help="Generated tokens are inspected like prompt tokens.")
+qp_set(mode=mode if mode != "bounded" else None, gen=int(n_new))
 
-prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
-if problem:
-    st.warning(problem)
-    stop()
-ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS,
-                             "the inspector, which records every layer for every token,")
-if problem:
-    st.warning(problem)
-    stop()
-vision_section(prompt)
+with ctl:
+    prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
+    if problem:
+        st.warning(problem)
+        stop()
+    ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS,
+                                 "the inspector, which records every layer for every token,")
+    if problem:
+        st.warning(problem)
+        stop()
+    try:
+        run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
+                                   lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),
+                                   f"Reading {len(ids):,} tokens ...")
+    except Exception as e:  # any model-side rejection becomes a message, never a traceback
+        st.error(f"The model could not run this prompt: {plain(e)}")
+        stop()
+    if run.generated:
+        st.text("Generated: " + one_line("".join(run.tokens[run.n_prompt:])))
+    st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
+               f"({mode}), decode {run.decode_s:.2f} s, on {sess.device.upper()} with {sess.label}.")
+    with st.expander(f"How {mode} prefill shaped this run"):
+        if mode == "bounded":
+            agree = cached_with_progress("inspector_agree", (sess.label, tuple(ids)),
+                                         lambda progress: bounded_agreement(model, ids),
+                                         "Comparing with exact prefill ...")
+            st.write(BOUNDED_NOTE.format(w=run.window) + (f" Here: decoder records for prompt tokens "
+                                                          f"{run.replay_start}-{run.n_prompt - 1} only."
+                                                          if run.replay_start > 0 else "") + " " + agree.sentence())
+            st.caption(bounded_note(cfg))
+        else:
+            st.write(EXACT_NOTE)
+        st.caption(map_line(cfg, sess.one_based))
+    vision_section(prompt)
 
 
-try:
-    run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
-                               lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),
-                               f"Reading {len(ids):,} tokens ...")
-except Exception as e:  # any model-side rejection becomes a message, never a traceback
-    st.error(f"The model could not run this prompt: {plain(e)}")
-    stop()
-
-st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
-           f"({mode}), decode {run.decode_s:.2f} s, on {sess.device.upper()} with {sess.label}.")
-if run.generated:
-    st.text("Generated: " + one_line("".join(run.tokens[run.n_prompt:])))
-if mode == "bounded":
-    agree = cached_with_progress("inspector_agree", (sess.label, tuple(ids)),
-                                 lambda progress: bounded_agreement(model, ids), "Comparing with exact prefill ...")
-    st.info(BOUNDED_NOTE.format(w=run.window) + (f" Here: decoder records for prompt tokens "
-                                                 f"{run.replay_start}-{run.n_prompt - 1} only."
-                                                 if run.replay_start > 0 else "") + " " + agree.sentence())
-    st.caption(bounded_note(cfg))
-else:
-    st.info(EXACT_NOTE)
-st.caption(map_line(cfg, sess.one_based))
-
-# ---- layer and token steppers -------------------------------------------------------------------------------
+# ---- layer and token steppers beside their chart ------------------------------------------------------------
 roles = [r.spec.role for r in run.trace.layers]
 first_layer = min(cfg.decoder_start, n_layers - 1)
 seed("insp_layer", qp_int_or_none("layer", 0, n_layers - 1, f"showing layer {sess.num(first_layer)}",
@@ -148,109 +153,116 @@ elif "insp_token" not in st.session_state or st.session_state.get("insp_run_key"
     st.session_state["insp_token"] = run.n_prompt - 1     # a new prompt: start at its last token
 st.session_state["insp_run_key"] = run_key
 st.session_state["insp_token"] = min(int(st.session_state["insp_token"]), run.n - 1)
-
-
-lc1, lc2 = st.columns([1, 9], vertical_alignment="bottom")
-stepper("insp_layer_step", n_layers, "insp_layer", where=lc1)          # Back / Next layer
-with lc2:
-    layer = st.select_slider("Layer", options=list(range(n_layers)), key="insp_layer", persist_state=KEEP,
-                             format_func=lambda i: f"{sess.num(i)} {roles[i]}")
-st.plotly_chart(built(role_strip, roles, [str(sess.num(i)) for i in range(n_layers)], layer), width="stretch",
-                key="insp_roles")
-tc1, tc2 = st.columns([1, 9], vertical_alignment="bottom")
-stepper("insp_token_step", run.n, "insp_token", where=tc1)             # previous / next token
-with tc2:
-    pos = st.slider("Query token (position)", 0, max(1, run.n - 1), key="insp_token", disabled=run.n == 1,
-                    persist_state=KEEP)
 head_names = ["mean over heads"] + [f"head {h}" for h in range(cfg.num_attention_heads)]
 url_head = qp_int_or_none("head", 0, cfg.num_attention_heads - 1, "showing the mean over heads")
 seed("insp_head", None if url_head is None else head_names[url_head + 1], head_names[0])
 if st.session_state["insp_head"] not in head_names:
     st.session_state["insp_head"] = head_names[0]
-head_opt = st.radio("Heads", head_names, horizontal=True, key="insp_head", persist_state=KEEP)
+
+with right:
+    lc1, lc2 = st.columns([1, 7], vertical_alignment="bottom")
+    stepper("insp_layer_step", n_layers, "insp_layer", where=lc1)          # Back / Next layer
+    with lc2:
+        layer = st.select_slider("Layer", options=list(range(n_layers)), key="insp_layer", persist_state=KEEP,
+                                 format_func=lambda i: f"{sess.num(i)} {roles[i]}")
+    st.plotly_chart(built(role_strip, roles, [str(sess.num(i)) for i in range(n_layers)], layer), width="stretch",
+                    key="insp_roles")
+    tc1, tc2, tc3 = st.columns([1, 5, 2], vertical_alignment="bottom")
+    stepper("insp_token_step", run.n, "insp_token", where=tc1)             # previous / next token
+    with tc2:
+        pos = st.slider("Query token (position)", 0, max(1, run.n - 1), key="insp_token", disabled=run.n == 1,
+                        persist_state=KEEP)
+    with tc3:
+        head_opt = st.selectbox("Heads", head_names, key="insp_head", persist_state=KEEP)
 head = None if head_opt.startswith("mean") else int(head_opt.split()[1])
 qp_set(layer=layer, token=pos, head=head)
 
 kind = "generated" if pos >= run.n_prompt else "prompt"
-st.subheader(f"Layer {sess.num(layer)} · {roles[layer]} · {run.layer(layer).spec.stack}, {kind} token {pos}")
-st.code(show_token(run.tokens[pos]), language=None)
 view = layer_view(run, layer, pos, cfg, head=head, num=sess.num)
-if isinstance(view, str):
-    st.warning(view)
-else:
-    st.write(f"This layer {view.description}.")
-    if kind == "generated":
-        st.caption("A generated token runs through every layer of both halves, whatever the prefill mode.")
-    tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"])
-    with tabs[0]:
-        a = view.attention
-        m1, m2, m3 = st.columns(3)
-        m1.metric("Window rows", f"{a.window_total:.1%}")
-        m2.metric("Compressed entries", f"{a.entries_total:.1%}")
-        m3.metric("Sink", f"{a.sink:.1%}")
-        reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
-        st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
-                        width="stretch", key="insp_attn")
-        if a.entry_ids:
-            st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); its bar spans them.")
-            df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
-                               "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
-                                        for s, e in a.entry_spans], "share": a.entry_share})
-            st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
-        elif a.ratio == 0:
-            st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
-    with tabs[1]:
-        sel = view.selection
-        if sel is None:
-            st.write("This layer has no compressed branch, so it selects nothing.")
-        else:
-            # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
-            selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
-            st.write(sel.note)
-            c = st.columns(3)
-            c[0].metric("Visible entries", sel.visible)
-            c[1].metric("Selected", len(sel.selected))
-            c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
-            st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"), width="stretch",
-                            key="insp_sel")
-    with tabs[2]:
-        r = view.router
-        st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
-                 f"{len(r.scores)} routed experts, weighted by their normalised scores.")
-        st.plotly_chart(built(router_figure, r, "Router scores (chosen experts in green, with their weights)"),
-                        width="stretch", key="insp_router")
-        st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts], "weight": [1.0] + r.weights}),
-                     hide_index=True, key="insp_router_df")
-    with tabs[3]:
-        e = view.engram
-        if e is None:
-            st.write("No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(
-                str(sess.num(i)) for i in cfg.engram_layer_ids) + ")." if cfg.engram_layer_ids else "."))
-        else:
-            st.write("Engram hashes the n-grams ending at this token (each order with several hash heads) into "
-                     "table rows, and a gate per residual stream decides how much of the looked-up value to add.")
-            st.dataframe(pd.DataFrame({"n": [g["order"] for g in e.ngrams], "head": [g["head"] for g in e.ngrams],
-                                       "table row": [g["row"] for g in e.ngrams],
-                                       "n-gram": [" | ".join(show_token(t) for t in g["tokens"]) for g in e.ngrams]}),
-                         hide_index=True, key="insp_engram_df")
-            st.plotly_chart(built(small_bar, e.gate, [f"stream {i}" for i in range(len(e.gate))],
-                                  "Engram gate per stream"), width="stretch", key="insp_engram_gate")
-    with tabs[4]:
-        if view.hc is None:
-            st.write("No mHC record.")
-        else:
-            st.write(f"{cfg.hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns to; "
-                     f"after {cfg.hc_sinkhorn_iters} normalisation rounds every row and column sums to about 1.")
-            st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
-            df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
-            df.index = [f"stream {i}" for i in range(len(df))]
-            df["RMS after layer"] = view.stream_norms
-            st.dataframe(df, key="insp_hc_df")
-    with tabs[5]:
-        st.write("The logit lens: the model's own final norm and output head applied to this layer's streams, as if "
-                 "the model stopped here.")
-        st.plotly_chart(built(lens_figure, view.lens, "Top next tokens after this layer"), width="stretch",
-                        key="insp_lens")
+with right:
+    hc1, hc2 = st.columns([5, 1], vertical_alignment="center")
+    hc1.subheader(f"Layer {sess.num(layer)} · {roles[layer]} · {run.layer(layer).spec.stack}, {kind} token {pos}")
+    hc2.code(show_token(run.tokens[pos]), language=None)
+    if isinstance(view, str):
+        st.warning(view)
+    else:
+        st.write(f"This layer {view.description}." + (" A generated token runs through every layer of both "
+                                                       "halves, whatever the prefill mode."
+                                                       if kind == "generated" else ""))
+        tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"])
+        with tabs[0]:
+            a = view.attention
+            st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
+                            width="stretch", key="insp_attn")
+            m1, m2, m3 = st.columns(3)
+            m1.metric("Window rows", f"{a.window_total:.1%}")
+            m2.metric("Compressed entries", f"{a.entries_total:.1%}")
+            m3.metric("Sink", f"{a.sink:.1%}")
+            reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
+            if a.entry_ids:
+                st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); "
+                           "its bar spans them.")
+                df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
+                                   "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
+                                            for s, e in a.entry_spans], "share": a.entry_share})
+                st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
+            elif a.ratio == 0:
+                st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
+        with tabs[1]:
+            sel = view.selection
+            if sel is None:
+                st.write("This layer has no compressed branch, so it selects nothing.")
+            else:
+                # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
+                selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
+                st.write(sel.note)
+                c = st.columns(3)
+                c[0].metric("Visible entries", sel.visible)
+                c[1].metric("Selected", len(sel.selected))
+                c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
+                st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"), width="stretch",
+                                key="insp_sel")
+        with tabs[2]:
+            r = view.router
+            st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
+                     f"{len(r.scores)} routed experts, weighted by their normalised scores.")
+            st.plotly_chart(built(router_figure, r, "Router scores (chosen experts in green, with their weights)"),
+                            width="stretch", key="insp_router")
+            st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts],
+                                       "weight": [1.0] + r.weights}), hide_index=True, key="insp_router_df")
+        with tabs[3]:
+            e = view.engram
+            if e is None:
+                st.write("No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(
+                    str(sess.num(i)) for i in cfg.engram_layer_ids) + ")." if cfg.engram_layer_ids else "."))
+            else:
+                st.write("Engram hashes the n-grams ending at this token (each order with several hash heads) into "
+                         "table rows, and a gate per residual stream decides how much of the looked-up value to add.")
+                st.dataframe(pd.DataFrame({"n": [g["order"] for g in e.ngrams],
+                                           "head": [g["head"] for g in e.ngrams],
+                                           "table row": [g["row"] for g in e.ngrams],
+                                           "n-gram": [" | ".join(show_token(t) for t in g["tokens"])
+                                                      for g in e.ngrams]}),
+                             hide_index=True, key="insp_engram_df")
+                st.plotly_chart(built(small_bar, e.gate, [f"stream {i}" for i in range(len(e.gate))],
+                                      "Engram gate per stream"), width="stretch", key="insp_engram_gate")
+        with tabs[4]:
+            if view.hc is None:
+                st.write("No mHC record.")
+            else:
+                st.write(f"{cfg.hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns "
+                         f"to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and column sums to "
+                         "about 1.")
+                st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
+                df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
+                df.index = [f"stream {i}" for i in range(len(df))]
+                df["RMS after layer"] = view.stream_norms
+                st.dataframe(df, key="insp_hc_df")
+        with tabs[5]:
+            st.write("The logit lens: the model's own final norm and output head applied to this layer's "
+                     "streams, as if the model stopped here.")
+            st.plotly_chart(built(lens_figure, view.lens, "Top next tokens after this layer"), width="stretch",
+                            key="insp_lens")
 
 # ---- whole-prompt overview -----------------------------------------------------------------------------------
 st.subheader("Whole-prompt overview")

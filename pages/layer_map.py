@@ -42,12 +42,19 @@ for col, (key, (name, cfg)) in zip(cols, configs.items()):
         # a static table: the arithmetic column wraps instead of being cut at the column's edge
         st.table(pd.DataFrame([{"part": r.part, "layers": r.formula, "count": r.count, "arithmetic": r.derivation}
                                for r in rows]), hide_index=True)
-        st.caption(engram_sentence(cfg))
-        rc = role_counts(cfg)
-        st.caption(" · ".join(f"{stack}: " + ", ".join(f"{v} {k}" for k, v in d.items()) for stack, d in rc.items()))
-st.caption("The vision encoder and the DSpark drafter are extra networks beside the backbone and are not in "
-           "these counts.")
-st.caption(notation(_full_cfg(), sess.one_based))
+# the page's caveats and notes in one place, below the view
+with st.expander("Fine print: notation, Engram, what the counts leave out"):
+    st.caption(notation(_full_cfg(), sess.one_based))
+    cols = st.columns(len(configs))
+    for col, (key, (name, cfg)) in zip(cols, configs.items()):
+        with col:
+            st.markdown(f"**{name}**")
+            st.caption(engram_sentence(cfg))
+            rc = role_counts(cfg)
+            st.caption(" · ".join(f"{stack}: " + ", ".join(f"{v} {k}" for k, v in d.items())
+                                  for stack, d in rc.items()))
+    st.caption("The vision encoder and the DSpark drafter are extra networks beside the backbone and are not in "
+               "these counts.")
 with st.expander("Reference numbers behind the map"):
     cols = st.columns(len(configs))
     for col, (key, (name, cfg)) in zip(cols, configs.items()):

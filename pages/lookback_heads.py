@@ -31,7 +31,7 @@ from lessons.lookback_heads import (
     reach_sweep,
 )
 from model.heldout import heldout_natural_tokens
-from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
+from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model, sentences
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
@@ -41,10 +41,15 @@ from ui.text import plain
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
 
-sess = page_header("Look-back heads", INTRO)
+INTRO_LEAD, INTRO_REST = lead(INTRO, 1)
+sess = page_header("Look-back heads", INTRO_LEAD)
 model = require_model(sess)
 window = model.cfg.sliding_window
-st.write(REACH.format(window=window))
+reach = sentences(REACH.format(window=window))
+st.write(" ".join([reach[0], reach[-1]]))          # the rule and what to try; how older text gets in, below
+with st.expander("Previous-token and induction heads: what this page looks for"):
+    st.write(INTRO_REST)
+    st.write(" ".join(reach[1:-1]))
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -107,8 +112,6 @@ lb = look_back(trace, layout)
 
 # ---- every head at once --------------------------------------------------------------------------------------------
 st.subheader("Every head at the second copy")
-for sentence in explain(lb, sess.num):
-    st.write(sentence)
 best = lb.best()
 m = st.columns(4)
 m[0].metric("Strongest look-back share", f"{best.induction:.2f}",
@@ -131,6 +134,8 @@ g[1].plotly_chart(built(share_heatmap, lb.grid("prev"), head_names, layer_names,
 st.caption("Induction counts a head's window slot on the token to copy and, in a layer whose entries hold one token "
            "each, the selected entry that holds it. Entries that pack two tokens are left out of this map; the "
            "pattern below shows them apart.")
+for sentence in explain(lb, sess.num):       # what the maps show, in words, under them
+    st.write(sentence)
 
 # ---- one head's pattern --------------------------------------------------------------------------------------------
 st.subheader("One head, query by query")

@@ -70,14 +70,6 @@ m[0].metric("Read : written", ratio)
 m[1].metric("Active / prompt token", f"{pc['active_prefill'] / 1e9:.1f}B", help=f"{pc['active_prefill']:,}")
 m[2].metric("Active / generated token", f"{pc['active_decode'] / 1e9:.1f}B", help=f"{pc['active_decode']:,}")
 m[3].metric("Stored in the backbone", f"{pc['backbone'] / 1e9:,.0f}B", help=f"{pc['backbone']:,}")
-st.markdown(V41_SPLIT + f" Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters "
-            f"take part per prompt token and **{pc['active_decode']:,}** per generated token, out of "
-            f"**{pc['backbone']:,}** stored in the backbone (plus {pc['engram']:,} in Engram: its tables and the "
-            "projections that feed them into the streams). Active counts are computation, not the memory needed to "
-            "hold the weights.")
-st.caption(RELEASE_ACTIVE)
-st.caption(bounded_note(V41Config.preset("v4.1-flash"), "the full-size DeepSeek-V4.1-Flash"))
-
 a, b = st.columns(2)
 with a:
     st.plotly_chart(built(pair_bar, ["read (prefill)", "written (decode)"], [work.read * rounds, work.written * rounds],
@@ -88,6 +80,14 @@ with b:
                           "Weight-multiply work (FLOPs)", [human_flops(work.prefill_flops),
                                                            human_flops(work.decode_flops)]),
                     width="stretch", key=f"{P}_work")
+st.markdown(V41_SPLIT)
+with st.expander("Fine print: what the active counts include, and bounded replay"):
+    st.caption(f"Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters take part per "
+               f"prompt token and **{pc['active_decode']:,}** per generated token, out of **{pc['backbone']:,}** "
+               f"stored in the backbone (plus {pc['engram']:,} in Engram: its tables and the projections that feed "
+               "them into the streams). Active counts are computation, not the memory needed to hold the weights.")
+    st.caption(RELEASE_ACTIVE)
+    st.caption(bounded_note(V41Config.preset("v4.1-flash"), "the full-size DeepSeek-V4.1-Flash"))
 st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in work.rows]),
              hide_index=True, key=f"{P}_rows")
 if work.token_ratio >= 1:

@@ -25,7 +25,6 @@ from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed, stop
 
 sess = page_header("Is this recurrence?", INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")
-st.caption(TOKEN_RECURRENCE_NOTE)
 
 model = require_model(sess)
 specs = layer_map(model.cfg)
@@ -45,7 +44,9 @@ qp_set(layer=layer)
 spec = specs[layer]
 st.plotly_chart(built(layer_map_figure, [(model.cfg.name, specs)], sess.one_based, highlight=layer), key="rec_strip",
                 config={"displayModeBar": False})
-st.caption(map_line(model.cfg, sess.one_based))
+with st.expander("Fine print: recurrence along the sequence, and this model's layer numbers"):
+    st.caption(TOKEN_RECURRENCE_NOTE)
+    st.caption(map_line(model.cfg, sess.one_based))
 
 # ---- the weights ----------------------------------------------------------------------------------------
 st.subheader(f"The weights of layer {sess.num(layer)} and of layer {sess.num(spec.kv_source)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import threading
 import types
 from collections import OrderedDict
@@ -231,6 +232,22 @@ def page_header(title: str, intro: str | None = None) -> Session:
     if intro is not None:
         st.write(intro)
     return sess
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"*(])")
+
+
+def sentences(text: str) -> list[str]:
+    """A paragraph's sentences (it is our own text: a sentence ends at . ! or ? before a capital)."""
+    return _SENTENCE_END.split(text.strip())
+
+
+def lead(text: str, n: int = 1) -> tuple[str, str]:
+    """A paragraph cut after its first `n` sentences: (the lead a page shows beside its view, the rest it puts in
+    its fine print). A reader takes in the first sentence of a block, so the lead is written to carry the point;
+    the rest is kept word for word, only moved."""
+    parts = sentences(text)
+    return " ".join(parts[:n]), " ".join(parts[n:])
 
 
 def require_model(sess: Session):

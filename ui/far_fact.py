@@ -254,6 +254,16 @@ def far_fact_run(sess, story, tokens):
     return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
 
 
+WEIGHTS_NOTE_TITLE = "What these weights do on far facts (measured)"
+
+
+def weights_note_box(sess) -> None:
+    """What the loaded weights do on far recall (lessons.far_fact.weights_note), stated once on a page, in one
+    collapsed box whose title says what it holds: the figures are many, and the page's view comes first."""
+    with st.expander(WEIGHTS_NOTE_TITLE):
+        st.info(weights_note(sess.weights, session_record(sess)))
+
+
 @fragment
 def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True, pair: str | None = None) -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
@@ -273,11 +283,12 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True, 
         return
     cfg = model.cfg
     if note:
-        st.info(weights_note(sess.weights, session_record(sess)))
+        weights_note_box(sess)
     _offer_other_weights(sess, key)
-    st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
-    with st.expander("What this shows", expanded=False):
+    # what "far" means and which roads reach it, said once, together (the picture below comes first)
+    with st.expander("What this shows, and what counts as far", expanded=False):
         st.write(INTRO)
+        st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
         st.caption(reach_sentence(cfg.num_hidden_layers, cfg.sliding_window))
         st.caption(FAR_RULE)
     seed(f"{key}_ff_src", {"own": SOURCES[1], "sample": SOURCES[0]}.get(qp_choice("ff", ["own", "sample"], None,

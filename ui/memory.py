@@ -4,6 +4,8 @@ and knob widgets mirrored in the URL."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -20,6 +22,7 @@ from lessons.calculator import (
     parse_knobs,
     range_note,
 )
+from lessons.design_inputs import what_moved
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
@@ -113,8 +116,9 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None) -> N
 
 
 def _typed(prefix: str, name: str, label: str) -> None:
-    """Keep a note when a typed number fell to a few units: the browser's number box turns 1e9 into 1 and the app
-    sees only the 1 (lessons.calculator.digits_note)."""
+    """Check a changed number: one outside the input's range puts the previous value back and keeps a note saying
+    so (lessons.calculator.range_note); one that fell to a few units keeps a note too, since the browser's number
+    box turns 1e9 into 1 and the app sees only the 1 (lessons.calculator.digits_note)."""
     key = f"{prefix}_{name}"
     was, now = st.session_state.get(f"{key}_was"), st.session_state[key]
     short = label.split(" (")[0]
@@ -126,6 +130,39 @@ def _typed(prefix: str, name: str, label: str) -> None:
             return
     note = digits_note(name, short, was, now) if isinstance(was, int) else None
     st.session_state[f"{prefix}_typed"] = (key, now, note) if note else None
+
+
+@dataclass
+class Change:
+    """The calculator's results now and before the reader's last change of input (None before any change)."""
+    now: dict[str, float]
+    before: dict[str, float] | None
+    said: str                       # which inputs moved ("" when none did)
+
+    def delta(self, name: str, fmt: Callable[[float], str] | str) -> str | None:
+        """A metric's delta text ("+114 MiB", "-2.0 B"; st.metric reads the leading "-" as a fall), or None."""
+        if self.before is None or self.now[name] == self.before[name]:
+            return None
+        d = self.now[name] - self.before[name]
+        shown = fmt(abs(d)) if callable(fmt) else fmt.format(abs(d))
+        return ("+" if d > 0 else "-") + shown
+
+
+def change_since_last(prefix: str, state: tuple, values: dict[str, float]) -> Change:
+    """Compare this run's results with those of the inputs shown before the last change. A rerun that changes no
+    input (a tab, a download) keeps the comparison, so the arrows stay until the next change."""
+    key = f"{prefix}_change"
+    kept = st.session_state.get(key)
+    if kept is None:
+        st.session_state[key] = {"state": state, "values": values, "before": None}
+    elif kept["state"] != state:
+        st.session_state[key] = {"state": state, "values": values, "before": (kept["state"], kept["values"])}
+    else:
+        st.session_state[key]["values"] = values
+    before = st.session_state[key]["before"]
+    if before is None:
+        return Change(values, None, "")
+    return Change(values, before[1], what_moved(before[0], state))
 
 
 def typed_warning(prefix: str) -> None:

@@ -42,7 +42,7 @@ def test_page_renders(page):
 
 
 def test_calculator_seed_example_and_sharing():
-    at = app("cache_calculator")
+    at = app("cache_calculator", preset="teaching", context=4096)
     no_errors(at)
     assert metrics(at)["HBM (accelerator)"] == "8.00 MiB"   # 16 x 4,096 x 128 x 8 bits
     at.number_input(key="cc_group").set_value(4).run()
@@ -111,20 +111,56 @@ def test_compare_designs_context_and_url():
                                                                      "prepared data"] == "No"
 
 
-def test_calculator_change_of_design_keeps_the_typed_context_and_shows_only_its_inputs():
+def test_calculator_opens_on_v41_at_128k_and_a_change_of_design_keeps_the_context():
     at = app("cache_calculator")
-    at.number_input(key="cc_context").set_value(131072).run()
-    at.selectbox(key="cc_preset").set_value("v4.1-flash").run()
     no_errors(at)
-    assert at.number_input(key="cc_context").value == 131072                     # it was replaced by 1,048,576
-    assert any("kept your context (131,072 tokens)" in t.value for t in at.toast)
-    assert "131,072 tokens" in at.metric[0].proto.help
+    assert at.selectbox(key="cc_preset").value == "v4.1-flash"
+    assert at.number_input(key="cc_context").value == 131072
+    assert "890 B per further token" in " ".join(m.value for m in at.markdown)    # the why-this-size sum
     shown = {n.key for n in at.number_input}
-    assert not shown & {"cc_layers", "cc_numbers", "cc_ratio", "cc_group"}      # greyed, they showed 16 and 128
+    assert not shown & {"cc_layers", "cc_numbers", "cc_ratio", "cc_group"}      # V4.1 sets these itself
     said = " ".join(c.value for c in at.caption)
     assert "40 layers" in said and "512 numbers per entry" in said
+    at.selectbox(key="cc_preset").set_value("v4-flash").run()
+    no_errors(at)
+    assert at.number_input(key="cc_context").value == 131072                     # no jump to 1,048,576
+    assert any("kept your context (131,072 tokens)" in t.value for t in at.toast)
+    assert "131,072 tokens" in at.metric[0].proto.help
+    at.number_input(key="cc_context").set_value(65536).run()
+    at.selectbox(key="cc_preset").set_value("teaching").run()
+    assert at.number_input(key="cc_context").value == 65536
     at.run()                                                                      # the note was said once
-    assert at.number_input(key="cc_context").value == 131072 and not at.info
+    assert at.number_input(key="cc_context").value == 65536 and not at.toast
+
+
+def test_calculator_shows_the_change_when_an_input_moves():
+    at = app("cache_calculator")
+    assert all(m.proto.delta == "" for m in at.metric)                           # nothing moved yet
+    before = metrics(at)["HBM (accelerator)"]
+    at.number_input(key="cc_context").set_value(262144).run()
+    no_errors(at)
+    m = {x.label: x for x in at.metric}
+    assert m["HBM (accelerator)"].value != before
+    # twice the context: the growing stores double, the fixed windows do not, so HBM grows by under 2x
+    assert m["HBM (accelerator)"].proto.delta.startswith("+") and "MiB" in m["HBM (accelerator)"].proto.delta
+    assert m["Per further token"].proto.delta == ""                              # the same bytes per further token
+    assert any("the context (131,072 to 262,144)" in c.value for c in at.caption)
+    at.run()                                                                      # a rerun without a change keeps it
+    assert {x.label: x for x in at.metric}["HBM (accelerator)"].proto.delta.startswith("+")
+    at.number_input(key="cc_context").set_value(131072).run()                    # back: the arrow points down
+    assert {x.label: x for x in at.metric}["HBM (accelerator)"].proto.delta.startswith("-")
+
+
+@pytest.mark.parametrize("key,value", [("cc_context", 10 ** 15), ("cc_context", 0), ("cc_batch", 5000)])
+def test_calculator_says_when_a_typed_value_is_out_of_range(key, value):
+    at = app("cache_calculator")
+    was = at.number_input(key=key).value
+    at.number_input(key=key).set_value(value).run()
+    no_errors(at)
+    assert at.number_input(key=key).value == was                                 # kept, not lost
+    assert any(f"{value:,} is outside" in w.value and f"still use {was:,}" in w.value for w in at.warning)
+    at.number_input(key=key).set_value(was + 1).run()                            # a value in range clears it
+    assert not at.warning
 
 
 def test_calculator_says_when_a_typed_number_fell_to_its_first_digits():

@@ -50,7 +50,7 @@ def test_inspector_one_based_numbering_reaches_description_selection_and_absence
 
 
 def test_calculator_summary_follows_a_changed_input():
-    at = run_page("cache_calculator")
+    at = run_page("cache_calculator", preset="teaching", context=4096)
     ok(at)
     before = " ".join(c.value for c in at.caption)
     assert "16 layers, each storing 4,096 entries of 128 numbers at 8 bits" in before

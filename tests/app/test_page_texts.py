@@ -97,7 +97,7 @@ def test_layer_map_explains_notation_and_replay():
 
 
 def test_calculator_seed_button_and_replay_net_bytes():
-    at = app("cache_calculator")
+    at = app("cache_calculator", preset="teaching", context=4096)
     at.button(key="cc_seed4").click().run()
     no_errors(at)
     assert {m.label: m.value for m in at.metric}["HBM (accelerator)"] == "2.00 MiB"

@@ -173,7 +173,7 @@ def test_figure3_other_boxes_snippets(tmp_path):
 def test_inspector_snippet(tmp_path, head):
     at = app("inspector", sample=0, layer=7, token=5, gen=2)
     if head is not None:
-        at.radio(key="insp_head").set_value(f"head {head}").run()
+        at.selectbox(key="insp_head").set_value(f"head {head}").run()
     out = run_snippet(snippet(at), tmp_path)
     m = metrics(at)
     for k in ("Window rows", "Compressed entries", "Sink", "Visible entries", "Selected", "Candidate pool"):

@@ -79,7 +79,7 @@ def test_inspector_bad_url_values_warn():
 def test_inspector_long_prompt_bounded_shows_missing_decoder_rows():
     at = app("inspector", sample=5, gen=2)          # the ~300-token story, past the 32-token window
     no_errors(at)
-    assert any("decoder records for prompt tokens" in i.value for i in at.info)
+    assert any("decoder records for prompt tokens" in m.value for m in at.markdown)   # in the run's notes
     at.slider(key="insp_token").set_value(3).run()
     no_errors(at)
     assert "bounded prefill the decoder runs only over the last" in warnings(at)
@@ -193,7 +193,7 @@ def test_dspark_whole_run_greedy_identical():
 def test_ablation_lab_runs_two_configurations():
     at = app("ablation")
     no_errors(at)
-    assert "Not run yet" in "\n".join(i.value for i in at.info)
+    assert "Not run yet" in "\n".join(c.value for c in at.caption)
     at.multiselect(key="abl_configs").set_value(["full model", "window only"])
     at.selectbox(key="abl_stories").set_value(3)
     at.selectbox(key="abl_natural").set_value(512)

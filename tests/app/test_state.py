@@ -101,12 +101,12 @@ def test_calculator_second_visit_keeps_working_when_streamlit_drops_its_widgets(
     at.run()
     ok(at)
     assert not at.error, [e.value for e in at.error]
-    assert at.selectbox(key="cc_preset").value == "teaching"
+    assert at.selectbox(key="cc_preset").value == "v4.1-flash"
     assert at.number_input(key="cc_context").value > 1
 
 
 def test_calculator_state_survives_navigation():
-    at = app_at("cache_calculator", preset="v4.1-flash")
+    at = app_at("cache_calculator", preset="gqa")
     at.number_input(key="cc_batch").set_value(3).run()
     before = (at.metric[0].value, url(at))
     go(at, "start")
@@ -114,7 +114,7 @@ def test_calculator_state_survives_navigation():
     ok(at)
     assert not at.error
     assert (at.metric[0].value, url(at)) == before
-    assert url(at)["preset"] == "v4.1-flash" and url(at)["batch"] == "3"
+    assert url(at)["preset"] == "gqa" and url(at)["batch"] == "3"
 
 
 # ---- arriving by navigation equals a fresh open of the URL ------------------------------------------------------
@@ -232,15 +232,15 @@ def test_glossary_search_narrows_the_table_and_survives_a_miss():
 def test_a_link_to_another_design_opens_with_that_designs_inputs():
     """A link names only the inputs off its design's defaults: arriving by one for another design than the session
     showed, a missing input is that design's default, not the value the session held for the previous design."""
-    from lessons.designs import defaults
+    from lessons.design_inputs import page_defaults
 
     at = app_at("cache_calculator")
-    at.selectbox(key="cc_bits").set_value(4).run()            # the teaching example at 4 bits
+    at.selectbox(key="cc_bits").set_value(8).run()            # V4.1 at 8 bits
     ok(at)
     go(at, "start")
     go(at, "cache_calculator", preset="v3.2", weights="random")
     ok(at)
-    v32 = defaults("v3.2")
+    v32 = page_defaults("v3.2")
     assert at.number_input(key="cc_context").value == v32.context
     assert "bits" not in url(at) and "context" not in url(at)             # the link's state, not the session's
     fresh = page_at("cache_calculator", preset="v3.2", weights="random")

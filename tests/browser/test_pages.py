@@ -177,14 +177,17 @@ def test_cache_calculator(ui):
     ui.open("cache_calculator")
     assert ui.charts() >= 1
     hbm = ui.page.locator('[data-testid="stMetricValue"]').first
-    ui.choose("cc_preset", "DeepSeek-V4.1-Flash")
-    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "DeepSeek-V4.1-Flash: .* at 1,048,576 tokens")
+    # it opens on V4.1 at 131,072 tokens, the why-this-size chart beside the inputs
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "DeepSeek-V4.1-Flash: .* at 131,072 tokens")
     before = hbm.inner_text()
     ui.type_into("cc_context", "65536", submit="Enter")
-    # the chart's title (read back from the drawn SVG) and the HBM metric follow the new input
+    # the chart's title (read back from the drawn SVG) and the HBM metric follow the new input, with the change
     ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "at 65,536 tokens")
     assert hbm.inner_text() != before
-    assert "context=65536" in ui.page.url and "preset=v4.1-flash" in ui.page.url
+    assert ui.texts('[data-testid="stMetricDelta"]')[0].strip().startswith("-")
+    assert "context=65536" in ui.page.url and "preset=" not in ui.page.url
+    ui.choose("cc_preset", "DeepSeek-V4-Flash")                   # another design keeps the reader's context
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', "DeepSeek-V4-Flash: .* at 65,536 tokens")
     ui.assert_clean()
     ui.shot("cache_calculator")
 

@@ -62,7 +62,7 @@ def test_sidebar_choices_survive_navigation(ui):
 
 
 def test_cache_calculator_second_visit_keeps_its_inputs(ui):
-    ui.open("cache_calculator", preset="v4.1-flash")
+    ui.open("cache_calculator", preset="gqa")
     ui.type_into("cc_batch", "3", submit="Enter")
     total = ui.key("cc_batch").locator("input").input_value()
     metric = ui.page.locator('[data-testid="stMetricValue"]').first.inner_text()
@@ -72,7 +72,7 @@ def test_cache_calculator_second_visit_keeps_its_inputs(ui):
     assert ui.key("cc_batch").locator("input").input_value() == total == "3"
     assert ui.page.locator('[data-testid="stMetricValue"]').first.inner_text() == metric
     p = params(ui)
-    assert p.get("preset") == "v4.1-flash" and p.get("batch") == "3", ui.page.url
+    assert p.get("preset") == "gqa" and p.get("batch") == "3", ui.page.url
     ui.assert_clean()
 
 

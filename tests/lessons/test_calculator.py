@@ -22,8 +22,8 @@ from lessons.calculator import (
     replay_tradeoff,
     validate_knobs,
 )
-from lessons.design_inputs import own_values, switch_design
-from lessons.designs import DESIGNS, build, defaults, v41_design
+from lessons.design_inputs import own_values, page_defaults, switch_design, what_moved
+from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults, v41_design
 from lessons.units import counted
 from lessons.workload import agent_round, check_against_engine
 from model import V41Config
@@ -306,9 +306,10 @@ def test_a_change_of_design_keeps_the_context_the_reader_typed():
     k, note = switch_design("teaching", "v4.1-flash", typed)
     assert k == dataclasses.replace(defaults("v4.1-flash"), context=131_072)   # the rest: V4.1's own values
     assert "kept your context (131,072 tokens)" in note
-    # a context the reader never changed is the old design's default: the new design's own replaces it, and says so
-    k, note = switch_design("teaching", "v4.1-flash", defaults("teaching"))
-    assert k == defaults("v4.1-flash") and "1,048,576 tokens" in note and "4,096 was the previous design" in note
+    # the context is the reader's: a change of design never moves it, even from the page's own 131,072
+    k, note = switch_design("v4-flash", "v4.1-flash", page_defaults("v4-flash"))
+    assert k.context == 131_072 and "kept your context (131,072 tokens)" in note
+    assert page_defaults("v4.1-flash").context == page_defaults("teaching").context == 131_072
     # the window means the same in both V4 designs; the teaching example takes none
     k, note = switch_design("v4.1-flash", "v4-flash", dataclasses.replace(defaults("v4.1-flash"), window=256, batch=2))
     assert (k.window, k.batch, k.context) == (256, 2, defaults("v4-flash").context) and "window (256 rows)" in note
@@ -339,3 +340,29 @@ def test_a_number_cut_to_its_first_digits_is_explained():
     for name, was, now in (("batch", 64, 4), ("rollback", 1, 0), ("window", 128, 8), ("ratio", 128, 4),
                            ("replay", 128, 8)):
         assert digits_note(name, name, was, now) is None, name               # ordinary small values elsewhere
+
+
+def test_why_this_size_sums_the_growing_stores_per_token():
+    """The calculator's one-line sum: V4.1 keeps 3 ratio-2 copies and 1 ratio-1 copy of a 356-byte entry (512 FP4
+    latents = 256 B + 32 E4M3 scales, a 128-number FP4 index key = 64 B + 4 scales): 356 x 3 / 2 + 356 = 890 B."""
+    from lessons.cache_growth import growth_sum, growth_terms
+
+    terms = growth_terms(build("v4.1-flash"))
+    assert [(t.entry_bytes, t.copies, t.ratio) for t in terms] == [(356, 3, 2), (356, 1, 1)]
+    assert growth_sum(terms) == "356 B x 3 copies / 2 tokens + 356 B x 1 copy / 1 token = 890 B per further token."
+    assert growth_sum(growth_terms(build("teaching"), batch=2)).endswith("x 2 sequences = 4,096 B per further token.")
+    # the sum agrees with the calculator's own per-token growth for every design it offers
+    for key in CALCULATOR_PRESETS:
+        c = calculate(build(key), defaults(key))
+        assert math.isclose(sum(t.per_token for t in growth_terms(c.design)), c.hbm.growth_per_token), key
+
+
+def test_what_moved_names_the_inputs_that_changed():
+    k = defaults("v4.1-flash")
+    assert what_moved(("v4.1-flash", k, False), ("v4.1-flash", k, False)) == ""
+    moved = ("v4.1-flash", dataclasses.replace(k, context=8, mode="exact"), True)
+    assert what_moved(("v4.1-flash", k, False), moved) == ("the context (1,048,576 to 8), the prefill mode (bounded "
+                                                           "to exact), the persist-windows switch")
+    assert what_moved(("teaching", defaults("teaching"), False), ("gqa", defaults("gqa"), False)).startswith(
+        "the design (Teaching example (uniform sizes) to Plain per-layer K/V (GQA))")
+

@@ -46,7 +46,7 @@ def test_block_is_the_anchor_plus_at_most_four_drafts_everywhere():
 
     cfg = V41Config.preset("v4.1-flash")
     drafts = cfg.dspark_block_size - 1
-    text = next(s.body for s in steps(cfg) if s.key == "drafter")
+    text = next(s.body + " " + s.fine_print for s in steps(cfg) if s.key == "drafter")   # all the step shows
     box = box_text(Box("drafter", "drafter", "", 0, 0, 1, 1), cfg)
     for t in (text, box, block_sentence(cfg.dspark_block_size)):
         assert f"up to {drafts} drafted tokens" in t
@@ -147,8 +147,8 @@ def test_engram_lookup_is_cheap_its_projection_is_not_free_and_mhc_coefficients_
     cfg = V41Config.preset("v4.1-flash")
     tables = sum(cfg.engram_num_embeddings) * cfg.engram_head_dim
     st = _steps()
-    body = st["engram"].body
-    assert "large in memory" in body and f"{tables / 1e9:,.0f}B parameters" in body
+    body = st["engram"].body + " " + st["engram"].fine_print       # the step's text and its fine print
+    assert "large in memory" in st["engram"].body and f"{tables / 1e9:,.0f}B parameters" in body
     assert "matrix work" in body and "cheap in arithmetic" not in body.lower()
     st = _steps(engram_params=196_928_504_320, total_params=763_205_315_795)
     assert "197B parameters, out of 763B" in st["engram"].body
@@ -158,13 +158,13 @@ def test_engram_lookup_is_cheap_its_projection_is_not_free_and_mhc_coefficients_
 def test_engram_projection_work_is_put_in_numbers_when_the_counts_are_given():
     # the release's figures: 157,327,360 projection weights per Engram layer, 16.1B active per decoded token
     body = _steps(engram_params=196_928_504_320, total_params=763_205_315_795, engram_proj=157_327_360,
-                  active_decode=16_130_606_192)["engram"].body
+                  active_decode=16_130_606_192)["engram"].fine_print
     assert "about 157M multiply-adds per token at each Engram layer" in body
     assert "at 2 such layers, about 2% of the weights" in body       # 2 x 157.3M / 16.13B = 1.95%
     body = _steps(engram_params=196_928_504_320, total_params=763_205_315_795, engram_proj=157_327_360,
-                  active_decode=3_146_547_200)["engram"].body
+                  active_decode=3_146_547_200)["engram"].fine_print
     assert "about 10% of the weights" in body                         # the share follows the counts
-    assert "multiply-adds" not in _steps()["engram"].body              # no counts given: no number claimed
+    assert "multiply-adds" not in _steps()["engram"].fine_print + _steps()["engram"].body   # no counts: no number
 
 
 def test_fresh_step_shows_the_modes_table_with_the_ten_and_thirty_numbers():
@@ -194,10 +194,11 @@ def test_every_step_reads_along_with_only_the_sections_the_sources_name():
 
 def test_repeat_decoder_and_encoder_steps():
     st = _steps()
-    assert "Compact" in st["repeat"].body and "x3" in st["repeat"].body and "x5" in st["repeat"].body
+    shown = {k: s.body + " " + s.fine_print for k, s in st.items()}     # the main text and its fine print
+    assert "Compact" in shown["repeat"] and "x3" in shown["repeat"] and "x5" in shown["repeat"]
     assert "Nothing here prepares" not in st["decoder"].body and "Only its first layer (20, Full)" in st["decoder"].body
-    assert "FP4" in st["encoder"].body and "K=V" in st["encoder"].body and "256 B of values plus 32 B" in \
-        st["encoder"].body      # 512 numbers x 4 bits; 512 / 16 scales x 1 byte
+    assert "FP4" in shown["encoder"] and "K=V" in shown["encoder"] and "256 B of values plus 32 B" in \
+        shown["encoder"]      # 512 numbers x 4 bits; 512 / 16 scales x 1 byte
 
 
 # ---- Indexer pools, Ablation lab --------------------------------------------------------------------------------
@@ -316,7 +317,7 @@ def test_map_line_is_the_running_models_own():
 def _body(cfg, key, **kw):
     from lessons.figure3 import steps
 
-    return next(s.body for s in steps(cfg, **kw) if s.key == key)
+    return next(s.body + " " + s.fine_print for s in steps(cfg, **kw) if s.key == key)   # the text and its fine print
 
 
 def test_bounded_replay_sentence_names_the_drawn_model_and_its_window():
@@ -403,7 +404,7 @@ def test_mhc_sites_are_explained_one_way_as_the_engine_runs_them():
     from model import V41Config
 
     cfg = V41Config.preset("v4.1-flash")
-    step = next(s.body for s in steps(cfg) if s.key == "mhc")
+    step = next(s.body + " " + s.fine_print for s in steps(cfg) if s.key == "mhc")   # the text and its fine print
     box = box_text(Box("mhc:encoder", "mhc", "", 0, 0, 1, 1), cfg)
     for text in (step, box):
         assert MHC_SITE in text and "serving that site and the next" not in text
