@@ -7,7 +7,7 @@ from lessons import reproduce as snippets
 from lessons.cost_check import check_rows, measure_here
 from lessons.roofline import GPUS, chip_rows
 from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COUNT_TEXT, HERE_TEXT, INTRO, ROOF_TEXT
-from ui.common import page_header
+from ui.common import lead, page_header
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
 from ui.state import KEEP, qp_choice, qp_set, seed, stop
@@ -28,7 +28,8 @@ BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
 CONTEXTS = [10_000, 100_000, 1_000_000]
 DRAFTS = [1, 2, 3, 4, 5, 6, 7, 8]
 sess = page_header("Where the time goes")
-st.markdown(INTRO)
+intro, intro_rest = lead(INTRO, 2)     # the point beside the chart; how it is checked under "Every op"
+st.markdown(intro)
 
 c = st.columns(4)
 seed(f"{P}_gpu", qp_choice("gpu", list(GPUS), "h100", "a GPU here (h100, h200 or b200)"), "h100")
@@ -47,7 +48,8 @@ text, _ = decode_verdict(gpu, context, batch)
 st.markdown(text)
 
 roofline(gpu, context, batch, drafts, key=f"{P}_roof")
-st.markdown(ROOF_TEXT)
+with st.expander("How to read the roofline"):
+    st.markdown(ROOF_TEXT)
 with st.expander("The chips' figures and where they come from"):
     st.caption("GPU peaks are FP8 dense, the precision the release multiplies its weights in; this machine's is fp32.")
     st.dataframe(chip_rows(chips()), hide_index=True, key=f"{P}_chips")
@@ -60,6 +62,7 @@ st.markdown(rb.sentence())
 st.markdown(fits(gpu, batch))
 
 st.subheader("Every op")
+st.markdown(intro_rest)
 st.markdown(COUNT_TEXT)
 work = st.radio("Workload", ["decode", "verify", "prefill"], horizontal=True, key=f"{P}_work", persist_state=KEEP,
                 format_func=lambda k: {"decode": f"decode (batch {batch:,})", "verify": f"verify {drafts} drafts",
