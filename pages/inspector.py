@@ -44,7 +44,7 @@ from ui.figures_run import (
     small_bar,
 )
 from ui.limits import LONG_PROMPT_CHARS
-from ui.pair import selection_pair
+from ui.pair import far_pair, selection_pair
 from ui.reproduce import reproduce
 from ui.state import (
     KEEP,
@@ -301,4 +301,4 @@ with d3:
                        key="insp_dl_tokens")
 
 # ---- a fact far past the window (lessons/far_fact.py) -----------------------------------------------------
-far_fact_panel(sess, "insp", focus="inspector", pair="shares")
+far_fact_panel(sess, "insp", focus="inspector", pair=lambda: far_pair(sess, "insp_ff", "shares"))

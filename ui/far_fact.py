@@ -8,6 +8,7 @@ st.text_area, st.code, st.text, dataframes and escaped Plotly labels; messages n
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -265,19 +266,18 @@ def weights_note_box(sess) -> None:
 
 
 @fragment
-def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True, pair: str | None = None) -> None:
+def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
+                   pair: Callable[[], bool] | None = None) -> None:
     """The far-fact section of a page: a held-out far story (fixed rule) or the reader's own, then what the
     answer-predicting token did with the fact's compressed entries. Never stops the page. A fragment: choosing
     the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
     the pools' tables). `note=False` leaves out what the weights do on far recall, for a page that says it at its
-    top already. `pair`: first the same story on both shipped checkpoints side by side (ui.pair.far_pair, with
-    that focus), before the detail on the sidebar's weights."""
+    top already. `pair`: draws the same story on both shipped checkpoints side by side first (the page passes
+    ui.pair.far_pair, which draws with this module's figure), True when it drew; then the sidebar's weights."""
     model = sess.model
     st.subheader("Far fact: does the answer reach back?")
-    if pair is not None:
-        from ui.pair import far_pair  # ui.pair draws with this module's figure: imported here, not at the top
-        if far_pair(sess, f"{key}_ff", pair):
-            st.markdown("**On the weights chosen in the sidebar**")
+    if pair is not None and pair():
+        st.markdown("**On the weights chosen in the sidebar**")
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return
