@@ -301,4 +301,4 @@ with d3:
                        key="insp_dl_tokens")
 
 # ---- a fact far past the window (lessons/far_fact.py) -----------------------------------------------------
-far_fact_panel(sess, "insp", focus="inspector", pair=lambda: far_pair(sess, "insp_ff", "shares"))
+far_fact_panel(sess, "insp", focus="inspector", pair=lambda: far_pair(sess, "insp_ff", "shares", url="ffpair"))

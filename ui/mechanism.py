@@ -19,7 +19,7 @@ from ui.far_fact import RECALL_DIR, training_record
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace
 from ui.pair import MISSING, pair_sessions, pair_toggle
-from ui.state import KEEP, seed
+from ui.state import KEEP, qp_choice, qp_set, seed
 
 ENTRY_COLOURS = ("#9ecae1", "#3182bd")       # alternate entries, so a pair of tokens packed together shows
 READ_SCALE = [[0, "#c7e9c0"], [1, "#00441b"]]  # a read entry is always visible, darker with more attention
@@ -124,10 +124,11 @@ def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
     """The step control and the picture: on the session's weights, or on both shipped checkpoints side by side
     when the page's toggle is on (the default)."""
     pair = pair_toggle(key)
-    seed(f"{key}_step", None, STEP_TITLES[-1])
+    seed(f"{key}_step", qp_choice("mstep", list(STEP_TITLES), None, "a step of the picture"), STEP_TITLES[-1])
     title = st.segmented_control("Step", STEP_TITLES, key=f"{key}_step", persist_state=KEEP,
                                  help="Each step adds one stage of the mechanism to the picture.")
     title = title if title in STEP_TITLES else STEP_TITLES[-1]      # a second click on the chosen step clears it
+    qp_set(mstep=None if title == STEP_TITLES[-1] else title)
     sides = None
     if pair:
         try:

@@ -20,7 +20,7 @@ from lessons.inspect import MAX_PROMPT_TOKENS, encode_prompt, layer_view, run_pr
 from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
 from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
 from ui.figures_run import selection_figure
-from ui.state import KEEP, seed
+from ui.state import KEEP, qp_bool, qp_set, seed
 from ui.text import plain
 
 TOGGLE = "Recall checkpoint beside the text model"
@@ -30,10 +30,13 @@ MISSING = "The side-by-side needs both shipped checkpoints (data/weights/recall 
           "does not offer both."
 
 
-def pair_toggle(key: str) -> bool:
-    """The page's side-by-side switch: on by default, kept for the browser session."""
-    seed(f"{key}_pair", None, True)
-    return st.toggle(TOGGLE, key=f"{key}_pair", help=TOGGLE_HELP, persist_state=KEEP)
+def pair_toggle(key: str, url: str = "pair") -> bool:
+    """The page's side-by-side switch: on by default, kept for the browser session and in the link as `url`=0
+    when off (a page with two switches gives each its own name)."""
+    seed(f"{key}_pair", qp_bool(url), True)
+    on = st.toggle(TOGGLE, key=f"{key}_pair", help=TOGGLE_HELP, persist_state=KEEP)
+    qp_set(**{url: None if on else "0"})
+    return on
 
 
 def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
@@ -64,11 +67,12 @@ def _records() -> dict[str, dict | None]:
     return {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
 
 
-def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: int, layer: int, pos: int) -> bool:
+def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: int, layer: int, pos: int,
+                   url: str = "selpair") -> bool:
     """The inspector's selected-entries view for the current prompt, layer and token on both checkpoints: each
     side's index scores with its pool and picks (the inspector's own figure and run, cached like the page's), and
     one line on what it kept and where its attention went. Returns whether it was drawn."""
-    if not pair_toggle(key):
+    if not pair_toggle(key, url):
         return False
     try:
         sides = pair_sessions(sess)
@@ -117,11 +121,11 @@ def compact_far_figure(ff, num) -> go.Figure:
     return fig
 
 
-def far_pair(sess: Session, key: str, focus: str) -> bool:
+def far_pair(sess: Session, key: str, focus: str, url: str = "pair") -> bool:
     """The far-fact story on both checkpoints, in two columns: each with what those weights learned, the
     picture of where the answer token's attention went, and one line for this page's lesson (`focus`, one of
     lessons.far_compare.FOCUSES). Returns whether it was drawn."""
-    if not pair_toggle(key):
+    if not pair_toggle(key, url):
         return False
     try:
         sides = pair_sessions(sess)

@@ -43,6 +43,11 @@ def test_pair_by_default_with_both_checkpoints_named_and_a_toggle_off(page, key)
     ok(at)
     assert not any(n in headings(at) for n in NAMES)
     assert not {f"{key}_pair_recall", f"{key}_pair_text"} & chart_keys(at)
+    assert at.query_params.get("pair") in ("0", ["0"])          # the link keeps the switch off
+    again = run_page(page, pair="0")                                # and a link with it opens without the pair
+    ok(again)
+    assert not again.toggle(key=f"{key}_pair").value
+    assert not any(n in headings(again) for n in NAMES)
 
 
 def test_inspector_far_fact_and_selected_views_show_the_pair():
