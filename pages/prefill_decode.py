@@ -22,7 +22,7 @@ from lessons.workload import (
     measure_round,
 )
 from model import V41Config
-from ui.common import built, page_header
+from ui.common import built, page_header, require_model
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
@@ -112,10 +112,7 @@ except CalcError:
 
 st.subheader("Measured on the running model")
 st.markdown(MEASURE_TEXT)
-model = sess.model
-if model is None:
-    st.info(sess.error or "No model loaded: choose weights in the sidebar.")
-    stop()
+model = require_model(sess)
 c = st.columns(3)
 MEASURE_READ, MEASURE_WRITTEN = 8192, 512     # the measured round's limits (seconds on CPU)
 seed(f"{P}_tread", qp_int_or_none("tread", 1, MEASURE_READ, "showing 500"), 500)

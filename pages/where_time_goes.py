@@ -7,10 +7,10 @@ from lessons import reproduce as snippets
 from lessons.cost_check import check_rows, measure_here
 from lessons.roofline import GPUS, chip_rows
 from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COUNT_TEXT, HERE_TEXT, INTRO, ROOF_TEXT
-from ui.common import lead, page_header
+from ui.common import lead, page_header, require_model
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_set, seed, stop
+from ui.state import KEEP, qp_choice, qp_set, seed
 from ui.time_goes import (
     chips,
     decode_verdict,
@@ -77,10 +77,7 @@ reproduce(snippets.where_time_goes(gpu, batch, context, drafts), "where-the-time
 
 st.subheader("The running model on this machine")
 st.markdown(HERE_TEXT)
-model = sess.model
-if model is None:
-    st.info(sess.error or "No model loaded: choose weights in the sidebar.")
-    stop()
+model = require_model(sess)
 res = run_on_click("Measure here", f"{P}_measure", lambda progress: measure_here(model, here(), progress=progress),
                    "Timing a prefill of 512 tokens and a few decode steps ...")
 m = here()

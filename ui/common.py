@@ -253,7 +253,7 @@ def lead(text: str, n: int = 1) -> tuple[str, str]:
 def require_model(sess: Session):
     """Stop the page with a clear message when no model is loaded."""
     if sess.model is None:
-        st.info(sess.error or "No model loaded.")
+        st.info(sess.error or "No model loaded: choose weights in the sidebar.")
         stop()
     return sess.model
 

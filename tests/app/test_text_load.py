@@ -8,11 +8,12 @@ code and charts are not prose. The page list is app.py's, so a new page is check
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import listed_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PARAGRAPH = 120      # words
@@ -35,13 +36,8 @@ def run_page(page: str, **params):
     return at.run()
 
 
-def listed_pages() -> list[str]:
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            return [Path(f).stem for pages in ast.literal_eval(node.value).values() for f, *_ in pages
-                    if (ROOT / f).exists()]
-    raise AssertionError("app.py has no SECTIONS literal")
+def page_stems() -> list[str]:
+    return [Path(f).stem for f, _ in listed_pages()]
 
 
 def words(text: str) -> int:
@@ -74,7 +70,7 @@ def test_the_paragraph_splitter_finds_a_long_one():
     assert len(paragraphs(At)) == 3
 
 
-@pytest.mark.parametrize("page", listed_pages())
+@pytest.mark.parametrize("page", page_stems())
 def test_no_paragraph_over_120_words_on_a_page_at_its_defaults(page):
     at = run_page(page)
     assert not at.exception, [e.value for e in at.exception]

@@ -8,12 +8,12 @@ boxes, icons and the bodies of closed expanders are not prose a reader has to re
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import listed_pages
+
 MAX_WORDS = 200
 EXCEPTED = {"glossary"}          # a reference list, read by search, not a first screen
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -63,20 +63,15 @@ FIRST_SCREEN_WORDS = """() => {
 }"""
 
 
-def listed_pages() -> list[str]:
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            return [Path(f).stem for pages in ast.literal_eval(node.value).values() for f, *_ in pages
-                    if (ROOT / f).exists()]
-    raise AssertionError("app.py has no SECTIONS literal")
+def page_stems() -> list[str]:
+    return [Path(f).stem for f, _ in listed_pages()]
 
 
 def first_screen_words(ui) -> list[str]:
     return ui.page.evaluate(FIRST_SCREEN_WORDS)
 
 
-@pytest.mark.parametrize("page", [p for p in listed_pages() if p not in EXCEPTED])
+@pytest.mark.parametrize("page", [p for p in page_stems() if p not in EXCEPTED])
 def test_first_screen_holds_at_most_200_words(ui, page):
     ui.page.set_viewport_size(VIEWPORT)
     ui.open("" if page == "start" else page)     # a fresh tab: a new browser session, every default

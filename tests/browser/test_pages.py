@@ -4,25 +4,13 @@ artifacts/screenshots/ (the README's pictures are copies of some of them)."""
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import listed_pages
 
 pytestmark = pytest.mark.browser
-
-
-def listed_pages() -> list[tuple[str, str]]:
-    """(file, title) of every page app.py lists whose file exists."""
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            return [(f, t) for pages in ast.literal_eval(node.value).values() for f, t, *_ in pages
-                    if (ROOT / f).exists()]
-    raise AssertionError("app.py has no SECTIONS literal")
 
 
 def number(text: str) -> int:
