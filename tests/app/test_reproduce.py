@@ -191,7 +191,7 @@ def test_start_snippet(tmp_path):
     out = run_snippet(snippet(at), tmp_path)
     cap = next(c.value for c in at.caption if "prompt tokens read by" in c.value)
     assert cap.startswith(f"{out['prompt tokens']} prompt tokens")
-    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    spec = json.loads(next(c for c in at.get("plotly_chart") if c.key == "start_bar").proto.spec)
     bar = spec["data"][0]
     shown = list(zip(bar["y"], bar["text"]))[::-1]           # top token first
     for label, pct in shown:
