@@ -64,9 +64,11 @@ st.markdown(fits(gpu, batch))
 st.subheader("Every op")
 st.markdown(intro_rest)
 st.markdown(COUNT_TEXT)
-work = st.radio("Workload", ["decode", "verify", "prefill"], horizontal=True, key=f"{P}_work", persist_state=KEEP,
-                format_func=lambda k: {"decode": f"decode (batch {batch:,})", "verify": f"verify {drafts} drafts",
-                                       "prefill": f"prefill {context:,} tokens"}[k])
+WORKS = {"decode": f"decode (batch {batch:,})", "verify": f"verify {drafts} drafts",
+         "prefill": f"prefill {context:,} tokens"}
+seed(f"{P}_work", qp_choice("work", list(WORKS), None, "a workload (decode, verify or prefill)"), "decode")
+work = st.radio("Workload", list(WORKS), horizontal=True, key=f"{P}_work", persist_state=KEEP, format_func=WORKS.get)
+qp_set(work=None if work == "decode" else work)
 kinds, ops, said = op_tables(work, context, batch, drafts)
 st.caption(f"DeepSeek-V4.1-Flash, {said}, at the release's stored precision.")
 st.dataframe(kinds, hide_index=True, key=f"{P}_kinds")
