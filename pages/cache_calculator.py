@@ -98,7 +98,7 @@ with inputs:
     per_row = 3
     cells = [cell for _ in range(0, len(shown) + own.has_replay, per_row) for cell in st.columns(per_row)]
     for name, cell in zip(shown, cells):
-        knob_widget(P, name, labels[name], cell)
+        knob_widget(P, name, labels[name], cell, design=preset)
     if own.has_replay:
         cells[len(shown)].toggle("Persist windows", key=f"{P}_keepwin", persist_state=KEEP,
                                  help="Off, with bounded prefill: the persistent cache keeps the replay "
@@ -110,7 +110,7 @@ keep_windows = bool(st.session_state[f"{P}_keepwin"]) and own.has_replay   # the
 knobs = read_knobs(P)
 if preset == "teaching":
     def _seed_sharing() -> None:
-        st.session_state[f"{P}_group"] = 4
+        st.session_state[f"{P}_group"] = min(4, st.session_state[f"{P}_layers"])   # a group fits the layers
 
     try:
         share_help = sharing_help(knobs)

@@ -23,6 +23,7 @@ from lessons.calculator import (
     range_note,
 )
 from lessons.design_inputs import what_moved
+from lessons.designs import combination_note
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
@@ -94,9 +95,9 @@ def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = 
     return msgs
 
 
-def knob_widget(prefix: str, name: str, label: str | None = None, col=None) -> None:
+def knob_widget(prefix: str, name: str, label: str | None = None, col=None, design: str | None = None) -> None:
     """One input of a design; the page draws only those the design takes (a greyed input would show a value the
-    design ignores)."""
+    design ignores). With `design`, a typed number that leaves that design uncomputable is refused too."""
     where = col or st
     key = f"{prefix}_{name}"
     help_ = KNOB_HELP[name]
@@ -111,19 +112,23 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None) -> N
         # callback refuses it with a message instead (lessons.calculator.range_note)
         where.number_input(text, step=1, key=key,
                            help=f"{help_}: a whole number from {lo:,} to {hi:,}, typed as digits",
-                           on_change=_typed, args=(prefix, name, text), persist_state=KEEP)
+                           on_change=_typed, args=(prefix, name, text, design), persist_state=KEEP)
         st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
 
 
-def _typed(prefix: str, name: str, label: str) -> None:
-    """Check a changed number: one outside the input's range puts the previous value back and keeps a note saying
-    so (lessons.calculator.range_note); one that fell to a few units keeps a note too, since the browser's number
-    box turns 1e9 into 1 and the app sees only the 1 (lessons.calculator.digits_note)."""
+def _typed(prefix: str, name: str, label: str, design: str | None = None) -> None:
+    """Check a changed number: one outside the input's range, or one the design cannot compute with the other
+    inputs, puts the previous value back and keeps a note saying so (lessons.calculator.range_note,
+    lessons.designs.combination_note), so the page and its link always hold a design that computes. One that fell
+    to a few units keeps a note too, since the browser's number box turns 1e9 into 1 and the app sees only the 1
+    (lessons.calculator.digits_note)."""
     key = f"{prefix}_{name}"
     was, now = st.session_state.get(f"{key}_was"), st.session_state[key]
     short = label.split(" (")[0]
     if isinstance(was, int) and isinstance(now, (int, float)) and not isinstance(now, bool):
         refused = range_note(name, short, int(now), was)
+        if not refused and design is not None:
+            refused = combination_note(design, read_knobs(prefix), short, int(now), was)
         if refused:
             st.session_state[key] = was           # the last good value stays; the note says why
             st.session_state[f"{prefix}_typed"] = (key, was, refused)

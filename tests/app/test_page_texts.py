@@ -283,6 +283,21 @@ def test_calculator_says_when_a_typed_number_is_out_of_range_and_keeps_the_last_
     assert at.number_input(key="cc_rollback").value == 1
 
 
+def test_calculator_refuses_a_number_the_design_cannot_compute_with_the_other_inputs():
+    # in range on its own (1 to 512), but plain per-layer K/V has 80 layers: the page keeps computing, and its link
+    # keeps the group it shows, so a fresh open of the link shows the same figures
+    at = app("cache_calculator", preset="gqa")
+    at.number_input(key="cc_group").set_value(82).run()
+    no_errors(at)
+    assert not at.error, [e.value for e in at.error]
+    said = [w.value for w in at.warning]
+    assert any("82" in w and "80 layers" in w and "not applied" in w for w in said), said
+    assert at.number_input(key="cc_group").value == 1
+    assert "group" not in at.query_params
+    at.number_input(key="cc_group").set_value(8).run()
+    assert at.query_params.get("group") == "8" and not at.warning
+
+
 def test_sidebar_names_the_explainer_whose_numbering_it_offers():
     from lessons.sources import EXPLAINER_1
 
