@@ -1,10 +1,10 @@
 """The home page's opening: V4.1 in one screen (what is new, counted from the released config), the far-fact picture
 on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the limits of the weights running here.
 
-The far-fact reading is one story traced on both shipped checkpoints (lessons/far_fact.py `analyse`), computed
-once per server and per change of the weights' files (`cached_with_progress`), so the page draws in about a second
-once the server's warm-up has drawn it. The points come from lessons/whats_new.py, the sizes against the release
-from lessons/start.py.
+The far-fact reading is one story traced on both shipped checkpoints, the same reading the pages' side-by-side
+panels draw (ui.pair.far_reading: computed once per server and per change of the weights' files), so the page draws
+in about a second once the server's warm-up has drawn it. The points come from lessons/whats_new.py, the sizes
+against the release from lessons/start.py.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from lessons.far_fact import CHANCE, analyse
-from lessons.far_story import far_sample
+from lessons.far_fact import CHANCE
 from lessons.figure3_layout import layout
 from lessons.start import scale_rows
 from lessons.whats_new import HEADLINE, far_headline, knows_no_facts, points
 from model import V41Config
 from ui.checkpoints import find_checkpoints
-from ui.common import TINY_DIR, Session, built, cached_with_progress, load_model, trained_available
+from ui.common import TINY_DIR, Session, built
 from ui.far_fact import RECALL_DIR, far_fact_figure, far_recall_of, training_record
 from ui.figures import diagram_figure
+from ui.pair import MISSING, far_reading, pair_sessions
 from ui.sources import page_link
 from ui.tour import start_button
 
@@ -34,47 +34,30 @@ def release() -> V41Config:
     return V41Config.preset("v4.1-flash")
 
 
-def _mtime(p) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def recall_dir():
     """The shipped recall checkpoint's directory when this server offers it (its operator's allow-list), else None."""
     real = RECALL_DIR.resolve()
     return real if (real / "config.json").is_file() and real in find_checkpoints().values() else None
 
 
-def far_readings():
-    """(recall reading, text-model reading or None) of the far-fact sample story, or None with a message drawn.
-    The story is the one the recall checkpoint's panel shows (its rule, at its window); the text model reads the
-    same tokens."""
-    d = recall_dir()
-    if d is None:
+def far_readings(sess: Session):
+    """(recall reading, text-model reading) of the far-fact story, or None with a message drawn: the one reading
+    the pages' side-by-side panels draw too (ui.pair.far_reading), so a visitor's first picture and the pages
+    after it show the same story with the same numbers."""
+    if recall_dir() is None:
         st.info("This server does not offer the recall checkpoint, so the far-fact picture cannot be drawn here.")
         return None
-    files = (_mtime(d / "model.safetensors"), _mtime(TINY_DIR / "model.safetensors"))
-
-    def compute(progress):
-        progress(0.1, "Loading the recall checkpoint ...")
-        recall = load_model("checkpoint", d)
-        progress(0.4, "Tracing a far-fact story on it ...")
-        sample = far_sample(recall.tokenizer, recall.cfg.sliding_window)
-        r = analyse(recall, sample.story, sample.tokens)
-        t = None
-        if trained_available():
-            progress(0.7, "The same story on the text model ...")
-            t = analyse(load_model("trained"), sample.story, sample.tokens)
-        return r, t
-
     try:
-        return cached_with_progress("home_far", (str(d), files), compute, "Tracing the far-fact story ...",
-                                    max_entries=2)
+        sides = pair_sessions(sess)
+        if sides is None:
+            st.info(MISSING)
+            return None
+        pair = far_reading(sides)
     except Exception as e:  # the opening must still draw: the picture is one part of it
         st.warning(f"The far-fact picture could not be computed ({type(e).__name__}).")
         return None
+    by_kind = {side.kind: side.ff for side in pair.sides}
+    return by_kind["recall"], by_kind.get("text")
 
 
 def hero_figure(ff, num) -> go.Figure:
@@ -92,7 +75,7 @@ def hero_figure(ff, num) -> go.Figure:
 def far_picture(sess: Session, key: str, title: bool = True) -> None:
     """The far-fact picture on the recall checkpoint with its headline; the text model's reading of the same story
     in an expander (a message instead when the checkpoint is not offered)."""
-    got = far_readings()
+    got = far_readings(sess)
     if got is None:
         return
     recall, text = got

@@ -12,6 +12,8 @@ sidebar. When the server does not offer the recall checkpoint, the pair says so 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -55,12 +57,23 @@ def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
     return [("recall", recall), ("text", text)]
 
 
-def _far_pair(sides: list[tuple[str, Session]]) -> FarPair:
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def far_reading(sides: list[tuple[str, Session]]) -> FarPair:
+    """The far story read on both sides, once per server and per change of the weights' files: the home page's
+    picture and every page's side-by-side are this one reading."""
     names = {"recall": f"weights/{RECALL_DIR.name}", "text": f"weights/{TINY_DIR.name}"}
     records = _records()
     inputs = [SideInput(names[kind], kind, s.model, records[kind]) for kind, s in sides]
-    return cached_with_progress("far_pair", tuple(s.label for _, s in sides), lambda progress: compare(inputs),
-                                "Reading one far story on both sets of weights ...", max_entries=2)
+    files = tuple(_mtime(d / "model.safetensors") for d in (RECALL_DIR, TINY_DIR))
+    return cached_with_progress("far_pair", (tuple(s.label for _, s in sides), files),
+                                lambda progress: compare(inputs), "Reading one far story on both sets of weights ...",
+                                max_entries=2)
 
 
 def _records() -> dict[str, dict | None]:
@@ -132,7 +145,7 @@ def far_pair(sess: Session, key: str, focus: str, url: str = "pair") -> bool:
         if sides is None:
             st.caption(MISSING)
             return False
-        pair = _far_pair(sides)
+        pair = far_reading(sides)
     except Exception as e:  # a load or model problem becomes a message; the page goes on
         st.error("The side-by-side could not run: " + type(e).__name__)
         return False
