@@ -17,7 +17,7 @@ st.set_page_config(page_title="V4.1 Explorer", page_icon="🧭", layout="wide")
 
 HERE = Path(__file__).parent
 SECTIONS = {
-    "Start": [("pages/start.py", "The job", ":material/play_arrow:", True)],
+    "Start": [("pages/start.py", "Home", ":material/home:", True)],
     "Figure 3": [
         ("pages/figure3.py", "Figure 3 walkthrough", ":material/account_tree:", False),
         ("pages/layer_map.py", "Layer map", ":material/table_rows:", False),
@@ -49,7 +49,7 @@ nav = {section: [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i,
        for section, pages in SECTIONS.items()}
 files = {p.url_path: f for pages, items in zip(SECTIONS.values(), nav.values()) for (f, *_), p in zip(pages, items)}
 page = st.navigation(nav)
-st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from The job")
+st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from Home")
 st.session_state[PAGE_FILE] = files.get(page.url_path, "")   # the tour finds its stops by page file
 with app_frame():
     page.run()

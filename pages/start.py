@@ -55,7 +55,7 @@ def live_part() -> None:
 
 
 st.divider()
-st.subheader("The job, on the model running here")
+st.subheader("Your prompt, on the model running here")
 left, right = st.columns([3, 2], gap="large")
 with right:
     draw_limits(sess)

@@ -93,7 +93,7 @@ def seed(key: str, from_url: Any, default: Any) -> Any:
 # Streamlit's browser side pushes a history entry for every change of the query string, and a page writes a
 # dozen values per run: Back then stepped through one entry per value, and the entries written before the
 # address changed to the new page carried the new page's values under the old page's address (Back to the
-# inspector opened it with The job's prompt). So a full run collects its writes and sends them once, at its end.
+# inspector opened it with the home page's prompt). So a full run collects its writes and sends them once, at its end.
 _batch = threading.local()      # .pending: {name: value or None} while a full run collects its URL writes
 
 

@@ -263,7 +263,7 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
         ok(at)
         assert at.text_area(key=key).value != mine
         (button,) = _offer(at)
-        assert button.label == "Use your text from The job"       # where it was typed, wherever it went since
+        assert button.label == "Use your text from Home"       # where it was typed, wherever it went since
         assert mine in " ".join(as_shown(c.value) for c in at.caption)
         button.click().run()
         ok(at)
@@ -271,7 +271,7 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
         assert not _offer(at)
     go(at, "attention_shares")                             # the live-sample pages take it as their own text
     (button,) = _offer(at)
-    assert button.label == "Use your text from The job"
+    assert button.label == "Use your text from Home"
     button.click().run()
     ok(at)
     assert at.text_area(key="live_text").value == mine and url(at)["prompt"] == mine
@@ -289,7 +289,7 @@ def test_a_sample_is_never_offered_and_a_text_too_long_for_the_page_is_not():
     go(at, "dspark")
     assert not _offer(at)
     go(at, "inspector")
-    long = "the key is in the box " * 1000                  # 22,000 characters: fits the inspector, not The job
+    long = "the key is in the box " * 1000                  # 22,000 characters: fits the inspector, not the home page
     at.text_area(key="insp_prompt").set_value(long).run()
     at.selectbox(key="insp_sample").set_value(0).run()
     (button,) = _offer(at)

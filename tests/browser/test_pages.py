@@ -67,7 +67,7 @@ def test_start(ui):
     ui.page.wait_for_url(re.compile(r"/inspector"))
     ui.settle()
     assert ui.key("insp_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
-    ui.page.locator('[data-testid="stSidebarNavLink"]', has_text="The job").first.click()
+    ui.page.locator('[data-testid="stSidebarNavLink"]', has_text="Home").first.click()
     ui.settle()
     assert ui.key("start_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
     ui.assert_clean()

@@ -110,7 +110,7 @@ def test_deep_link_first_on_a_fresh_server_runs_inside_the_app(browser, tmp_path
             links = page.locator('[data-testid="stSidebarNavLink"]').all_inner_texts()
             text = " | ".join(links)
             assert "app" not in [re.sub(r"^\S+\n+", "", t).strip().lower() for t in links], text
-            assert "The job" in text, text                                  # app.py's titles
+            assert "Home" in text, text                                  # app.py's titles
             assert page.locator('[data-testid="stSidebar"] .st-key-weights_choice').count() == 1
             assert "V4.1 Explorer" in page.title() or "CSA2" in page.title() or "Cache" in page.title() \
                 or "Layer" in page.title(), page.title()
@@ -183,7 +183,7 @@ def test_markdown_in_url_parameters_is_drawn_as_text(ui):
 def test_back_returns_to_each_page_as_it_was_left(ui):
     """Each URL write used to push a history entry of its own: Back stepped through a page one parameter at a time,
     and the entries written before the address changed put the new page's values under the old page's address
-    (Back to the inspector opened it with The job's prompt, which then replaced the inspector's). A run's writes
+    (Back to the inspector opened it with the home page's prompt, which then replaced the inspector's). A run's writes
     are one change now: Back shows each page as it was left, with at most one press that stays on it (the bare
     address Streamlit's navigation pushes); pressed on, it undoes the page's changes one by one."""
     ui.open("")
@@ -191,7 +191,7 @@ def test_back_returns_to_each_page_as_it_was_left(ui):
     nav_to(ui, "Prompt inspector", "inspector")
     ui.type_into("insp_prompt", "Inspector prompt typed by me")
     nav_to(ui, "Layer map", "layer_map")
-    nav_to(ui, "The job", "")
+    nav_to(ui, "Home", "")
     seen = []
     for _ in range(6):
         ui.page.go_back()
@@ -206,7 +206,7 @@ def test_back_returns_to_each_page_as_it_was_left(ui):
     first = titles.index("Prompt inspector")
     assert seen[first][1] == seen[first][2] == "Inspector prompt typed by me", seen    # as it was left
     for title, prompt, in_url in seen:
-        if title == "Prompt inspector":                           # later presses undo the typing: never The job's
+        if title == "Prompt inspector":                           # later presses undo the typing: never the home page's
             assert prompt in ("Inspector prompt typed by me", INSPECTOR_DEFAULT), seen
         if title == "Layer map":
             assert in_url is None, seen                           # no other page's prompt under its address
@@ -218,7 +218,7 @@ def test_own_text_is_offered_on_the_next_prompt_page(ui):
     ui.type_into("start_prompt", "Tom put the coin in the green jar. The jar is")
     nav_to(ui, "DSpark draft & verify", "dspark")
     offer = ui.key("ds_use_own").locator("button").first
-    assert offer.inner_text().strip().endswith("Use your text from The job")
+    assert offer.inner_text().strip().endswith("Use your text from Home")
     offer.click()
     ui.settle()
     assert ui.key("ds_prompt").locator("textarea").input_value() == "Tom put the coin in the green jar. The jar is"
