@@ -54,6 +54,20 @@ def weights_note(weights: str, record: dict | None) -> str:
             + ("\n\n" + measured.strip() if (measured := measured_note(record)) else ""))   # two blocks, not one
 
 
+def weights_line(weights: str, record: dict | None) -> str:
+    """The one sentence a page says about the loaded weights on far facts, before its own measurement; the full
+    statement (`weights_note`) is said once, on the glossary page, which the sentence links to."""
+    if weights == "random":
+        return "Random weights: every far-fact answer here is a guess, so the view shows machinery, not behaviour."
+    said = _far_part(record)
+    if said is None:
+        return "These weights came without a record of their far recall."
+    far = said["recall_far"]
+    verdict = "no better than a guess" if no_better_than_guess(far) else "clearly above a guess"
+    return (f"These weights recall {100 * far:.0f}% of held-out far facts, against a chance of {100 * CHANCE:.1f}%: "
+            f"{verdict}.")
+
+
 def _no_recall(said: dict) -> str:
     """The verdict on weights whose far recall is no better than a guess: when nearer facts are no better either,
     recall has not emerged at any distance, so the misses say nothing about distance or the design."""

@@ -25,7 +25,7 @@ from lessons.inspect import encode_prompt, load_samples
 from lessons.layers import bounded_note, map_line
 from lessons.units import counted
 from ui.common import built, cached_with_progress, lead, page_header, require_model
-from ui.far_fact import far_fact_panel, weights_note_box
+from ui.far_fact import far_fact_panel, weights_line_link
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
@@ -41,7 +41,7 @@ if sess.weights == "random":
     st.warning("These are not trained weights: with random weights every configuration scores near chance, so "
                "the table shows the machinery, not the model's behaviour.")
 else:
-    weights_note_box(sess)
+    weights_line_link(sess)
 
 with st.expander("What each configuration switches off; fine print", expanded=False):
     st.dataframe(pd.DataFrame(config_rows(cfg), columns=["configuration", "prefill", "what changes"]),

@@ -6,6 +6,7 @@ import streamlit as st
 from lessons.glossary import FIND_MAX, INTRO, find_terms, terms
 from lessons.sources import SOURCES_NOTE, footer_lines
 from ui.common import page_header
+from ui.far_fact import weights_note_section
 from ui.state import KEEP, qp_get, qp_set, seed
 
 sess = page_header("Glossary", INTRO)
@@ -22,6 +23,8 @@ elif len(found) < len(everything):
     st.caption(f"{len(found)} of {len(everything)} terms.")
 # a static table: every meaning in full, wrapped (an interactive grid cuts long cells to one line)
 st.table(pd.DataFrame([t.row() for t in found]), hide_index=True)
+if sess.model is not None:        # the pages with a far-fact view say one sentence of this and link here
+    weights_note_section(sess)
 st.subheader("Sources")
 st.markdown(SOURCES_NOTE)
 st.markdown("\n".join(f"- {line}" for line in footer_lines()))

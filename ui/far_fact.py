@@ -34,6 +34,7 @@ from lessons.far_fact import (
     weights_note,
 )
 from lessons.far_story import far_sample, own_story
+from lessons.far_weights import weights_line
 from model import Ablation
 from ui.checkpoints import find_checkpoints
 from ui.common import ROOT, TINY_DIR, built, cached_with_progress
@@ -41,6 +42,7 @@ from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
 from ui.reproduce import reproduce
+from ui.sources import page_link
 from ui.state import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
@@ -255,14 +257,21 @@ def far_fact_run(sess, story, tokens):
     return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
 
 
-WEIGHTS_NOTE_TITLE = "What these weights do on far facts (measured)"
+WEIGHTS_NOTE_LINK = "All measured figures for these weights (glossary)"
 
 
-def weights_note_box(sess) -> None:
-    """What the loaded weights do on far recall (lessons.far_fact.weights_note), stated once on a page, in one
-    collapsed box whose title says what it holds: the figures are many, and the page's view comes first."""
-    with st.expander(WEIGHTS_NOTE_TITLE):
-        st.info(weights_note(sess.weights, session_record(sess)))
+def weights_line_link(sess) -> None:
+    """What the loaded weights do on far recall in one sentence (lessons.far_weights.weights_line), with a link to
+    the glossary, the one page that states the measured figures in full: they are many, and the view comes first."""
+    st.caption(weights_line(sess.weights, session_record(sess)))
+    page_link("pages/glossary.py", WEIGHTS_NOTE_LINK, ":material/query_stats:", {"find": "far fact"})
+
+
+def weights_note_section(sess) -> None:
+    """The full statement of what the loaded weights do on far recall (lessons.far_weights.weights_note): the
+    glossary draws it, and the pages link there."""
+    st.markdown("**The weights running here, on far facts (measured)**")
+    st.info(weights_note(sess.weights, session_record(sess)))
 
 
 @fragment
@@ -283,7 +292,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
         return
     cfg = model.cfg
     if note:
-        weights_note_box(sess)
+        weights_line_link(sess)
     _offer_other_weights(sess, key)
     # what "far" means and which roads reach it, said once, together (the picture below comes first)
     with st.expander("What this shows, and what counts as far", expanded=False):

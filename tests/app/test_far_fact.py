@@ -125,8 +125,9 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     click goes back."""
     at = run_page("attention_shares", weights="trained")
     ok(at)
-    first = at.info[0].value
-    assert first.startswith("What these weights do") and "held-out far facts" in first
+    line = lambda: next(c.value for c in at.caption if c.value.startswith("These weights recall"))  # noqa: E731
+    first = line()
+    assert "held-out far facts" in first and not any(i.value.startswith("What these weights do") for i in at.info)
     offer = next(c.value for c in at.caption if "The recall checkpoint is a retrieval specialist" in c.value)
     assert offer.startswith("The text model learned English") and "weights/" not in offer
     assert [b.label for b in at.button] == ["Load the recall checkpoint"]
@@ -134,8 +135,8 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     ok(at)
     assert at.session_state["weights_choice"] == "checkpoint"
     assert at.session_state["ckpt_choice"] == "weights/recall"
-    note = at.info[0].value
-    assert note != first and "held-out far facts" in note                # the recall checkpoint's own record
+    note = line()
+    assert note != first and "clearly above a guess" in note            # the recall checkpoint's own record
     window = json.loads((ROOT / "data" / "weights" / "recall" / "config.json").read_text())["text_config"][
         "sliding_window"]
     far = next(c.value for c in at.caption if c.value.startswith("Far means"))
@@ -144,7 +145,22 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     assert HEADER in [s.value for s in at.subheader]
     at.button(key="sh_ff_to_text").click().run()
     ok(at)
-    assert at.session_state["weights_choice"] == "trained" and at.info[0].value == first
+    assert at.session_state["weights_choice"] == "trained" and line() == first
+
+
+def test_the_measured_figures_are_stated_once_on_the_glossary():
+    """The pages with a far-fact view say one sentence about the weights and link to the glossary; the glossary
+    states the whole note, with the figures of the weights the sidebar has loaded."""
+    from lessons.far_weights import weights_note
+    from ui.far_fact import training_record
+
+    at = run_page("glossary", weights="trained")
+    ok(at)
+    said = [i.value for i in at.info]
+    assert weights_note("trained", training_record()) in said, said
+    at = run_page("glossary", weights="checkpoint", ckpt="weights/recall")
+    ok(at)
+    assert any(i.value.startswith("What these weights do") and i.value not in said for i in at.info)
 
 
 @pytest.mark.parametrize("rank, colour", [(96, "purple"), (88, "orange")])

@@ -45,9 +45,8 @@ def test_far_fact_own_story_stays_text_and_a_typo_gets_the_message(ui):
     ui.assert_clean()
 
 
-def info_texts(ui) -> list[str]:
-    """The info boxes' text, drawn or not: the weights note sits in a closed box (textContent, not innerText)."""
-    return ui.page.locator('[data-testid="stAlertContentInfo"]').evaluate_all(
+def caption_texts(ui) -> list[str]:
+    return ui.page.locator('[data-testid="stCaptionContainer"]').evaluate_all(
         "els => els.map(e => e.textContent ?? '')")
 
 
@@ -65,19 +64,19 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
 
     ui.open("attention_shares", weights="trained")
     ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
-    first = next(a for a in info_texts(ui) if a.startswith("What these weights do"))
+    first = next(a for a in caption_texts(ui) if a.startswith("These weights recall"))
     ui.click("sh_ff_to_recall")
     # the recall checkpoint's own window: the text model's caption matches a looser pattern before the rerun ends
     window = json.loads((Path(__file__).resolve().parents[2] / "data" / "weights" / "recall" / "config.json")
                         .read_text())["text_config"]["sliding_window"]
     wait_content(ui, "[data-testid=\"stCaptionContainer\"]", rf"reads {window} tokens directly and its 12 stacked")
     ui.page.wait_for_function(
-        "first => [...document.querySelectorAll('[data-testid=\"stAlertContentInfo\"]')]"
+        "first => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
         ".every(e => (e.textContent ?? '') !== first)", arg=first)
     assert checked(ui, "weights_choice").startswith("Checkpoint")
     assert ui.selected("ckpt_choice") == "weights/recall"
     assert params(ui).get("weights") == "checkpoint" and params(ui).get("ckpt") == "weights/recall", ui.page.url
-    assert first not in info_texts(ui) and any("held-out far facts" in a for a in info_texts(ui))
+    assert first not in caption_texts(ui) and any("held-out far facts" in a for a in caption_texts(ui))
     nav_to(ui, "Indexer pools", "indexer_pools")
     ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
     assert ui.selected("ckpt_choice") == "weights/recall"
@@ -85,5 +84,5 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     ui.click("pool_ff_to_text")
     ui.wait_text('[data-testid="stCaptionContainer"]', r"The text model learned English")
     assert checked(ui, "weights_choice").startswith("Trained")
-    assert first in info_texts(ui)
+    assert first in caption_texts(ui)
     ui.assert_clean()

@@ -115,6 +115,21 @@ def test_weights_note_reports_the_recorded_far_recall_up_front():
     assert "training phase: 1,000 tokens on a CPU" in cpu
 
 
+def test_the_pages_one_line_about_the_weights_agrees_with_the_full_note():
+    from lessons.far_weights import weights_line
+
+    rec = json.loads(open("data/weights/tiny/training.json").read())
+    far = rec["measured"]["recall_far"]
+    line = weights_line("trained", rec)
+    assert f"{100 * far:.0f}% of held-out far facts" in line and "no better than a guess" in line
+    assert f"{100 * far:.0f}% of held-out far facts" in ff.weights_note("trained", rec)     # the same figure
+    assert "clearly above a guess" in weights_line("checkpoint", {"measured": {"recall_far": 0.94}})
+    assert "94%" in weights_line("checkpoint", {"final": {"recall_far": 0.5}, "measured": {"recall_far": 0.94}})
+    assert "without a record" in weights_line("checkpoint", None)
+    assert weights_line("random", None).startswith("Random weights")
+    assert len(line.split()) <= 25                      # one sentence beside the view; the glossary holds the rest
+
+
 def test_far_definition_places_the_far_bucket_against_the_stacked_reach():
     lo, hi = ff.FAR_BUCKET
     wide = ff.far_definition(12, 32)                   # 12 x 31 = 372: inside the far bucket
