@@ -521,3 +521,61 @@ def marked_text(ff: FarFact, ratio: int | None = None, context: int = 60) -> str
         if b > a:
             body = body[:a] + " … " + body[b:]
     return ("…" if lo > 1 else "") + body
+
+
+# ---- the whole panel, computed once ------------------------------------------------------------------------------
+
+# the columns of the per-layer table each page's lesson reads ("shares" reads the per-head table instead)
+FOCUS_TABLE: dict[str, tuple[str, ...] | None] = {
+    "inspector": ("layer", "role", "ratio", "fact entries", "share on fact entries (mean over heads)", "best head",
+                  "best head's share", "in top-k", "in candidate pool", "index rank"),
+    "shares": None,
+    "pools": ("layer", "role", "ratio", "fact entries", "visible entries", "in candidate pool", "in top-k",
+              "index rank", "read by attention", "share on fact entries (mean over heads)"),
+    "ablation": ("layer", "role", "ratio", "fact entries", "share on fact entries (mean over heads)", "in top-k",
+                 "in candidate pool"),
+}
+
+
+def about(layers: int, window: int) -> list[str]:
+    """What the panel shows and what counts as far, for a model of `layers` layers and `window`-row windows: the
+    introduction, the far bucket against the reach, the roads back, and the rule that picks the sample story."""
+    return [INTRO, far_definition(layers, window), reach_sentence(layers, window), FAR_RULE]
+
+
+@dataclass
+class FarFactView:
+    """Everything the far-fact panel draws for one story, in the order it draws it; the page only renders.
+    `rows`: the per-layer table for the page's focus, shares already in percent under names ending in "(%)"."""
+    ff: FarFact
+    metrics: list[Metric]
+    lines: list[str]
+    marked: str
+    rows: list[dict]
+    answers: list[dict]         # the answer under each configuration (the Ablation lab's table); empty elsewhere
+    derivation: list[str]
+
+
+def _percent_rows(rows: list[dict], columns: tuple[str, ...]) -> list[dict]:
+    """The table's chosen columns, each share (a fraction) as a percent under a name ending in "(%)"."""
+    out = []
+    for r in rows:
+        out.append({(f"{c} (%)" if "share" in c else c): (100 * r[c] if "share" in c else r[c])
+                    for c in columns if c in r})
+    return out
+
+
+def view(ff: FarFact, focus: str, num=lambda i: i) -> FarFactView:
+    """The far-fact panel for a page (`focus`, a key of FOCUS_TABLE); `num` maps a 0-based layer to its label."""
+    columns = FOCUS_TABLE.get(focus)
+    rows = head_rows(ff, num) if columns is None else _percent_rows(table_rows(ff, num), columns)
+    answers = ([{"configuration": a.label, "answer": a.token, "p(answer)": a.p_top, "p(right colour)": a.p_right,
+                 "most likely colour": a.top_colour} for a in ff.answers] if focus == "ablation" else [])
+    return FarFactView(ff=ff, metrics=metrics(ff), lines=summary(ff, num), marked=marked_text(ff), rows=rows,
+                       answers=answers, derivation=list(ff.derivation))
+
+
+def read_panel(model, story: FactStory, tokens: FactTokens, trace, off_logits: torch.Tensor, focus: str,
+               num=lambda i: i) -> FarFactView:
+    """`analyse` then `view`: the whole panel from the story's trace and its logits with the global branch off."""
+    return view(analyse(model, story, tokens, trace=trace, off_logits=off_logits), focus, num)

@@ -17,20 +17,12 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.far_fact import (
-    FAR_RULE,
-    INTRO,
     OWN_HELP,
-    analyse,
+    about,
     checkpoints_offer,
-    far_definition,
     far_recall_of,
-    head_rows,
-    marked_text,
-    metrics,
     near_recall_of,
-    reach_sentence,
-    summary,
-    table_rows,
+    read_panel,
     weights_note,
 )
 from lessons.far_story import far_sample, own_story
@@ -49,15 +41,6 @@ SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
                  "about the weather for a long time. Where is the coin? The coin is in the")
 EXAMPLE_FACT = "Tom put the coin in the red bag."
-FOCUS_TABLE = {
-    "inspector": ("layer", "role", "ratio", "fact entries", "share on fact entries (mean over heads)", "best head",
-                  "best head's share", "in top-k", "in candidate pool", "index rank"),
-    "shares": None,   # per-head table
-    "pools": ("layer", "role", "ratio", "fact entries", "visible entries", "in candidate pool", "in top-k",
-              "index rank", "read by attention", "share on fact entries (mean over heads)"),
-    "ablation": ("layer", "role", "ratio", "fact entries", "share on fact entries (mean over heads)", "in top-k",
-                 "in candidate pool"),
-}
 
 
 def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's attention went") -> go.Figure:
@@ -244,9 +227,10 @@ def _own(key: str, model):
     return story, tokens
 
 
-def far_fact_run(sess, story, tokens):
+def far_fact_run(sess, story, tokens, focus: str):
     """The story's trace and its run with the global branch off, each one forward batched with the other visitors'
-    requests (ui.live.forward, kept server-wide), then read at the answer row. None after a busy message."""
+    requests (ui.live.forward, kept server-wide), then the whole panel read at the answer row in one call
+    (lessons.far_fact.view). None after a busy message."""
     tr = forward(sess, "trace", tokens.ids, "tracing the far story", lens=False)
     if tr is None:
         return None
@@ -254,7 +238,7 @@ def far_fact_run(sess, story, tokens):
                   ablation=Ablation(window_only=True))
     if off is None:
         return None
-    return analyse(sess.model, story, tokens, trace=tr, off_logits=off)
+    return read_panel(sess.model, story, tokens, tr, off, focus, sess.num)
 
 
 WEIGHTS_NOTE_LINK = "All measured figures for these weights (glossary)"
@@ -263,7 +247,8 @@ WEIGHTS_NOTE_LINK = "All measured figures for these weights (glossary)"
 def weights_line_link(sess) -> None:
     """What the loaded weights do on far recall in one sentence (lessons.far_weights.weights_line), with a link to
     the glossary, the one page that states the measured figures in full: they are many, and the view comes first."""
-    st.caption(weights_line(sess.weights, session_record(sess)))
+    record = session_record(sess)
+    st.caption(weights_line(sess.weights, record))
     page_link("pages/glossary.py", WEIGHTS_NOTE_LINK, ":material/query_stats:", {"find": "far fact"})
 
 
@@ -296,10 +281,10 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
     _offer_other_weights(sess, key)
     # what "far" means and which roads reach it, said once, together (the picture below comes first)
     with st.expander("What this shows, and what counts as far", expanded=False):
-        st.write(INTRO)
-        st.caption(far_definition(cfg.num_hidden_layers, cfg.sliding_window))
-        st.caption(reach_sentence(cfg.num_hidden_layers, cfg.sliding_window))
-        st.caption(FAR_RULE)
+        intro, *notes = about(cfg.num_hidden_layers, cfg.sliding_window)
+        st.write(intro)
+        for line in notes:
+            st.caption(line)
     seed(f"{key}_ff_src", {"own": SOURCES[1], "sample": SOURCES[0]}.get(qp_choice("ff", ["own", "sample"], None,
                                                                                    "own or sample") or ""), SOURCES[0])
     src = st.radio("Story", SOURCES, horizontal=True, key=f"{key}_ff_src", label_visibility="collapsed",
@@ -318,43 +303,29 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
             story, tokens = _own(key, model)
             if story is None:
                 return
-        ff = far_fact_run(sess, story, tokens)
-        if ff is None:              # the server is busy: the message says so
+        v = far_fact_run(sess, story, tokens, focus)
+        if v is None:               # the server is busy: the message says so
             return
     except Exception as e:  # a model-side problem becomes a message; the rest of the page still works
         st.error("The far-fact view could not run: " + type(e).__name__)
         st.text(str(e)[:300])
         return
-    lines = summary(ff, sess.num)
-    for col, m in zip(st.columns(4), metrics(ff)):
+    for col, m in zip(st.columns(4), v.metrics):
         col.metric(m.label, m.value, help=m.help or None)
-    st.text("\n".join(lines))
-    st.plotly_chart(built(far_fact_figure, ff, sess.num), width="stretch", key=f"{key}_ff_fig",
+    st.text("\n".join(v.lines))
+    st.plotly_chart(built(far_fact_figure, v.ff, sess.num), width="stretch", key=f"{key}_ff_fig",
                     config={"displayModeBar": False})
-    st.code(marked_text(ff), language=None, wrap_lines=True)
+    st.code(v.marked, language=None, wrap_lines=True)
     st.caption("Above: the story around the fact. Between ⟦ ⟧ the tokens packed in the fact's entries of the "
                "coarsest compressed layers; ‖ marks where the answer token's window begins.")
-    cols = FOCUS_TABLE.get(focus)
-    if cols is None:
-        df = pd.DataFrame(head_rows(ff, sess.num))
-        st.dataframe(df, hide_index=True, key=f"{key}_ff_heads",
-                     column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in df.columns
-                                    if str(c).endswith("(%)")})
-    else:
-        df = pd.DataFrame(table_rows(ff, sess.num))
-        share_cols = [c for c in df.columns if "share" in str(c)]
-        df[share_cols] = df[share_cols] * 100
-        df = df.rename(columns={c: f"{c} (%)" for c in share_cols})
-        cols = [c if c in df.columns else f"{c} (%)" for c in cols]
-        st.dataframe(df[[c for c in cols if c in df.columns]] if len(df) else df, hide_index=True,
-                     key=f"{key}_ff_table", column_config={c: st.column_config.NumberColumn(c, format="%.2f")
-                                                           for c in df.columns if str(c).endswith("(%)")})
-    if focus == "ablation":
-        st.dataframe(pd.DataFrame([{"configuration": a.label, "answer": a.token, "p(answer)": a.p_top,
-                                    "p(right colour)": a.p_right, "most likely colour": a.top_colour}
-                                   for a in ff.answers]), hide_index=True, key=f"{key}_ff_answers")
+    percent = {c: st.column_config.NumberColumn(c, format="%.2f") for c in (v.rows[0] if v.rows else {})
+               if str(c).endswith("(%)")}
+    st.dataframe(pd.DataFrame(v.rows), hide_index=True, column_config=percent,
+                 key=f"{key}_ff_heads" if focus == "shares" else f"{key}_ff_table")
+    if v.answers:
+        st.dataframe(pd.DataFrame(v.answers), hide_index=True, key=f"{key}_ff_answers")
     with st.expander("How these numbers are derived", expanded=False):
-        st.text("\n".join(ff.derivation))
+        st.text("\n".join(v.derivation))
     ss = st.session_state
     reproduce(snippets.far_fact(sess.weights, own, ss.get(f"{key}_ff_story", ""), ss.get(f"{key}_ff_fact", ""),
                                 ss.get(f"{key}_ff_answer", ""), sess.one_based, rank), f"far-fact-{key}")

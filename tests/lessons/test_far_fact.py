@@ -230,6 +230,23 @@ def test_summary_states_the_computed_numbers():
     assert rows[0]["index rank"] == "1 of 5" and rows[2]["index rank"] == "5 of 8"
 
 
+def test_the_panel_view_holds_each_pages_table_in_percent():
+    lf = {x.layer: x for x in ff.layer_facts(_hand_trace(), 9, [2], [1, 2, 3])}
+    far = _far(list(lf.values()))
+    raw = ff.table_rows(far, num=lambda i: i + 1)
+    pools = ff.view(far, "pools", num=lambda i: i + 1)
+    assert list(pools.rows[0]) == [c + (" (%)" if "share" in c else "") for c in ff.FOCUS_TABLE["pools"]]
+    key = "share on fact entries (mean over heads)"
+    assert [r[f"{key} (%)"] for r in pools.rows] == pytest.approx([100 * r[key] for r in raw])
+    assert [r["layer"] for r in pools.rows] == [r["layer"] for r in raw] and not pools.answers
+    shares = ff.view(far, "shares")
+    assert shares.rows == ff.head_rows(far) and "head 0 (%)" in shares.rows[0]
+    abl = ff.view(far, "ablation")
+    assert [a["configuration"] for a in abl.answers] == ["everything on", "global branch off"]
+    assert abl.lines == ff.summary(far) and [m.label for m in abl.metrics] == [m.label for m in ff.metrics(far)]
+    assert ff.about(12, 32)[1] == ff.far_definition(12, 32) and ff.about(12, 32)[0] == ff.INTRO
+
+
 # ---- the live analysis ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
