@@ -7,24 +7,10 @@ from pathlib import Path
 
 import torch
 
+from model.cli import add_device_option, pick_device  # noqa: F401  (the benchmarks' option)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "data" / "weights" / "tiny"
-
-
-def add_device_option(ap) -> None:
-    """`--device cpu|cuda|auto`: the README's figures are CPU figures, so CPU unless asked."""
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
-                    help="where the model runs (auto: CUDA when PyTorch sees one)")
-
-
-def pick_device(name: str) -> torch.device:
-    """`--device`'s choice; `auto` is the model's own (`model.default_device`, which honours V41_DEVICE)."""
-    from model import default_device
-
-    dev = default_device() if name == "auto" else torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: PyTorch sees no CUDA device here")
-    return dev
 
 
 def sync(device: torch.device | str | None = None) -> None:

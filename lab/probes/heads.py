@@ -33,8 +33,8 @@ import sys
 
 import torch
 
-from bench._common import add_device_option, pick_device
 from lessons.lookback_heads import LEAD, CopyLayout, HeadRow, copy_rows_of_prose, look_back
+from model.cli import add_device_option, pick_device
 
 
 def scores(m, tokens: torch.Tensor, span: int = 12, gap: int = 4, n: int = 4) -> list[HeadRow]:

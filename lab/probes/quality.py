@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench._common import add_device_option, pick_device
+from model.cli import add_device_option, pick_device
 from model.heldout import HELDOUT_TEMPLATES_PATH as HELDOUT_TEMPLATES, Quality, evaluate, natural_loss, story_recall
 
 ROOT = Path(__file__).resolve().parents[2]

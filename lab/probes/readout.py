@@ -21,7 +21,7 @@ import argparse
 
 import torch
 
-from bench._common import add_device_option, pick_device
+from model.cli import add_device_option, pick_device
 
 
 def copy_target(x: torch.Tensor, start: int, distance: int, span: int, forcing: float = 1.0):

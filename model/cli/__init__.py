@@ -14,7 +14,9 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-__all__ = ["main", "run", "usage", "dispatch", "COMMANDS", "Command"]
+from .device import add_device_option, pick_device
+
+__all__ = ["main", "run", "usage", "dispatch", "COMMANDS", "Command", "add_device_option", "pick_device"]
 
 
 @dataclass(frozen=True)
