@@ -79,6 +79,31 @@ KNOB_HELP = {
             "last rows",
 }
 
+# why each input moves the bytes (the tooltips: what an input is, then why it matters); the last three inputs'
+# own descriptions above already say what they are for
+KNOB_WHY = {
+    "context": "the stores that grow with the prompt (entries, index keys, plain K/V rows) grow in step with it; "
+               "a sliding window does not",
+    "batch": "every per-sequence store is held once per sequence, so the cache scales with it; the weights do not",
+    "layers": "each layer that keeps its own copy adds one more copy of every stored entry",
+    "numbers": "an entry's width: its bytes are numbers x bits / 8",
+    "bits": "the storage format: at 4 bits a number takes a quarter of its 16-bit size (block scales, where the "
+            "format has them, are rows of their own)",
+    "group": "g layers that share one stored copy divide those layers' cache by g",
+    "ratio": "one entry per r tokens: the stores that grow with the prompt divide by r",
+    "window": "a fixed number of recent rows per layer: its bytes do not grow with the context",
+}
+
+
+def knob_tooltip(name: str) -> str:
+    """An input's tooltip: what it is, why it changes the bytes, and (for a number) the values this page takes."""
+    what = KNOB_HELP[name]
+    text = what[0].upper() + what[1:] + (f". Why it matters: {KNOB_WHY[name]}." if name in KNOB_WHY else ".")
+    if name in LIMITS:
+        lo, hi = LIMITS[name]
+        text += f" A whole number from {lo:,} to {hi:,}, typed as digits."
+    return text
+
 
 DIGITS_CUT = ("context",)   # inputs whose sensible values run to many digits: a single digit there is a cut 1e9
 

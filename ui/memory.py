@@ -19,6 +19,7 @@ from lessons.calculator import (
     Calculation,
     Knobs,
     digits_note,
+    knob_tooltip,
     parse_knobs,
     range_note,
 )
@@ -100,19 +101,17 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None, desi
     design ignores). With `design`, a typed number that leaves that design uncomputable is refused too."""
     where = col or st
     key = f"{prefix}_{name}"
-    help_ = KNOB_HELP[name]
+    help_ = knob_tooltip(name)
     text = label or KNOB_HELP[name].capitalize()
     if name == "bits":
         where.selectbox(text, SUPPORTED_BITS, key=key, help=help_, persist_state=KEEP)
     elif name == "mode":
         where.radio(text, MODES, key=key, help=help_, horizontal=True, persist_state=KEEP)
     else:
-        lo, hi = LIMITS[name]
         # no min/max on the box: a browser clamps or drops an out-of-range number without a word; the change
         # callback refuses it with a message instead (lessons.calculator.range_note)
-        where.number_input(text, step=1, key=key,
-                           help=f"{help_}: a whole number from {lo:,} to {hi:,}, typed as digits",
-                           on_change=_typed, args=(prefix, name, text, design), persist_state=KEEP)
+        where.number_input(text, step=1, key=key, help=help_, on_change=_typed, args=(prefix, name, text, design),
+                           persist_state=KEEP)
         st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
 
 

@@ -52,8 +52,14 @@ def test_calculator_seed_example_and_sharing():
     rows = frame(at, "entries_rule")
     assert int(rows["bytes"].sum()) == 2 * 2 ** 21 * 2 // 2        # HBM row + persistent row, 2 MiB each
     assert set(rows["memory"]) == {"HBM", "persistent"}
-    at.number_input(key="cc_group").set_value(20).run()            # more than the 16 layers
-    assert at.error and "larger than the 16 layers" in at.error[0].value
+    at.number_input(key="cc_group").set_value(20).run()            # more than the 16 layers: refused, kept at 4
+    assert not at.error and any("larger than the 16 layers" in w.value and "not applied" in w.value
+                                for w in at.warning)
+    assert at.number_input(key="cc_group").value == 4 and metrics(at)["HBM (accelerator)"] == "2.00 MiB"
+    # from a link the same pair is refused too, with the URL's warning and the default group
+    at = app("cache_calculator", preset="teaching", context=4096, group=20)
+    assert not at.error and any("larger than layers" in as_shown(w.value) for w in at.warning)
+    assert at.number_input(key="cc_group").value == 1
 
 
 def test_calculator_url_opens_v41_and_rejects_bad_values():

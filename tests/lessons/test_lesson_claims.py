@@ -433,6 +433,15 @@ def test_calculator_inputs_are_explained_not_restated():
     assert "speculative decoding" in KNOB_HELP["rollback"] and "rollback" not in KNOB_HELP["rollback"]
     assert "exact:" in KNOB_HELP["mode"] and "bounded:" in KNOB_HELP["mode"]
     assert KNOB_HELP["replay"] != "rows recomputed by bounded replay" and "windows" in KNOB_HELP["replay"]
+    from lessons.calculator import KNOB_WHY, LIMITS, knob_tooltip
+
+    # every tooltip of a number says what the input is and why it moves the bytes, then its range
+    for name in LIMITS:
+        tip = knob_tooltip(name)
+        assert tip.endswith(f"from {LIMITS[name][0]:,} to {LIMITS[name][1]:,}, typed as digits."), tip
+        assert name in ("replay", "rollback") or "Why it matters" in tip, tip
+    assert "divide by r" in KNOB_WHY["ratio"] and "divide" in KNOB_WHY["group"]
+    assert knob_tooltip("layers") != "Layers." and "copy" in knob_tooltip("layers")
 
 
 def test_reader_text_names_no_files_and_no_jargon_for_the_checkpoints():
