@@ -79,58 +79,6 @@ KNOB_HELP = {
             "last rows",
 }
 
-# why each input moves the bytes (the tooltips: what an input is, then why it matters); the last three inputs'
-# own descriptions above already say what they are for
-KNOB_WHY = {
-    "context": "the stores that grow with the prompt (entries, index keys, plain K/V rows) grow in step with it; "
-               "a sliding window does not",
-    "batch": "every per-sequence store is held once per sequence, so the cache scales with it; the weights do not",
-    "layers": "each layer that keeps its own copy adds one more copy of every stored entry",
-    "numbers": "an entry's width: its bytes are numbers x bits / 8",
-    "bits": "the storage format: at 4 bits a number takes a quarter of its 16-bit size (block scales, where the "
-            "format has them, are rows of their own)",
-    "group": "g layers that share one stored copy divide those layers' cache by g",
-    "ratio": "one entry per r tokens: the stores that grow with the prompt divide by r",
-    "window": "a fixed number of recent rows per layer: its bytes do not grow with the context",
-}
-
-
-def knob_tooltip(name: str) -> str:
-    """An input's tooltip: what it is, why it changes the bytes, and (for a number) the values this page takes."""
-    what = KNOB_HELP[name]
-    text = what[0].upper() + what[1:] + (f". Why it matters: {KNOB_WHY[name]}." if name in KNOB_WHY else ".")
-    if name in LIMITS:
-        lo, hi = LIMITS[name]
-        text += f" A whole number from {lo:,} to {hi:,}, typed as digits."
-    return text
-
-
-DIGITS_CUT = ("context",)   # inputs whose sensible values run to many digits: a single digit there is a cut 1e9
-
-
-def digits_note(name: str, label: str, was: int, now: int) -> str | None:
-    """What to tell a reader whose typed number fell to a single digit (a browser's number box reads '1e9' or
-    '2.5e6' as its first digits, 1 and 2, and the app only sees that); None when the change does not look like that.
-    Only for inputs whose sensible values are large (the context): a batch of 4 or a rollback of 0 is an ordinary
-    choice."""
-    if name not in DIGITS_CUT or now >= 10 or was < 100:
-        return None
-    lo, hi = LIMITS[name]
-    return (f"{label} is now {now:,} (it was {was:,}). This box reads digits only and stops at the first other "
-            f"character, so 1e9 or 2.5e6 arrive as 1 or 2. To mean a larger number, type it in full, from {lo:,} to "
-            f"{hi:,}.")
-
-
-def range_note(name: str, label: str, typed: int, kept: int) -> str | None:
-    """What to tell a reader who typed a number outside an input's range (the input keeps `kept`, its last good
-    value); None when `typed` is in range."""
-    lo, hi = LIMITS[name]
-    if lo <= typed <= hi:
-        return None
-    return (f"{label}: {typed:,} is outside what this page computes ({lo:,} to {hi:,}), so it was not applied; the "
-            f"figures below still use {kept:,}.")
-
-
 def validate_knobs(k: Knobs) -> Knobs:
     """Raise CalcError naming the first bad input; return k when every input is in range."""
     for name, (lo, hi) in LIMITS.items():

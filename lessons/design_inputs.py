@@ -1,5 +1,7 @@
-"""The calculator's inputs across designs: what carries over when the reader changes design (`switch_design`), and
-the sizes a design sets itself instead of taking them as inputs (`own_values`), said in one line.
+"""The calculator's inputs: what each one is and why it moves the bytes (`knob_tooltip`), what to tell a reader whose
+typed number is refused (`range_note`, `combination_note`) or cut by the browser (`digits_note`), what carries over
+when the reader changes design (`switch_design`), and the sizes a design sets itself instead of taking them as inputs
+(`own_values`), said in one line.
 
 Reads the designs of lessons/designs.py; pure text and `Knobs`, no rendering.
 """
@@ -9,13 +11,76 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from .calculator import KIND_LABELS, LIMITS, Design, Knobs
+from .calculator import KIND_LABELS, KNOB_HELP, LIMITS, CalcError, Design, Knobs, calculate
 from .designs import DESIGNS, build, defaults
 from .units import counted
 
 SHARED_KNOBS = ("context", "batch", "window")   # inputs that mean the same thing in every design that takes them
 CALC_DESIGN = "v4.1-flash"    # the calculator opens on the model the app explains
 CALC_CONTEXT = 131_072        # ... at a long working context (128K tokens), the same for every design
+
+
+# why each input moves the bytes (the tooltips: what an input is, then why it matters); replay, rollback and the
+# prefill mode are left out: their descriptions (lessons.calculator.KNOB_HELP) already say what they are for
+KNOB_WHY = {
+    "context": "the stores that grow with the prompt (entries, index keys, plain K/V rows) grow in step with it; "
+               "a sliding window does not",
+    "batch": "every per-sequence store is held once per sequence, so the cache scales with it; the weights do not",
+    "layers": "each layer that keeps its own copy adds one more copy of every stored entry",
+    "numbers": "an entry's width: its bytes are numbers x bits / 8",
+    "bits": "the storage format: at 4 bits a number takes a quarter of its 16-bit size (block scales, where the "
+            "format has them, are rows of their own)",
+    "group": "g layers that share one stored copy divide those layers' cache by g",
+    "ratio": "one entry per r tokens: the stores that grow with the prompt divide by r",
+    "window": "a fixed number of recent rows per layer: its bytes do not grow with the context",
+}
+
+
+def knob_tooltip(name: str) -> str:
+    """An input's tooltip: what it is, why it changes the bytes, and (for a number) the values this page takes."""
+    what = KNOB_HELP[name]
+    text = what[0].upper() + what[1:] + (f". Why it matters: {KNOB_WHY[name]}." if name in KNOB_WHY else ".")
+    if name in LIMITS:
+        lo, hi = LIMITS[name]
+        text += f" A whole number from {lo:,} to {hi:,}, typed as digits."
+    return text
+
+
+DIGITS_CUT = ("context",)   # inputs whose sensible values run to many digits: a single digit there is a cut 1e9
+
+
+def digits_note(name: str, label: str, was: int, now: int) -> str | None:
+    """What to tell a reader whose typed number fell to a single digit (a browser's number box reads '1e9' or
+    '2.5e6' as its first digits, 1 and 2, and the app only sees that); None when the change does not look like that.
+    Only for inputs whose sensible values are large (the context): a batch of 4 or a rollback of 0 is an ordinary
+    choice."""
+    if name not in DIGITS_CUT or now >= 10 or was < 100:
+        return None
+    lo, hi = LIMITS[name]
+    return (f"{label} is now {now:,} (it was {was:,}). This box reads digits only and stops at the first other "
+            f"character, so 1e9 or 2.5e6 arrive as 1 or 2. To mean a larger number, type it in full, from {lo:,} to "
+            f"{hi:,}.")
+
+
+def range_note(name: str, label: str, typed: int, kept: int) -> str | None:
+    """What to tell a reader who typed a number outside an input's range (the input keeps `kept`, its last good
+    value); None when `typed` is in range."""
+    lo, hi = LIMITS[name]
+    if lo <= typed <= hi:
+        return None
+    return (f"{label}: {typed:,} is outside what this page computes ({lo:,} to {hi:,}), so it was not applied; the "
+            f"figures below still use {kept:,}.")
+
+
+def combination_note(key: str, knobs: Knobs, label: str, typed: int, kept: int) -> str | None:
+    """What to tell a reader whose typed number is in its own range but leaves the design uncomputable with the
+    other inputs (a sharing group larger than the layers, a cache past a 64-bit count); None when it computes.
+    The page then keeps `kept`, so the figures and the link still describe a design that exists."""
+    try:
+        calculate(build(key, knobs), knobs)
+    except CalcError as e:
+        return f"{label}: with {typed:,}, {e}, so it was not applied; the figures below still use {kept:,}."
+    return None
 
 
 def page_defaults(key: str) -> Knobs:

@@ -462,17 +462,6 @@ def build(key: str, knobs: Knobs | None = None) -> Design:
     return fn(validate_knobs(knobs or default))
 
 
-def combination_note(key: str, knobs: Knobs, label: str, typed: int, kept: int) -> str | None:
-    """What to tell a reader whose typed number is in its own range but leaves the design uncomputable with the
-    other inputs (a sharing group larger than the layers, a cache past a 64-bit count); None when it computes.
-    The page then keeps `kept`, so the figures and the link still describe a design that exists."""
-    try:
-        calculate(build(key, knobs), knobs)
-    except CalcError as e:
-        return f"{label}: with {typed:,}, {e}, so it was not applied; the figures below still use {kept:,}."
-    return None
-
-
 def defaults(key: str) -> Knobs:
     return DESIGNS[key][2]
 

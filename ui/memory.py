@@ -18,13 +18,9 @@ from lessons.calculator import (
     CalcError,
     Calculation,
     Knobs,
-    digits_note,
-    knob_tooltip,
     parse_knobs,
-    range_note,
 )
-from lessons.design_inputs import what_moved
-from lessons.designs import combination_note
+from lessons.design_inputs import combination_note, digits_note, knob_tooltip, range_note, what_moved
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
@@ -109,7 +105,7 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None, desi
         where.radio(text, MODES, key=key, help=help_, horizontal=True, persist_state=KEEP)
     else:
         # no min/max on the box: a browser clamps or drops an out-of-range number without a word; the change
-        # callback refuses it with a message instead (lessons.calculator.range_note)
+        # callback refuses it with a message instead (lessons.design_inputs.range_note)
         where.number_input(text, step=1, key=key, help=help_, on_change=_typed, args=(prefix, name, text, design),
                            persist_state=KEEP)
         st.session_state[f"{key}_was"] = st.session_state[key]     # what the next change is compared with
@@ -117,10 +113,10 @@ def knob_widget(prefix: str, name: str, label: str | None = None, col=None, desi
 
 def _typed(prefix: str, name: str, label: str, design: str | None = None) -> None:
     """Check a changed number: one outside the input's range, or one the design cannot compute with the other
-    inputs, puts the previous value back and keeps a note saying so (lessons.calculator.range_note,
-    lessons.designs.combination_note), so the page and its link always hold a design that computes. One that fell
+    inputs, puts the previous value back and keeps a note saying so (lessons.design_inputs.range_note,
+    lessons.design_inputs.combination_note), so the page and its link always hold a design that computes. One that fell
     to a few units keeps a note too, since the browser's number box turns 1e9 into 1 and the app sees only the 1
-    (lessons.calculator.digits_note)."""
+    (lessons.design_inputs.digits_note)."""
     key = f"{prefix}_{name}"
     was, now = st.session_state.get(f"{key}_was"), st.session_state[key]
     short = label.split(" (")[0]

@@ -17,12 +17,11 @@ from lessons.calculator import (
     CalcError,
     Knobs,
     calculate,
-    digits_note,
     parse_knobs,
     replay_tradeoff,
     validate_knobs,
 )
-from lessons.design_inputs import own_values, page_defaults, switch_design, what_moved
+from lessons.design_inputs import digits_note, own_values, page_defaults, switch_design, what_moved
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, build, defaults, v41_design
 from lessons.units import counted
 from lessons.workload import agent_round, check_against_engine

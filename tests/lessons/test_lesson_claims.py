@@ -433,7 +433,8 @@ def test_calculator_inputs_are_explained_not_restated():
     assert "speculative decoding" in KNOB_HELP["rollback"] and "rollback" not in KNOB_HELP["rollback"]
     assert "exact:" in KNOB_HELP["mode"] and "bounded:" in KNOB_HELP["mode"]
     assert KNOB_HELP["replay"] != "rows recomputed by bounded replay" and "windows" in KNOB_HELP["replay"]
-    from lessons.calculator import KNOB_WHY, LIMITS, knob_tooltip
+    from lessons.calculator import LIMITS
+    from lessons.design_inputs import KNOB_WHY, knob_tooltip
 
     # every tooltip of a number says what the input is and why it moves the bytes, then its range
     for name in LIMITS:
@@ -482,7 +483,8 @@ def test_prefill_prose_counts_index_keys_for_selecting_layers_and_attention_in_t
 
 
 def test_an_out_of_range_number_is_refused_with_a_message():
-    from lessons.calculator import LIMITS, range_note
+    from lessons.calculator import LIMITS
+    from lessons.design_inputs import range_note
 
     lo, hi = LIMITS["context"]
     note = range_note("context", "Context length", hi + 1, 131_072)
