@@ -97,6 +97,24 @@ def encode_prompt(model, text: str | None, max_tokens: int = MAX_PROMPT_TOKENS,
     return ids, None
 
 
+def first_tokens_text(model, text: str | None, max_tokens: int) -> str | None:
+    """The start of an overlong prompt cut to at most `max_tokens` tokens, as text (what a reader who wants to run
+    it anyway can keep); None when the prompt fits or is empty. Cut at a token, then checked by encoding again:
+    the text of n tokens can read back as n + 1 where a cut falls inside a word."""
+    if not text or not text.strip():
+        return None
+    ids = model.encode(text)
+    if len(ids) <= max_tokens:
+        return None
+    n = max_tokens
+    while n > 0:
+        cut = model.decode(ids[:n])
+        if cut.strip() and len(model.encode(cut)) <= max_tokens:
+            return cut
+        n -= 1
+    return None
+
+
 def token_texts(model, ids) -> list[str]:
     return [model.decode([int(i)]) for i in ids]
 

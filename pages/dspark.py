@@ -29,7 +29,7 @@ from lessons.dspark import (
     step_rows,
     summary_rows,
 )
-from lessons.inspect import encode_prompt, load_samples
+from lessons.inspect import encode_prompt, first_tokens_text, load_samples
 from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter
@@ -47,7 +47,18 @@ from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_float_or_none, qp_get, qp_int_or_none, qp_set, sample_or_text, seed, stop
+from ui.state import (
+    KEEP,
+    offer_cut,
+    qp_choice,
+    qp_float_or_none,
+    qp_get,
+    qp_int_or_none,
+    qp_set,
+    sample_or_text,
+    seed,
+    stop,
+)
 from ui.text import plain
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
@@ -120,6 +131,7 @@ why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.bloc
 ids, problem = encode_prompt(model, text, limit, why)
 if problem:
     st.warning(problem)
+    offer_cut("ds", first_tokens_text(model, text, limit), limit)
     stop()
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)

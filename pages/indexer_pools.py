@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.inspect import encode_prompt, load_samples
+from lessons.inspect import encode_prompt, first_tokens_text, load_samples
 from lessons.layers import map_line
 from lessons.pools import (
     DEFINITIONS,
@@ -29,7 +29,18 @@ from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_f
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, OWN_TEXT, qp_choice, qp_int_or_none, qp_set, sample_or_text, seed, stop
+from ui.state import (
+    KEEP,
+    LINK_LAYERS,
+    OWN_TEXT,
+    offer_cut,
+    qp_choice,
+    qp_int_or_none,
+    qp_set,
+    sample_or_text,
+    seed,
+    stop,
+)
 from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
@@ -63,6 +74,8 @@ if not problem:
                                  "this page, which keeps attention logits for every Reindex layer,")
 if problem:
     st.warning(problem)
+    if ids is None and prompt:
+        offer_cut("pool", first_tokens_text(model, prompt, MAX_TOKENS), MAX_TOKENS)
     stop()
 
 

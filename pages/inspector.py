@@ -22,6 +22,7 @@ from lessons.inspect import (
     bounded_agreement,
     covered_rows,
     encode_prompt,
+    first_tokens_text,
     layer_view,
     load_samples,
     one_line,
@@ -50,6 +51,7 @@ from ui.state import (
     KEEP,
     LINK_LAYERS,
     arrived,
+    offer_cut,
     qp_bool,
     qp_choice,
     qp_int_or_none,
@@ -111,6 +113,7 @@ with ctl:
                                  "the inspector, which records every layer for every token,")
     if problem:
         st.warning(problem)
+        offer_cut("insp", first_tokens_text(model, prompt, MAX_PROMPT_TOKENS), MAX_PROMPT_TOKENS)
         stop()
     try:
         run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),

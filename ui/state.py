@@ -318,6 +318,19 @@ def offer_own_text(current: str | None, max_chars: int, use: Callable[[str], Non
     return True
 
 
+def offer_cut(prefix: str, cut: str | None, max_tokens: int) -> None:
+    """Under an overlong prompt's message, a button that keeps its first `max_tokens` tokens (`cut`, computed by
+    the lesson) as the reader's own text in `{prefix}_prompt`; nothing when there is no cut to offer."""
+    if cut is None:
+        return
+
+    def _keep() -> None:
+        st.session_state[f"{prefix}_sample"], st.session_state[f"{prefix}_prompt"] = OWN_TEXT, cut
+
+    st.button(f"Keep the first {max_tokens:,} tokens", key=f"{prefix}_cut", on_click=_keep,
+              icon=":material/content_cut:", help="Cut the prompt to what this page can run, and run it.")
+
+
 def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, options: list[int] | None = None,
                    label: str = "Sample prompt", text_label: str = "Prompt", height: int = 100,
                    columns=None, help: str | None = None) -> tuple[int, str]:

@@ -192,6 +192,26 @@ def test_pool_and_dspark_limits_name_their_own_page():
         assert "inspector" not in msg and "stops at" in msg, msg
 
 
+@pytest.mark.parametrize("page, prefix", [("inspector", "insp"), ("indexer_pools", "pool"), ("dspark", "ds")])
+def test_an_overlong_prompt_can_be_cut_to_what_the_page_runs(page, prefix):
+    from lessons.inspect import first_tokens_text
+    from model import random_tiny
+
+    long = "the key is in the box. " * 1000                  # about 6,000 tokens of the random tiny's tokenizer
+    at = page_at(page, weights="random")
+    at.text_area(key=f"{prefix}_prompt").set_value(long).run()
+    assert any("stops at" in w.value for w in at.warning)
+    cut = at.button(key=f"{prefix}_cut")
+    limit = int(cut.label.split("first ")[1].split(" ")[0].replace(",", ""))
+    cut.click().run()
+    assert not at.exception and not any("stops at" in w.value for w in at.warning), [w.value for w in at.warning]
+    kept = at.text_area(key=f"{prefix}_prompt").value
+    assert long.startswith(kept.rstrip()) and len(kept) < len(long)
+    model = random_tiny(0)                                  # the page's random weights and tokenizer
+    assert limit - 2 <= len(model.encode(kept)) <= limit                # as much as the page takes, no more
+    assert first_tokens_text(model, kept, limit) is None and first_tokens_text(model, "short", limit) is None
+
+
 def test_ablation_reads_its_url():
     at = page_at("ablation", weights="random", configs="full model,window only", topk=2, stories=15)
     ok(at)
