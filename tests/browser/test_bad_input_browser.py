@@ -93,3 +93,18 @@ def test_missing_checkpoint_directory_then_random(ui, tmp_path):
     assert not ui.texts('[data-testid="stSidebar"] [data-testid="stAlertContentError"]')
     assert ui.charts() >= 1
     ui.assert_clean()
+
+
+def test_an_overlong_prompt_is_cut_with_one_click_and_runs(ui):
+    """5,000 words pasted into the inspector: the page says where it stops and offers to keep the start; one click
+    puts the cut text in the box and the inspector runs it (its layer chart appears), in the same tab."""
+    long = "Mia put the key in the blue box and walked to the park. " * 500
+    ui.open("inspector", gen=0)
+    ui.type_into("insp_prompt", long)
+    assert any("stops at 4,096" in a for a in ui.alerts("Warning"))
+    ui.click("insp_cut")
+    ui.page.wait_for_function("() => !document.querySelector('[data-testid=\"stAlertContentWarning\"]')")
+    kept = ui.key("insp_prompt").locator("textarea").input_value()
+    assert long.startswith(kept.rstrip()) and 1000 < len(kept) < len(long)
+    assert ui.charts() >= 1
+    ui.assert_clean()
