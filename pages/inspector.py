@@ -270,8 +270,8 @@ with right:
 # ---- whole-prompt overview -----------------------------------------------------------------------------------
 st.subheader("Whole-prompt overview")
 qnames = list(QUANTITIES)
-seed("insp_quantity", qp_choice("quantity", qnames, None, "a quantity here"),
-     "processed" if mode == "bounded" else qnames[1])
+# the logit lens by default: where along the depth each token's final prediction forms (a reader's first question)
+seed("insp_quantity", qp_choice("quantity", qnames, None, "a quantity here"), "lens prob. of final prediction")
 quantity = st.selectbox("Quantity", qnames, key="insp_quantity", persist_state=KEEP)
 qp_set(quantity=quantity)
 st.caption(QUANTITIES[quantity])
