@@ -19,7 +19,7 @@ def no_better_than_guess(far: float) -> bool:
 
 
 NO_RECORD = ("These weights came without a training record that states their far recall, so what "
-             "they do on far facts is not known before the panel below measures one story.")
+             "they do on far facts is not known until a far-fact panel measures one story.")
 
 
 def weights_note(weights: str, record: dict | None) -> str:
@@ -31,7 +31,7 @@ def weights_note(weights: str, record: dict | None) -> str:
     chance = f"{100 * CHANCE:.1f}%"
     if weights == "random":
         return (f"Random weights: nothing is learned, so every answer here is a guess (chance among {len(COLOURS)} "
-                f"colours: {chance}). The panel shows the machinery, not a behaviour.")
+                f"colours: {chance}). The far-fact panels show the machinery, not a behaviour.")
     steps = (record or {}).get("tokens")
     device = str(((record or {}).get("machine") or {}).get("device", "cpu"))
     on = "a GPU" if device.startswith("cuda") else "a CPU"      # where the last phase ran, as its record says
@@ -45,9 +45,9 @@ def weights_note(weights: str, record: dict | None) -> str:
     # by distance, not "inside the window": the buckets are fixed token ranges, the loaded window may be narrower
     other = [f"{100 * said[f'recall_{b}']:.0f}% of facts {BUCKETS[b][0]}-{BUCKETS[b][1]} tokens back"
              for b in ("inside", "just_past") if f"recall_{b}" in said]
-    verdict = (_no_recall(said) + ", so expect the fact to be missed; the panel shows where it is missed."
+    verdict = (_no_recall(said) + ", so expect the fact to be missed; the far-fact panels show where it is missed."
                if no_better_than_guess(far) else
-               "That is clearly above a guess; the panel shows, for one story, which road the answer took.")
+               "That is clearly above a guess; the far-fact panels show, for one story, which road the answer took.")
     return (f"What these weights do: {when} {100 * far:.0f}% of held-out far facts"
             + (f" (nearer ones: {', '.join(other)})" if other else "") + f", against a chance of {chance} (one in "
             f"{len(COLOURS)} colours). {verdict}"

@@ -270,8 +270,10 @@ with right:
 # ---- whole-prompt overview -----------------------------------------------------------------------------------
 st.subheader("Whole-prompt overview")
 qnames = list(QUANTITIES)
-# the logit lens by default: where along the depth each token's final prediction forms (a reader's first question)
-seed("insp_quantity", qp_choice("quantity", qnames, None, "a quantity here"), "lens prob. of final prediction")
+# bounded prefill: which rows each layer ran (the decoder only the last ones; the lens would be blank elsewhere);
+# exact prefill: the logit lens, where along the depth each token's final prediction forms
+seed("insp_quantity", qp_choice("quantity", qnames, None, "a quantity here"),
+     "processed" if mode == "bounded" else "lens prob. of final prediction")
 quantity = st.selectbox("Quantity", qnames, key="insp_quantity", persist_state=KEEP)
 qp_set(quantity=quantity)
 st.caption(QUANTITIES[quantity])
