@@ -230,7 +230,7 @@ def _own(key: str, model):
 def far_fact_run(sess, story, tokens, focus: str):
     """The story's trace and its run with the global branch off, each one forward batched with the other visitors'
     requests (ui.live.forward, kept server-wide), then the whole panel read at the answer row in one call
-    (lessons.far_fact.view). None after a busy message."""
+    (lessons.far_fact.read_panel). None after a busy message."""
     tr = forward(sess, "trace", tokens.ids, "tracing the far story", lens=False)
     if tr is None:
         return None
