@@ -21,8 +21,9 @@ from lessons.ablation import (
     run_config,
 )
 from lessons.far_fact import CHANCE
-from lessons.inspect import encode_prompt, load_samples
+from lessons.inspect import load_samples
 from lessons.layers import bounded_note, map_line
+from lessons.prompts import encode_prompt
 from lessons.units import counted
 from ui.common import built, cached_with_progress, lead, page_header, require_model
 from ui.far_fact import far_fact_panel, weights_line_link

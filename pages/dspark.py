@@ -29,7 +29,8 @@ from lessons.dspark import (
     step_rows,
     summary_rows,
 )
-from lessons.inspect import encode_prompt, first_tokens_text, load_samples
+from lessons.inspect import load_samples
+from lessons.prompts import encode_prompt, first_tokens_text
 from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter

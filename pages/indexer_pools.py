@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.inspect import encode_prompt, first_tokens_text, load_samples
+from lessons.inspect import load_samples
 from lessons.layers import map_line
 from lessons.pools import (
     DEFINITIONS,
@@ -21,6 +21,7 @@ from lessons.pools import (
     summary_rows,
     trace_for_pools,
 )
+from lessons.prompts import encode_prompt, first_tokens_text
 from model import V41Config, layer_map
 from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model
 from ui.far_fact import far_fact_panel

@@ -21,8 +21,6 @@ from lessons.inspect import (
     QUANTITIES,
     bounded_agreement,
     covered_rows,
-    encode_prompt,
-    first_tokens_text,
     layer_view,
     load_samples,
     one_line,
@@ -31,6 +29,7 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
+from lessons.prompts import encode_prompt, first_tokens_text
 from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token

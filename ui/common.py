@@ -28,7 +28,7 @@ import torch
 from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
-from lessons.inspect import text_problem
+from lessons.prompts import text_problem
 from lessons.sources import ONE_BASED
 from model import default_device, load, random_tiny
 from ui.checkpoints import (

@@ -18,7 +18,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
-from lessons.inspect import MAX_PROMPT_TOKENS, encode_prompt, layer_view, run_prompt, selection_line
+from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line
+from lessons.prompts import encode_prompt
 from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
 from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
 from ui.figures_run import selection_figure

@@ -194,7 +194,7 @@ def test_pool_and_dspark_limits_name_their_own_page():
 
 @pytest.mark.parametrize("page, prefix", [("inspector", "insp"), ("indexer_pools", "pool"), ("dspark", "ds")])
 def test_an_overlong_prompt_can_be_cut_to_what_the_page_runs(page, prefix):
-    from lessons.inspect import first_tokens_text
+    from lessons.prompts import first_tokens_text
     from model import random_tiny
 
     long = "the key is in the box. " * 1000                  # about 6,000 tokens of the random tiny's tokenizer

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lessons import ablation as abl, inspect as ins, pools
+from lessons import ablation as abl, inspect as ins, pools, prompts
 from model import Ablation, layer_map
 from model.arch import Mix
 from model.inference import LayerRecord, Shares, Trace
@@ -127,9 +127,9 @@ def test_layer_view_absent_and_out_of_range():
 
 def test_encode_prompt_messages():
     m = random_tiny()
-    assert "empty" in ins.encode_prompt(m, "  \n")[1]
-    assert "tokens long" in ins.encode_prompt(m, "word " * 50, max_tokens=10)[1]
-    ids, problem = ins.encode_prompt(m, "<script>alert(1)</script>\x07\u202e ünï 🙂 **bold**")
+    assert "empty" in prompts.encode_prompt(m, "  \n")[1]
+    assert "tokens long" in prompts.encode_prompt(m, "word " * 50, max_tokens=10)[1]
+    ids, problem = prompts.encode_prompt(m, "<script>alert(1)</script>\x07\u202e ünï 🙂 **bold**")
     assert problem is None and ids and ins.token_texts(m, ids)
 
 
