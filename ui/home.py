@@ -2,9 +2,8 @@
 on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the limits of the weights running here.
 
 The far-fact reading is one story traced on both shipped checkpoints, the same reading the pages' side-by-side
-panels draw (ui.pair.far_reading: computed once per server and per change of the weights' files), so the page draws
-in about a second once the server's warm-up has drawn it. The points come from lessons/whats_new.py, the sizes
-against the release from lessons/start.py.
+panels draw (ui.pair.far_reading: computed once per server), so the page draws in about a second once the server's
+warm-up has drawn it. The points come from lessons/whats_new.py, the sizes against the release from lessons/start.py.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ui.checkpoints import find_checkpoints
 from ui.common import TINY_DIR, Session, built
 from ui.far_fact import RECALL_DIR, far_fact_figure, far_recall_of, training_record
 from ui.figures import diagram_figure
-from ui.pair import MISSING, far_reading, pair_sessions
+from ui.pair import MISSING, far_reading
 from ui.sources import page_link
 from ui.tour import start_button
 
@@ -48,13 +47,12 @@ def far_readings(sess: Session):
         st.info("This server does not offer the recall checkpoint, so the far-fact picture cannot be drawn here.")
         return None
     try:
-        sides = pair_sessions(sess)
-        if sides is None:
-            st.info(MISSING)
-            return None
-        pair = far_reading(sides)
+        pair = far_reading(sess)
     except Exception as e:  # the opening must still draw: the picture is one part of it
         st.warning(f"The far-fact picture could not be computed ({type(e).__name__}).")
+        return None
+    if pair is None:
+        st.info(MISSING)
         return None
     by_kind = {side.kind: side.ff for side in pair.sides}
     return by_kind["recall"], by_kind.get("text")

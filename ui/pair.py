@@ -12,8 +12,6 @@ sidebar. When the server does not offer the recall checkpoint, the pair says so 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -58,23 +56,18 @@ def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
     return [("recall", recall), ("text", text)]
 
 
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def far_reading(sides: list[tuple[str, Session]]) -> FarPair:
-    """The far story read on both sides, once per server and per change of the weights' files: the home page's
-    picture and every page's side-by-side are this one reading."""
+def far_reading(sess: Session) -> FarPair | None:
+    """The far story read on both shipped checkpoints, once per server: the home page's picture and every page's
+    side-by-side are this one reading. None when the server does not offer both; a load or model error is raised
+    for the caller to say in its place."""
+    sides = pair_sessions(sess)
+    if sides is None:
+        return None
     names = {"recall": f"weights/{RECALL_DIR.name}", "text": f"weights/{TINY_DIR.name}"}
     records = _records()
     inputs = [SideInput(names[kind], kind, s.model, records[kind]) for kind, s in sides]
-    files = tuple(_mtime(d / "model.safetensors") for d in (RECALL_DIR, TINY_DIR))
-    return cached_with_progress("far_pair", (tuple(s.label for _, s in sides), files),
-                                lambda progress: compare(inputs), "Reading one far story on both sets of weights ...",
-                                max_entries=2)
+    return cached_with_progress("far_pair", tuple(s.label for _, s in sides), lambda progress: compare(inputs),
+                                "Reading one far story on both sets of weights ...", max_entries=2)
 
 
 def _records() -> dict[str, dict | None]:
@@ -142,13 +135,12 @@ def far_pair(sess: Session, key: str, focus: str, url: str = "pair") -> bool:
     if not pair_toggle(key, url):
         return False
     try:
-        sides = pair_sessions(sess)
-        if sides is None:
-            st.caption(MISSING)
-            return False
-        pair = far_reading(sides)
+        pair = far_reading(sess)
     except Exception as e:  # a load or model problem becomes a message; the page goes on
         st.error("The side-by-side could not run: " + type(e).__name__)
+        return False
+    if pair is None:
+        st.caption(MISSING)
         return False
     st.caption(pair.story_line())
     for col, side in zip(st.columns(2), pair.sides):
