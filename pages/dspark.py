@@ -30,7 +30,6 @@ from lessons.dspark import (
     summary_rows,
 )
 from lessons.inspect import load_samples
-from lessons.prompts import encode_prompt, first_tokens_text
 from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter
@@ -42,7 +41,7 @@ from model.inference import (
     speculative_start,
     verify_step,
 )
-from ui.common import built, cached_with_progress, lead, page_header, require_model
+from ui.common import built, cached_with_progress, lead, page_header, prompt_ids, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
@@ -50,7 +49,6 @@ from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.state import (
     KEEP,
-    offer_cut,
     qp_choice,
     qp_float_or_none,
     qp_get,
@@ -129,11 +127,7 @@ room = cfg.max_position_embeddings - int(max_new) - drafter.block_size
 limit = max(1, min(DSPARK_TOKENS, room))
 why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.block_size} inside the model's "
        f"{cfg.max_position_embeddings:,} positions, this page" if room < DSPARK_TOKENS else "this page")
-ids, problem = encode_prompt(model, text, limit, why)
-if problem:
-    st.warning(problem)
-    offer_cut("ds", first_tokens_text(model, text, limit), limit)
-    stop()
+ids = prompt_ids(model, "ds", text, limit, why)
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
 

@@ -21,9 +21,8 @@ from lessons.pools import (
     summary_rows,
     trace_for_pools,
 )
-from lessons.prompts import encode_prompt, first_tokens_text
 from model import V41Config, layer_map
-from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model
+from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, prompt_ids, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
@@ -34,7 +33,6 @@ from ui.state import (
     KEEP,
     LINK_LAYERS,
     OWN_TEXT,
-    offer_cut,
     qp_choice,
     qp_int_or_none,
     qp_set,
@@ -69,15 +67,10 @@ qp_set(mode="bounded" if mode == "bounded" else None)
 sample_i, text = sample_or_text("pool", samples, long_first[1] if len(long_first) > 1 else 0, LONG_PROMPT_CHARS,
                                 options=options, label="Prompt", text_label="Prompt text", columns=[c1])
 prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
-ids = None
-if not problem:
-    ids, problem = encode_prompt(model, prompt, MAX_TOKENS,
-                                 "this page, which keeps attention logits for every Reindex layer,")
 if problem:
     st.warning(problem)
-    if ids is None and prompt:
-        offer_cut("pool", first_tokens_text(model, prompt, MAX_TOKENS), MAX_TOKENS)
     stop()
+ids = prompt_ids(model, "pool", prompt, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,")
 
 
 def _compute(progress):

@@ -29,8 +29,7 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
-from lessons.prompts import encode_prompt, first_tokens_text
-from ui.common import built, cached_with_progress, clean_prompt, page_header, require_model
+from ui.common import built, cached_with_progress, clean_prompt, page_header, prompt_ids, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -50,7 +49,6 @@ from ui.state import (
     KEEP,
     LINK_LAYERS,
     arrived,
-    offer_cut,
     qp_bool,
     qp_choice,
     qp_int_or_none,
@@ -108,12 +106,8 @@ with ctl:
     if problem:
         st.warning(problem)
         stop()
-    ids, problem = encode_prompt(model, prompt, MAX_PROMPT_TOKENS,
-                                 "the inspector, which records every layer for every token,")
-    if problem:
-        st.warning(problem)
-        offer_cut("insp", first_tokens_text(model, prompt, MAX_PROMPT_TOKENS), MAX_PROMPT_TOKENS)
-        stop()
+    ids = prompt_ids(model, "insp", prompt, MAX_PROMPT_TOKENS,
+                     "the inspector, which records every layer for every token,")
     try:
         run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
                                    lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),

@@ -28,7 +28,7 @@ import torch
 from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
-from lessons.prompts import text_problem
+from lessons.prompts import encode_prompt, first_tokens_text, text_problem
 from lessons.sources import ONE_BASED
 from model import default_device, load, random_tiny
 from ui.checkpoints import (
@@ -43,7 +43,7 @@ from ui.checkpoints import (
 )
 from ui.queue import heavy_run
 from ui.sources import sources_footer
-from ui.state import arrived, begin_run, qp_choice, qp_get, qp_set, seed, stop, url_batch
+from ui.state import arrived, begin_run, offer_cut, qp_choice, qp_get, qp_set, seed, stop, url_batch
 from ui.text import plain
 from ui.tour import tour_bar
 from ui.warmup import ensure
@@ -263,6 +263,17 @@ def clean_prompt(text: str, max_chars: int = 20000, samples: bool = True) -> tup
     page has samples to pick, and the message may say so)."""
     problem = text_problem(text, max_chars, samples)
     return (None, problem) if problem else (text, None)
+
+
+def prompt_ids(model, prefix: str, text: str | None, limit: int, why: str = "this page") -> list[int]:
+    """The prompt's token ids, or the page stopped with the message (lessons.prompts.encode_prompt) and, for an
+    overlong prompt, the offer to keep its first `limit` tokens as the reader's text in `{prefix}_prompt`."""
+    ids, problem = encode_prompt(model, text, limit, why)
+    if problem:
+        st.warning(problem)
+        offer_cut(prefix, first_tokens_text(model, text, limit), limit)
+        stop()
+    return ids
 
 
 @st.cache_resource(show_spinner=False)
