@@ -553,16 +553,12 @@ class FarFactView:
     marked: str
     rows: list[dict]
     answers: list[dict]         # the answer under each configuration (the Ablation lab's table); empty elsewhere
-    derivation: list[str]
 
 
 def _percent_rows(rows: list[dict], columns: tuple[str, ...]) -> list[dict]:
     """The table's chosen columns, each share (a fraction) as a percent under a name ending in "(%)"."""
-    out = []
-    for r in rows:
-        out.append({(f"{c} (%)" if "share" in c else c): (100 * r[c] if "share" in c else r[c])
-                    for c in columns if c in r})
-    return out
+    return [{(f"{c} (%)" if "share" in c else c): (100 * r[c] if "share" in c else r[c]) for c in columns if c in r}
+            for r in rows]
 
 
 def view(ff: FarFact, focus: str, num=lambda i: i) -> FarFactView:
@@ -572,7 +568,7 @@ def view(ff: FarFact, focus: str, num=lambda i: i) -> FarFactView:
     answers = ([{"configuration": a.label, "answer": a.token, "p(answer)": a.p_top, "p(right colour)": a.p_right,
                  "most likely colour": a.top_colour} for a in ff.answers] if focus == "ablation" else [])
     return FarFactView(ff=ff, metrics=metrics(ff), lines=summary(ff, num), marked=marked_text(ff), rows=rows,
-                       answers=answers, derivation=list(ff.derivation))
+                       answers=answers)
 
 
 def read_panel(model, story: FactStory, tokens: FactTokens, trace, off_logits: torch.Tensor, focus: str,

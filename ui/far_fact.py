@@ -325,7 +325,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
     if v.answers:
         st.dataframe(pd.DataFrame(v.answers), hide_index=True, key=f"{key}_ff_answers")
     with st.expander("How these numbers are derived", expanded=False):
-        st.text("\n".join(v.derivation))
+        st.text("\n".join(v.ff.derivation))
     ss = st.session_state
     reproduce(snippets.far_fact(sess.weights, own, ss.get(f"{key}_ff_story", ""), ss.get(f"{key}_ff_fact", ""),
                                 ss.get(f"{key}_ff_answer", ""), sess.one_based, rank), f"far-fact-{key}")
