@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from model import V41Config, layer_map
 
+from .designs import format_split
 from .shares import TOY_QUERIES, TOY_VALUES, fmt, two_value_mix
 from .whats_new import cache_per_token, v4_flash_per_token
 
@@ -50,6 +51,7 @@ def stops(cfg: V41Config | None = None) -> list[Stop]:
     pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
     a, b = (two_value_mix(round(share * 100)) for _, share in TOY_QUERIES)
     ours, v4 = cache_per_token(cfg), v4_flash_per_token()
+    fs = format_split(cfg)
     v1, v2 = (fmt(v) for v in TOY_VALUES)
 
     def mix(m) -> str:
@@ -88,9 +90,10 @@ def stops(cfg: V41Config | None = None) -> list[Stop]:
              "Why does V4.1's cache grow so much slower than V4-Flash's?",
              "the waterfall from V4-Flash to V4.1, one change at a time",
              ("cd_waterfall",),
-             f"Per token of context V4.1's cache grows by {ours:,.0f} B, V4-Flash's by {v4:,.0f} B. Packing fewer "
-             f"tokens per entry costs bytes; keeping {full} stored copies for {readers} compressed layers saves the "
-             "most, and FP4 entries and smaller index keys save more."),
+             f"Per token of context V4.1's cache grows by {ours:,.0f} B ({fs.v41_formats}), V4-Flash's by {v4:,.0f} B "
+             f"({fs.v4_formats}). Packing fewer tokens per entry costs bytes; keeping {full} stored copies for "
+             f"{readers} compressed layers saves the most, and FP4 entries and smaller index keys save "
+             f"{fs.formats:.1f}x more."),
         Stop("split", "pages/prefill_decode.py", "Prompt work and answer work",
              "Where does the encoder-decoder split save work?",
              "the bars of prefill and decode work for one round of an agent",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from model import V41Config, layer_map
 
 from .calculator import calculate
-from .designs import defaults, v4_flash, v41_design
+from .designs import defaults, format_split, v4_flash, v41_design
 from .dspark import block_sentence
 
 HEADLINE = "DeepSeek-V4.1-Flash in one screen: what is new, and its main idea at work."
@@ -104,15 +104,22 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
 
     stored = len(roles["Full"])
     readers = sum(1 for s in specs if s.kv_source is not None)
+    fs = format_split(cfg)      # the waterfall's middle: V4.1's layout in V4-Flash's formats
     cache = (f"{stored} stored cop{'y' if stored == 1 else 'ies'} of FP4 entries serve {readers} compressed layers, "
-             f"so the cache grows by {ours:,.0f} B per token of context, against {v4:,.0f} B for DeepSeek-V4-Flash "
-             f"in vLLM's formats: {v4 / ours:.1f}x less." if ours else
+             f"so the cache grows by {ours:,.0f} B per token of context ({fs.v41_formats} entries and index keys), "
+             f"against {v4:,.0f} B for DeepSeek-V4-Flash in vLLM's formats ({fs.v4_formats} entries): "
+             f"{v4 / ours:.1f}x less. Of that, {fs.layout:.1f}x is the layout (shared copies, V4.1's ratios) and "
+             f"{fs.formats:.1f}x the number format: in V4-Flash's formats V4.1's layout would grow "
+             f"{fs.same_layout_v4_formats:,.0f} B per token. Both figures are counted here from the two layouts; "
+             "the release does not quote them." if ours else
              "This config stores no compressed entries, so nothing in its cache grows per token.")
-    short = (f"{ours:,.0f} B against {v4:,.0f} B for V4-Flash ({v4 / ours:.1f}x less)."
+    short = (f"{ours:,.0f} B ({fs.v41_formats}) against {v4:,.0f} B for V4-Flash ({fs.v4_formats}): "
+             f"{v4 / ours:.1f}x less, {fs.layout:.1f}x from the layout and {fs.formats:.1f}x from the number format "
+             "(counted here)."
              if ours else "no compressed entries stored.")
     out.append(Point("cache", "Cache per token", short, cache,
                      {"bytes_per_token": ours, "v4_flash_bytes_per_token": v4, "stored_copies": stored,
-                      "readers": readers}))
+                      "readers": readers, "layout_factor": fs.layout, "format_factor": fs.formats}))
 
     targets = list(cfg.dspark_target_layer_ids)
     draft = (f"A small drafter reads the states of layers {_and([num(i) for i in targets])} and proposes several "

@@ -2,7 +2,8 @@
 
 One call per page: `far_fact_panel(sess, "insp", focus="inspector")`. Numbers from lessons/far_fact.py; the
 figure is `far_fact_figure` (no Streamlit). The reader's story and every token text are shown only through
-st.text_area, st.code, st.text, dataframes and escaped Plotly labels; messages never quote the reader's text.
+st.text_area, st.code, st.text, Markdown escaped by ui.text.plain (the summary's list), dataframes and escaped Plotly
+labels; messages never quote the reader's text.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ui.live import forward
 from ui.reproduce import reproduce
 from ui.sources import page_link
 from ui.state import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.text import plain
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
@@ -241,6 +243,12 @@ def far_fact_run(sess, story, tokens, focus: str):
     return read_panel(sess.model, story, tokens, tr, off, focus, sess.num)
 
 
+def bullets(lines: list[str]) -> str:
+    """Plain sentences as a Markdown list, one item each, every character drawn as itself (a line can quote the
+    reader's story): a list reads in short blocks where one monospace block of 200 words would not."""
+    return "\n".join(f"- {plain(line, limit=5000)}" for line in lines)
+
+
 WEIGHTS_NOTE_LINK = "All measured figures for these weights (glossary)"
 
 
@@ -312,7 +320,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
         return
     for col, m in zip(st.columns(4), v.metrics):
         col.metric(m.label, m.value, help=m.help or None)
-    st.text("\n".join(v.lines))
+    st.markdown(bullets(v.lines))
     st.plotly_chart(built(far_fact_figure, v.ff, sess.num), width="stretch", key=f"{key}_ff_fig",
                     config={"displayModeBar": False})
     st.code(v.marked, language=None, wrap_lines=True)
@@ -325,7 +333,7 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
     if v.answers:
         st.dataframe(pd.DataFrame(v.answers), hide_index=True, key=f"{key}_ff_answers")
     with st.expander("How these numbers are derived", expanded=False):
-        st.text("\n".join(v.ff.derivation))
+        st.markdown(bullets(v.ff.derivation))
     ss = st.session_state
     reproduce(snippets.far_fact(sess.weights, own, ss.get(f"{key}_ff_story", ""), ss.get(f"{key}_ff_fact", ""),
                                 ss.get(f"{key}_ff_answer", ""), sess.one_based, rank), f"far-fact-{key}")

@@ -23,7 +23,10 @@ def ok(at: AppTest) -> None:
 
 
 def panel_text(at: AppTest) -> str:
-    return "\n".join(t.value for t in at.text)
+    """The panel's sentences as a reader sees them: its summary list is Markdown, escaped by ui.text.plain."""
+    from ui.text import as_shown
+
+    return "\n".join([t.value for t in at.text] + [as_shown(m.value) for m in at.markdown])
 
 
 @pytest.mark.parametrize("page", list(PAGES))
@@ -109,7 +112,10 @@ def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
             and "lessons.far_fact" in c.value]
     assert len(code) == 1
     out = run_snippet(code[0], tmp_path)
-    shown = next(t.value for t in at.text if t.value.startswith("The fact")).splitlines()
+    from ui.text import as_shown
+
+    summary = next(m.value for m in at.markdown if as_shown(m.value).startswith("- The fact"))
+    shown = [as_shown(line)[2:] for line in summary.splitlines()]
     assert out.lines[: len(shown)] == shown
     table = next(d.value for d in at.dataframe if "in top-k" in d.value.columns)
     for _, row in table.iterrows():

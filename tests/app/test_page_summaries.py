@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from model import V41Config, layer_map
 from tests.conftest import ROOT, run_page
+from ui.text import as_shown
 
 TINY = V41Config.preset("tiny")
 
@@ -76,6 +77,6 @@ def test_ablation_lab_says_what_the_shipped_weights_do_and_the_direct_road():
     table = next(d.value for d in at.dataframe if "what changes" in d.value.columns)
     window_only = table.set_index("configuration").loc["window only", "what changes"]
     assert "nothing older than the window is read directly" in window_only and reach in window_only
-    text = "\n".join(t.value for t in at.text)
+    text = "\n".join(as_shown(m.value) for m in at.markdown)     # the far-fact summary, an escaped list
     assert re.search(r"\d+ past the \d+-token window, so no layer reads it directly", text), text
     assert "only the compressed entries can bring it back" not in text

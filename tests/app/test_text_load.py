@@ -2,8 +2,10 @@
 steps), shows no paragraph longer than 120 words, and a walkthrough step's main text stays near 80 words.
 
 A paragraph is a block of prose as a reader meets it: the text of a Markdown element, a caption, an info /
-warning / success / error box or an expander's label, split at blank lines and list items. Tables,
-code and charts are not prose. The page list is app.py's, so a new page is checked without editing this file.
+warning / success / error box or an expander's label, split at blank lines and list items; and a block drawn
+as plain or monospace text (st.text, st.code with no programming language), split at blank lines only: its lines
+are not items, they run on as one block. Tables, program code and charts are not prose. The page list is
+app.py's, so a new page is checked without editing this file.
 """
 
 from __future__ import annotations
@@ -44,12 +46,18 @@ def words(text: str) -> int:
     return len(WORD.findall(text))
 
 
+PLAIN_CODE = (None, "", "plaintext", "text")     # st.code languages that mark text, not a program
+
+
 def paragraphs(at) -> list[str]:
     """Every prose block the run drew, in page order within each kind of element."""
     texts = [str(el.value) for kind in ("markdown", "caption", "info", "warning", "success", "error")
              for el in getattr(at, kind)] + [str(el.label) for el in at.expander]
     # each element's text is Markdown: a blank line or a list item starts a new block
-    return [p for t in texts for p in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.)\s)", t) if p.strip()]
+    prose = [p for t in texts for p in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.)\s)", t) if p.strip()]
+    plain = [str(el.value) for el in getattr(at, "text", [])] + [
+        str(el.value) for el in at.get("code") if getattr(el, "language", None) in PLAIN_CODE]
+    return prose + [p for t in plain for p in re.split(r"\n\s*\n", t) if p.strip()]
 
 
 def too_long(at) -> list[tuple[int, str]]:
@@ -64,10 +72,37 @@ def test_the_paragraph_splitter_finds_a_long_one():
 
     class At:
         markdown = [Fake(" ".join(["word"] * 121)), Fake(("two words. " * 40) + "\n\n" + ("two words. " * 40))]
-        caption = info = warning = success = error = expander = []
+        caption = info = warning = success = error = expander = text = []
+
+        @staticmethod
+        def get(kind):
+            return []
 
     assert [n for n, _ in too_long(At)] == [121]
     assert len(paragraphs(At)) == 3
+
+
+def test_the_splitter_reads_plain_text_and_text_styled_code_as_one_block():
+    """st.text and a code block with no language are prose too: seven lines of 31 words make one 217-word block
+    (lines do not split it, a blank line does), while a Python snippet is a program, not prose."""
+    class Fake:
+        def __init__(self, v, language=None):
+            self.value, self.label, self.language = v, v, language
+
+    line = " ".join(["word"] * 31)
+    seven = "\n".join([line] * 7)
+
+    class At:
+        markdown = caption = info = warning = success = error = expander = []
+        text = [Fake(seven)]
+
+        @staticmethod
+        def get(kind):
+            return [Fake(seven, "plaintext"), Fake(seven, "python")] if kind == "code" else []
+
+    assert [n for n, _ in too_long(At)] == [217, 217]
+    At.text = [Fake(line + "\n\n" + line)]
+    assert len(paragraphs(At)) == 3 and [n for n, _ in too_long(At)] == [217]
 
 
 @pytest.mark.parametrize("page", page_stems())

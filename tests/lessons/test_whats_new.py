@@ -26,6 +26,24 @@ def test_the_release_points_say_the_release_numbers():
     assert "4.3x less" in p["cache"].text and "16,384" in p["search"].text and "37, 38 and 39" in p["dspark"].text
 
 
+def test_the_cache_comparison_names_its_number_formats_and_how_much_of_it_they_are():
+    """890 B against 3,850 B compares FP4 with FP8 + BF16: V4.1's layout in V4-Flash's 584 B entries and 132 B
+    keys grows 3 x 716 / 2 + 716 = 1,790 B per token, so 3,850 / 1,790 = 2.2x is the layout and 1,790 / 890 =
+    2.0x the format. Both lines say the formats, the full text the split; the first screen's line the split too."""
+    p = by_key(release())["cache"]
+    assert "FP4" in p.short and "FP8 + BF16" in p.short
+    assert "2.2x from the layout" in p.short and "2.0x from the number format" in p.short
+    assert "counted here" in p.short
+    assert "1,790 B" in p.text and "2.2x is the layout" in p.text and "2.0x the number format" in p.text
+    assert "FP8 + BF16" in p.text and "the release does not quote them" in p.text
+    assert abs(p.numbers["layout_factor"] - 3850.25 / 1790) < 1e-9
+    assert abs(p.numbers["format_factor"] - 1790 / 890) < 1e-9
+    from lessons.tour import stops
+
+    cache_stop = next(s for s in stops() if s.key == "cache").takeaway
+    assert "890 B (FP4)" in cache_stop and "3,850 B (FP8 + BF16)" in cache_stop and "2.0x" in cache_stop
+
+
 def test_changing_the_config_changes_the_points():
     before = by_key(release())
     cfg = release().replace(index_topk=256, candidate_topk_blocks=1024, sliding_window=64,
