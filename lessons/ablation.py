@@ -62,9 +62,10 @@ CONFIGS: dict[str, tuple[dict, str, str]] = {
                         "approximates: the decoder replays only the last window of the prompt instead of every "
                         "prompt token, and the windows of the first replayed rows are cut at the start of the replay "
                         "segment."),
-    "streams never mix": ({"mhc_identity": True}, "exact",
-                          "mHC's comb matrices become the identity: the streams stop blending directly, though "
-                          "each sublayer still reads a mix of all of them and writes its output into each."),
+    # named for what it switches off: with comb = identity the streams still meet in every sublayer's input
+    "mHC comb off": ({"mhc_identity": True}, "exact",
+                     "mHC's comb matrices become the identity: the streams stop blending directly, though each "
+                     "sublayer still reads a mix of all of them and writes its output into each."),
 }
 
 QUALITY_KEYS = ("loss", "recall_inside", "recall_just_past", "recall_far")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lessons.far_fact import CHANCE, FarFact, LayerFact, analyse, far_recall_of, no_better_than_guess
+from lessons.far_fact import CHANCE, FarFact, LayerFact, analyse, far_recall_of, near_tie, no_better_than_guess
 from lessons.far_story import far_sample
 
 FOCUSES = ("shares", "selected", "pools", "ablation")
@@ -32,7 +32,7 @@ class SideInput:
 class Side:
     name: str
     kind: str
-    title: str                   # "Recall checkpoint (weights/recall)"
+    title: str                   # "Recall checkpoint": a reader's name (file names stay in the derivation)
     learned: str                 # one line: what these weights learned
     ff: FarFact
 
@@ -104,7 +104,11 @@ def _word(token: str) -> str:
 
 
 def _answer(a) -> str:
-    """"'orange' (right, 97% of the colour probability)": the top token, and how sure among the colours."""
+    """"'orange' (right, 97% on the right colour)": the top token, and how sure among the colours. A right colour
+    under twice a guess's share (`near_tie`) is the top of a flat spread, so it is named a guess, not right."""
+    if a.right and a.colour_share is not None and near_tie(a.colour_share):
+        return (f"{_word(a.token)} (a guess: the colours are nearly tied, {_pct(a.colour_share)} on the right one "
+                f"against {_pct(CHANCE)} by chance)")
     verdict = "" if a.right is None else "right" if a.right else "wrong"
     share = "" if a.colour_share is None else f"{', ' if verdict else ''}{_pct(a.colour_share)} on the right colour"
     return f"{_word(a.token)}" + (f" ({verdict}{share})" if verdict or share else "")
@@ -135,7 +139,7 @@ def compare(inputs: list[SideInput]) -> FarPair:
         sample = far_sample(i.model.tokenizer, window)
         ff = analyse(i.model, sample.story, sample.tokens)
         distance, answer = sample.tokens.distance, sample.story.answer
-        sides.append(Side(name=i.name, kind=i.kind, title=f"{TITLES.get(i.kind, i.kind)} ({i.name})",
+        sides.append(Side(name=i.name, kind=i.kind, title=TITLES.get(i.kind, i.kind),
                           learned=learned_line(i.kind, i.record, i.model.cfg.sliding_window), ff=ff))
     return FarPair(sides=sides, distance=distance, windows=[i.model.cfg.sliding_window for i in inputs],
                    answer=answer)

@@ -54,17 +54,28 @@ def weights_note(weights: str, record: dict | None) -> str:
             + ("\n\n" + measured.strip() if (measured := measured_note(record)) else ""))   # two blocks, not one
 
 
-def weights_line(weights: str, record: dict | None) -> str:
+def sidebar_weights(weights: str, recall: bool = False) -> str:
+    """The weights chosen in the sidebar, named for a reader: the text model, the recall checkpoint (`recall`: the
+    chosen checkpoint is the shipped one) or another checkpoint."""
+    name = ("the text model" if weights == "trained" else "the recall checkpoint" if recall else
+            "a chosen checkpoint" if weights == "checkpoint" else "random weights")
+    return f"The sidebar's weights ({name})"
+
+
+def weights_line(weights: str, record: dict | None, recall: bool = False) -> str:
     """The one sentence a page says about the loaded weights on far facts, before its own measurement; the full
-    statement (`weights_note`) is said once, on the glossary page, which the sentence links to."""
+    statement (`weights_note`) is said once, on the glossary page, which the sentence links to. It names the
+    sidebar's weights (`sidebar_weights`): under a side-by-side of both shipped sets, "these weights" would not
+    say which."""
     if weights == "random":
         return "Random weights: every far-fact answer here is a guess, so the view shows machinery, not behaviour."
+    who = sidebar_weights(weights, recall)
     said = _far_part(record)
     if said is None:
-        return "These weights came without a record of their far recall."
+        return f"{who} came without a record of their far recall."
     far = said["recall_far"]
     verdict = "no better than a guess" if no_better_than_guess(far) else "clearly above a guess"
-    return (f"These weights recall {100 * far:.0f}% of held-out far facts, against a chance of {100 * CHANCE:.1f}%: "
+    return (f"{who} recall {100 * far:.0f}% of held-out far facts, against a chance of {100 * CHANCE:.1f}%: "
             f"{verdict}.")
 
 

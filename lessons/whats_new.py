@@ -19,6 +19,7 @@ from model import V41Config, layer_map
 from .calculator import calculate
 from .designs import defaults, format_split, v4_flash, v41_design
 from .dspark import block_sentence
+from .far_fact import CHANCE, near_tie
 
 HEADLINE = "DeepSeek-V4.1-Flash in one screen: what is new, and its main idea at work."
 
@@ -152,6 +153,18 @@ def knows_no_facts(cfg: V41Config, weights: str) -> str:
 # The far-fact picture on the home page: what the recall checkpoint does with a fact far back
 # --------------------------------------------------------------------------------------------------
 
+def _verdict(a) -> str:
+    """" (right)" / " (wrong)" after an answer (a lessons.far_fact.Answer), except that a right colour holding under
+    twice a guess's share of the colour probability (`near_tie`) is named a guess: the top of a flat spread is not
+    recall."""
+    if a.right is None:
+        return ""
+    if a.right and a.colour_share is not None and near_tie(a.colour_share):
+        return (f" (a guess: the colours are nearly tied, {100 * a.colour_share:.0f}% on the right one against "
+                f"{100 * CHANCE:.0f}% by chance)")
+    return " (right)" if a.right else " (wrong)"
+
+
 def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = None,
                  text_far: float | None = None, chance: float | None = None) -> tuple[str, str]:
     """(headline, comparison) for the far-fact picture: `recall` and `text` are lessons.far_fact.FarFact readings
@@ -165,10 +178,8 @@ def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = 
     span = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
     which = (f"layers {num(dec[0].layer)}-{num(dec[-1].layer)}" if len(dec) > 1 else
              f"layer {num(dec[0].layer)}" if dec else "no layer")
-    answer = (f"The answer is '{on.token.strip()}'" + (" (right)" if on.right else " (wrong)" if on.right is not None
-                                                       else "")
-              + f"; with the global branch off, '{off.token.strip()}'"
-              + (" (right)." if off.right else " (wrong)." if off.right is not None else "."))
+    answer = (f"The answer is '{on.token.strip()}'{_verdict(on)}; with the global branch off, "
+              f"'{off.token.strip()}'{_verdict(off)}.")
     head = f"decoder {which} put {span} of their attention on {entry} holding the fact. {answer}"
     if recall_far is not None:
         head += f" Held-out far recall: {100 * recall_far:.0f}%."
@@ -178,8 +189,7 @@ def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = 
     best = max((lf.share for lf in tdec), default=0.0)
     ton = text.answers[0]
     comp = (f"The text model, on the same story: at most {100 * best:.1f}% of any decoder layer's attention on the "
-            f"fact, and it answers '{ton.token.strip()}'"
-            + (" (right)" if ton.right else " (wrong)" if ton.right is not None else ""))
+            f"fact, and it answers '{ton.token.strip()}'{_verdict(ton)}")
     if text_far is not None:
         comp += (f"; over the held-out far stories it recalls {100 * text_far:.0f}%"
                  + (f", against {100 * chance:.0f}% for a guess" if chance is not None else ""))

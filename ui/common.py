@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_DIR = ROOT / "data" / "weights" / "tiny"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny",
                   "checkpoint": "Checkpoint directory"}
+NO_TRAINED = "The trained tiny weights (the text model) are not on this server yet; choose Random tiny."
 NUMBERING = {"0": "0-based (as the code and the report count)", "1": f"1-based ({ONE_BASED})"}
 NO_CHECKPOINTS = ("This server offers no checkpoint directories (its operator lists them in V41_CHECKPOINT_ROOTS or "
                   ".streamlit/secrets.toml; see the README). Choose another weights option.")
@@ -199,7 +200,7 @@ def _draw_sidebar() -> Session:
     qp_set(weights=weights, ckpt=label or refused or None, numbering="1" if one_based else None)
     model, err = None, None
     if weights == "trained" and not trained_available():
-        err = "The trained tiny weights are not in data/weights/tiny yet; choose Random tiny."
+        err = NO_TRAINED
     elif weights == "checkpoint" and directory is None:
         err = problem
     else:

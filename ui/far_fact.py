@@ -256,7 +256,9 @@ def weights_line_link(sess) -> None:
     """What the loaded weights do on far recall in one sentence (lessons.far_weights.weights_line), with a link to
     the glossary, the one page that states the measured figures in full: they are many, and the view comes first."""
     record = session_record(sess)
-    st.caption(weights_line(sess.weights, record))
+    d = weights_dir(sess)
+    recall = d is not None and (RECALL_DIR / "config.json").is_file() and d == RECALL_DIR.resolve()
+    st.caption(weights_line(sess.weights, record, recall))
     page_link("pages/glossary.py", WEIGHTS_NOTE_LINK, ":material/query_stats:", {"find": "far fact"})
 
 

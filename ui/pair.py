@@ -27,8 +27,8 @@ from ui.text import plain
 TOGGLE = "Recall checkpoint beside the text model"
 TOGGLE_HELP = ("On: this view runs on both shipped sets of trained weights, side by side, whatever the sidebar "
                "has loaded. Off: only the sidebar's weights, further down the page.")
-MISSING = "The side-by-side needs both shipped checkpoints (data/weights/recall and data/weights/tiny); this server "\
-          "does not offer both."
+MISSING = "The side-by-side needs both shipped sets of weights (the recall checkpoint and the text model); this "\
+          "server does not offer both."
 
 
 def pair_toggle(key: str, url: str = "pair") -> bool:

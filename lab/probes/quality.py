@@ -49,7 +49,7 @@ ABLATIONS: dict[str, tuple[dict, str, str]] = {
     "top-k 4": ({"index_topk": 4}, "exact", "each query reads 4 selected entries instead of the configured number"),
     "no Engram": ({"no_engram": True}, "exact", "the n-gram memory adds nothing"),
     "every layer selects": ({"reselect_all": True}, "exact", "Reuse layers choose their own entries too"),
-    "streams never mix": ({"mhc_identity": True}, "exact", "mHC comb replaced by the identity"),
+    "mHC comb off": ({"mhc_identity": True}, "exact", "mHC comb replaced by the identity"),
     "bounded prefill": ({}, "bounded", "decoder replays only the last window of the prompt"),
 }
 

@@ -174,7 +174,7 @@ class Ablation:
     - reselect_all: every compressed layer makes its own selection (with its group's index-source
       weights) instead of reusing the last one: "all layers choose", the closest thing to "all Full"
       that trained weights allow (Reuse layers own no compressor weights).
-    - mhc_identity: comb = identity (streams never mix), the closest to "one stream".
+    - mhc_identity: comb = identity (no direct blending; pre and post still mix), the closest to "one stream".
     - dense_compressed: attend every visible compressed entry (no sparse selection).
     """
 

@@ -42,7 +42,7 @@ def hc_mixes(streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale:
              iters: int, hc_eps: float, norm_eps: float, identity: bool = False) -> Mix:
     """One projection of the normalised flattened streams -> pre, post, comb (all fp32).
 
-    `identity=True` is an ablation: comb becomes the identity (streams never mix).
+    `identity=True` is an ablation: comb becomes the identity (no direct blending; pre and post still mix).
     """
     n = streams.shape[-2]
     flat = rms_unweighted(streams.flatten(start_dim=-2).float(), norm_eps)

@@ -131,8 +131,9 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     click goes back."""
     at = run_page("attention_shares", weights="trained")
     ok(at)
-    line = lambda: next(c.value for c in at.caption if c.value.startswith("These weights recall"))  # noqa: E731
+    line = lambda: next(c.value for c in at.caption if c.value.startswith("The sidebar's weights ("))  # noqa: E731
     first = line()
+    assert first.startswith("The sidebar's weights (the text model) recall")     # which weights, by name
     assert "held-out far facts" in first and not any(i.value.startswith("What these weights do") for i in at.info)
     offer = next(c.value for c in at.caption if "The recall checkpoint is a retrieval specialist" in c.value)
     assert offer.startswith("The text model learned English") and "weights/" not in offer
@@ -143,6 +144,7 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     assert at.session_state["ckpt_choice"] == "weights/recall"
     note = line()
     assert note != first and "clearly above a guess" in note            # the recall checkpoint's own record
+    assert note.startswith("The sidebar's weights (the recall checkpoint) recall")
     window = json.loads((ROOT / "data" / "weights" / "recall" / "config.json").read_text())["text_config"][
         "sliding_window"]
     far = next(c.value for c in at.caption if c.value.startswith("Far means"))

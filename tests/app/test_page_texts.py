@@ -156,6 +156,27 @@ def test_ablation_page_calls_bounded_replay_approximate():
     assert "approximation" in body and "cut at the start" in body
 
 
+def test_ablation_page_names_weights_not_files_and_the_comb_configuration_honestly():
+    """Under the side-by-side, the weights line says whose weights (the sidebar's text model); the pair's titles
+    and the messages about missing weights name no file path; the mHC configuration is not called "never mix"
+    (its own text says each sublayer still reads a mix of the streams); a near-tie is not called right."""
+    from ui.common import NO_TRAINED
+    from ui.pair import MISSING
+
+    for message in (NO_TRAINED, MISSING):
+        assert "weights/" not in message and "data/" not in message, message
+    at = app("ablation", weights="trained")
+    no_errors(at)
+    body = text(at)
+    assert "weights/recall" not in body and "weights/tiny" not in body
+    assert {"**Recall checkpoint**", "**Text model**"} <= {m.value for m in at.markdown}
+    assert any(c.value.startswith("The sidebar's weights (the text model) recall") for c in at.caption)
+    assert "These weights recall" not in body
+    table = next(d.value for d in at.dataframe if "what changes" in d.value.columns)
+    assert "mHC comb off" in set(table["configuration"])
+    assert not any("never mix" in c for c in table["configuration"])
+
+
 def test_indexer_pools_page_says_whose_pool():
     from model import V41Config
 

@@ -21,7 +21,7 @@ def _pwned(ui) -> bool:
 
 def test_far_fact_sample_on_the_shares_page(ui):
     ui.open("attention_shares")
-    ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
     ui.page.get_by_text("Far fact: does the answer reach back?").scroll_into_view_if_needed()
     ui.settle()
     code = " ".join(ui.texts('[data-testid="stCode"]'))
@@ -33,14 +33,14 @@ def test_far_fact_sample_on_the_shares_page(ui):
 
 def test_far_fact_own_story_stays_text_and_a_typo_gets_the_message(ui):
     ui.open("indexer_pools", ff="own", ffstory=HOSTILE_STORY, fffact="the red bag")
-    ui.wait_text('[data-testid="stText"]', r"tokens before the answer")
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"tokens before the answer")
     assert any("⟦" in c for c in ui.texts('[data-testid="stCode"]'))
     assert not _pwned(ui)
     ui.type_into("pool_ff_fact", "the rde bag", submit="Enter")
     msg = ui.wait_text('[data-testid="stAlertContentWarning"]', "The fact was not found in your story")
     assert "rde" not in msg
     ui.type_into("pool_ff_fact", "red", submit="Enter")
-    ui.wait_text('[data-testid="stText"]', r"right colour 'red'")
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"right colour 'red'")
     assert not _pwned(ui)
     ui.assert_clean()
 
@@ -63,8 +63,8 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     from tests.browser.test_state_browser import checked, nav_to, params
 
     ui.open("attention_shares", weights="trained")
-    ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
-    first = next(a for a in caption_texts(ui) if a.startswith("These weights recall"))
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
+    first = next(a for a in caption_texts(ui) if a.startswith("The sidebar's weights (the text model) recall"))
     ui.click("sh_ff_to_recall")
     # the recall checkpoint's own window: the text model's caption matches a looser pattern before the rerun ends
     window = json.loads((Path(__file__).resolve().parents[2] / "data" / "weights" / "recall" / "config.json")
@@ -78,7 +78,7 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     assert params(ui).get("weights") == "checkpoint" and params(ui).get("ckpt") == "weights/recall", ui.page.url
     assert first not in caption_texts(ui) and any("held-out far facts" in a for a in caption_texts(ui))
     nav_to(ui, "Indexer pools", "indexer_pools")
-    ui.wait_text('[data-testid="stText"]', r"\d+ tokens before the answer")
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
     assert ui.selected("ckpt_choice") == "weights/recall"
     assert ui.key("pool_ff_to_text").count() == 1
     ui.click("pool_ff_to_text")

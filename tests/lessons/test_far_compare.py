@@ -55,7 +55,7 @@ def test_each_sentence_carries_its_own_side_s_numbers(pair):
         assert f"in {sum(bool(lf.selected) for lf in sel)} of {len(sel)} compressed layers" in line
         on, off = side.ff.answers
         assert on.token.strip() in side.line("ablation") and off.token.strip() in side.line("ablation")
-        assert side.learned and side.title.endswith(f"({side.name})")
+        assert side.learned and side.title == {"recall": "Recall checkpoint", "text": "Text model"}[side.kind]
         assert all(side.line(f).strip() for f in FOCUSES)
 
 
@@ -66,3 +66,23 @@ def test_each_side_says_what_its_weights_learned_with_its_measured_far_recall(pa
         assert f"window {side.ff.window})" in side.learned
     recall, text = pair.sides
     assert "has not learned" in text.learned and "has not learned" not in recall.learned
+
+
+def test_a_near_tie_on_the_ablation_line_is_a_guess_not_right(pair):
+    """A right colour under twice chance's share of the colour probability is not called right (lessons.far_fact
+    near_tie): the text model's answer on the shared story, and a made-up 10.8% against a clear 97%."""
+    from lessons.far_compare import _answer
+
+    class A:
+        def __init__(self, right, share):
+            self.token, self.right, self.colour_share = " orange", right, share
+
+    tie = _answer(A(True, 0.108))
+    assert "right" not in tie.replace("the right one", "")
+    assert "a guess" in tie and "11% on the right one against 9% by chance" in tie
+    assert _answer(A(True, 0.97)) == "'orange' (right, 97% on the right colour)"
+    assert _answer(A(False, 0.05)) == "'orange' (wrong, 5% on the right colour)"
+    for side in pair.sides:
+        on = side.ff.answers[0]
+        if on.right and on.colour_share < 2 / 11:
+            assert "(right" not in side.line("ablation") and "a guess" in side.line("ablation")

@@ -128,6 +128,10 @@ def test_the_pages_one_line_about_the_weights_agrees_with_the_full_note():
     assert "without a record" in weights_line("checkpoint", None)
     assert weights_line("random", None).startswith("Random weights")
     assert len(line.split()) <= 25                      # one sentence beside the view; the glossary holds the rest
+    # it says which weights: under the side-by-side of both shipped sets "these weights" named neither
+    assert line.startswith("The sidebar's weights (the text model) recall") and "These weights" not in line
+    assert weights_line("checkpoint", rec, recall=True).startswith("The sidebar's weights (the recall checkpoint)")
+    assert weights_line("checkpoint", None).startswith("The sidebar's weights (a chosen checkpoint)")
 
 
 def test_far_definition_places_the_far_bucket_against_the_stacked_reach():

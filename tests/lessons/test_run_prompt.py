@@ -297,7 +297,7 @@ def test_make_ablation_maps_names():
     assert abl.make_ablation("bounded prefill") == (Ablation(), "bounded")
     assert abl.make_ablation("smaller top-k", 3) == (Ablation(index_topk=3), "exact")
     assert abl.make_ablation("every layer selects")[0].reselect_all
-    assert abl.make_ablation("streams never mix")[0].mhc_identity
+    assert abl.make_ablation("mHC comb off")[0].mhc_identity
     with pytest.raises(ValueError):
         abl.make_ablation("no such part")
     from lab.probes.quality import ABLATIONS

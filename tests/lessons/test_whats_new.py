@@ -74,8 +74,8 @@ class _LF:
 
 
 class _Answer:
-    def __init__(self, token, right):
-        self.token, self.right = token, right
+    def __init__(self, token, right, colour_share=None):
+        self.token, self.right, self.colour_share = token, right, colour_share
 
 
 class _FF:
@@ -96,3 +96,16 @@ def test_far_headline_reports_the_decoder_layers_only():
     assert "layers 2-3 put 50-99%" in head and "the one entry holding the fact" in head
     assert "'red' (right)" in head and "'blue' (wrong)" in head and "90%" in head
     assert "at most 0.1%" in comp and "recalls 12%" in comp and "9% for a guess" in comp
+
+
+def test_a_right_colour_in_a_near_tie_is_called_a_guess_not_right():
+    """The text model's 'orange' holds 10.8% of the colour probability against 1 in 11 (9.1%) by chance: under
+    twice chance it is the top of a flat spread, so neither line calls it right; a clear 97% stays right."""
+    recall = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" orange", True, 0.97), _Answer(" black", False, 0.09))
+    text = _FF([0.0, 0.0, 0.001, 0.0], _Answer(" orange", True, 0.108), _Answer(" black", False, 0.09))
+    head, comp = far_headline(recall, text, recall_far=0.9, text_far=0.12, chance=1 / 11)
+    assert "'orange' (right)" in head and "'black' (wrong)" in head
+    assert "(right)" not in comp and "'orange' (a guess" in comp
+    assert "11% on the right one against 9% by chance" in comp
+    guess_on = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" orange", True, 0.15), _Answer(" black", False, 0.09))
+    assert "(right)" not in far_headline(guess_on)[0]
