@@ -118,10 +118,11 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
         Term("GQA", "Grouped-query attention: several query heads share one key/value head, so a dense layer caches "
              "fewer key and value rows per token (8 groups in the calculator's Llama-3-70B-like example).",
              "third-party"),
-        Term("MTP", "Multi-token prediction: an extra small layer, trained with the model, that predicts a further "
-             "token from its state; DeepSeek-V3 introduced it and it can draft tokens for speculative decoding. "
-             "V4-Flash keeps one (the calculator's 'MTP window rows'); in V4.1 the DSpark drafter does that job.",
-             "deepseek"),
+        Term("MTP", "Multi-token prediction: training a model to predict tokens beyond the next one. DeepSeek-V3 "
+             "took it from earlier work (Gloeckle et al., 2024, predicted several tokens with parallel heads) in a "
+             "sequential form: an extra small layer, trained with the model, predicts a further token from the main "
+             "model's state, and can draft tokens for speculative decoding. V4-Flash keeps one (the calculator's "
+             "'MTP window rows'); in V4.1 the DSpark drafter does that job.", "deepseek"),
         Term("nats", "The unit of a loss taken with the natural logarithm: a loss of L nats per token means the "
              "right token got probability e^-L in the geometric mean (2.3 nats: 1 in 10); lower is better.", "ours"),
         Term("rollback slack", "Extra rows a window keeps beyond its size, so that when speculative decoding "

@@ -80,12 +80,14 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
                      {"layers": n, "encoder": n_enc, "decoder": n_dec, "decoder_start": dec}))
 
     def packs(st: str) -> str:
+        """How a stack's entries hold tokens; ratio 1 is no packing at all: one entry per token."""
         rs = ratios[st]
-        return " and ".join("1 token" if r == 1 else f"{r} tokens" for r in rs) if rs else "none"
+        return " or ".join("one entry per token (ratio 1: no packing)" if r == 1 else f"{r} tokens per entry"
+                           for r in rs) if rs else "no entries"
 
     modes = (f"{_layers(len(roles['Full']))} (Full: {_and([num(i) for i in roles['Full']]) if roles['Full'] else '-'})"
-             f" make compressed entries, packing {packs('encoder')} per entry in the encoder and {packs('decoder')} "
-             f"in the decoder. {_layers(len(roles['Reuse']))} (Reuse) keep both those entries and the last choice "
+             f" make compressed entries: {packs('encoder')} in the encoder, {packs('decoder')} in the decoder. "
+             f"{_layers(len(roles['Reuse']))} (Reuse) keep both those entries and the last choice "
              f"of which to read; {_layers(len(roles['Reindex']))} (Reindex) keep the entries but choose again. "
              f"{_layers(len(roles['SWA']))} read only their {cfg.sliding_window}-token window.")
     out.append(Point("modes", "CSA2's three modes", f"{len(roles['Full'])} Full layers make entries, "
@@ -124,12 +126,32 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
 
     targets = list(cfg.dspark_target_layer_ids)
     draft = (f"A small drafter reads the states of layers {_and([num(i) for i in targets])} and proposes several "
-             f"tokens at once; the main model checks them in one pass and keeps them up to the first it would not "
-             "have written itself. "
+             "tokens at once. The main model checks them in one pass and keeps them up to the first its acceptance "
+             "rule refuses: under greedy decoding a draft must match its own top token; under sampling it is kept "
+             "with probability min(1, p/q), p and q being the main model's and the drafter's probabilities for it. "
+             "The same pass adds one token of the main model's own, so every pass writes at least one. "
              + block_sentence(cfg.dspark_block_size))
-    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens, "
-                     "checked in one pass.", draft,
+    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens; one pass "
+                     "of the main model keeps those its rule accepts and adds one of its own.", draft,
                      {"block": cfg.dspark_block_size, "targets": targets}))
+
+    v = cfg.vision_config
+    engram = _and([num(i) for i in cfg.engram_layer_ids]) if cfg.engram_layer_ids else None
+    parts = ([f"a vision encoder ({v.num_hidden_layers} layers) and projector that turn an image into up to "
+              f"{v.max_image_tokens:,} tokens"] if v is not None else []) + (
+        [f"Engram, a memory read by looking up hashed runs of the last few tokens, at layer"
+         f"{'s' if len(cfg.engram_layer_ids) > 1 else ''} {engram}"] if engram else []) + (
+        [f"single-pass mHC: each row travels as {cfg.hc_mult} residual streams, and one projection per site sets "
+         "how they feed the sublayer, take its output and blend"] if cfg.hc_mult > 1 else [])
+    if parts:
+        also = ("The release documents more parts than CSA2 and DSpark, each separate from the cache sharing and "
+                "not to be credited to it: " + "; ".join(parts) + ".")
+        names = [n for n, on in (("a vision encoder", v is not None), ("Engram lookups", bool(engram)),
+                                 ("revised mixing of the residual streams (mHC)", cfg.hc_mult > 1)) if on]
+        out.append(Point("beyond", "Also in the release", ", ".join(names[:-1]) + (" and " if len(names) > 1 else "")
+                         + names[-1] + ", apart from the cache.", also,
+                         {"vision": v is not None, "engram_layers": list(cfg.engram_layer_ids),
+                          "streams": cfg.hc_mult}))
     return out
 
 

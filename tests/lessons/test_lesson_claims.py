@@ -385,6 +385,9 @@ def test_glossary_defines_the_names_the_memory_pages_use():
     csa = next(t for t in found if t.term.startswith("CSA, HCA"))
     assert "CSA2" in csa.meaning and "4" in csa.meaning and "128" in csa.meaning     # V4 vs V4.1
     assert find_terms("latent", found) and "DeepSeek-V2" in next(t for t in found if t.term == "MLA").meaning
+    # multi-token prediction came before V3: V3 took it up in a sequential form, it did not introduce it
+    mtp = next(t for t in found if t.term == "MTP").meaning
+    assert "introduced" not in mtp and "Gloeckle et al., 2024" in mtp and "sequential" in mtp
 
 
 def test_one_name_for_a_stored_entry_and_the_lineage_says_what_v2_brought():

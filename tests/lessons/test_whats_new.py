@@ -109,3 +109,34 @@ def test_a_right_colour_in_a_near_tie_is_called_a_guess_not_right():
     assert "11% on the right one against 9% by chance" in comp
     guess_on = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" orange", True, 0.15), _Answer(" black", False, 0.09))
     assert "(right)" not in far_headline(guess_on)[0]
+
+
+def test_ratio_one_is_named_no_packing_not_packing_one_token():
+    """Seed 000: a compress ratio of 1 means packing is absent. The decoder's entries are one per token."""
+    modes = by_key(release())["modes"].text
+    assert "1 token" not in modes and "packing 1" not in modes
+    assert "2 tokens per entry in the encoder" in modes and "one entry per token (ratio 1: no packing)" in modes
+
+
+def test_the_dspark_point_states_the_acceptance_rule_for_sampling_and_the_main_model_s_own_token():
+    """Greedy only ("the first it would not have written itself") was half the rule; each pass also writes one
+    token of the main model's own."""
+    p = by_key(release())["dspark"]
+    assert "would not have written itself" not in p.text
+    assert "greedy decoding" in p.text and "min(1, p/q)" in p.text and "under sampling" in p.text
+    assert "one token of the main model's own" in p.text and "adds one of its own" in p.short
+
+
+def test_the_points_name_what_the_release_has_beyond_attention_and_the_cache():
+    """Seed 003 lists a vision encoder and projector, Engram and revised stream mixing beside DSpark, as separate
+    components not to be credited to cache sharing: counted from the config (32-layer tower, Engram at 1 and 14,
+    4 streams), and gone from a config without them."""
+    p = by_key(release())["beyond"]
+    assert p.title == "Also in the release"
+    for part in ("vision encoder", "Engram", "mHC"):
+        assert part in p.short and part in p.text, part
+    assert "32 layers" in p.text and "layers 1 and 14" in p.text and "4 residual streams" in p.text
+    assert "not to be credited to it" in p.text
+    bare = release().replace(vision_config=None, engram_layer_ids=[], engram_num_embeddings=[]).validate()
+    q = by_key(bare)["beyond"]
+    assert "vision" not in q.text and "Engram" not in q.text and "mHC" in q.text
