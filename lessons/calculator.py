@@ -549,3 +549,24 @@ LEAVES_OUT = (
     "So the right use of this page is as a checklist of what an optimisation changes, not as a total-memory "
     "prediction."
 )
+
+WEIGHTS_LABEL = "Parameters the cache formula does not count (counted from the config)"
+
+
+def _billions(n: float) -> str:
+    return f"{n / 1e9:,.0f}B" if n >= 10e9 else f"{n / 1e9:,.1f}B"
+
+
+def weights_left_out(counts: Mapping[str, float], cache_bytes: float) -> str:
+    """The weights the formula leaves out, beside the whole cache: `counts` from model.count_params (total,
+    backbone, engram, drafter, vision). The total is our count from the config, which the sentence says where the
+    reader sees the number (the release itself quotes the backbone only)."""
+    total = counts["total"]
+    parts = [f"{_billions(counts[k])} {name}" for k, name in
+             (("backbone", "backbone"), ("engram", "Engram tables"), ("drafter", "drafter"), ("vision", "vision tower"))
+             if counts.get(k)]
+    said = (parts[0] + ", the one part the release quotes" + "".join("; " + p for p in parts[1:])
+            if counts.get("backbone") else "; ".join(parts))
+    return (f"Our count from the config, not a figure the release quotes: {total:,.0f} parameters in all ({said}). "
+            f"Even at 4 bits per parameter they take at least {human_bytes(total / 2)}: the whole cache above is "
+            f"{human_bytes(cache_bytes)}.")

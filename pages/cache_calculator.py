@@ -12,6 +12,7 @@ from lessons.calculator import (
     CALC_LEVERS,
     LEAVES_OUT,
     REPLAY_TEXT,
+    WEIGHTS_LABEL,
     CalcError,
     Knobs,
     calculate,
@@ -19,6 +20,7 @@ from lessons.calculator import (
     layer_label,
     replay_tradeoff,
     replay_verdict,
+    weights_left_out,
     windows_persist,
 )
 from lessons.design_inputs import CALC_DESIGN, own_values, page_defaults, switch_design
@@ -267,8 +269,5 @@ with tabs[5]:
     st.markdown(LEAVES_OUT)
     if preset == "v4.1-flash":
         pc = param_counts("v4.1-flash")
-        st.metric("Parameters the cache formula does not count", f"{pc['total'] / 1e9:,.0f}B",
-                  help="Counted from the config: backbone + Engram + drafter + vision (the release quotes the "
-                       "552B backbone)")
-        st.markdown(f"Even at 4 bits per parameter, {pc['total']:,} parameters take at least "
-                    f"{human_bytes(pc['total'] / 2)}: the whole cache above is {human_bytes(hbm.total)}.")
+        st.metric(WEIGHTS_LABEL, f"{pc['total'] / 1e9:,.0f}B")
+        st.markdown(weights_left_out(pc, hbm.total))

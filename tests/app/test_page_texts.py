@@ -177,6 +177,15 @@ def test_ablation_page_names_weights_not_files_and_the_comb_configuration_honest
     assert not any("never mix" in c for c in table["configuration"])
 
 
+def test_calculator_parameter_total_carries_its_source_in_view():
+    at = app("cache_calculator")
+    no_errors(at)
+    metric = next(m for m in at.metric if m.label.startswith("Parameters the cache formula does not count"))
+    assert "counted from the config" in metric.label and metric.value == "763B"
+    assert any(m.value.startswith("Our count from the config, not a figure the release quotes: 763,205,315,795")
+               for m in at.markdown)
+
+
 def test_indexer_pools_page_says_whose_pool():
     from model import V41Config
 

@@ -524,3 +524,17 @@ def test_generated_text_stays_on_one_line():
 
     assert one_line(" the\n[") == " the\u21b5["                    # no stray '[' line under the text
     assert "\n" not in one_line("a\nb\r\n") and one_line("a\tb") == "a\u2192b" and one_line("\x01") == "\\x01"
+
+
+def test_the_calculator_says_where_its_parameter_total_comes_from_beside_the_number():
+    """The 763B total is our count from the config (the release quotes the backbone only): the metric's own label
+    and the sentence under it say so, not only a hover; 4 bits per parameter is half a byte each."""
+    from lessons.calculator import WEIGHTS_LABEL, weights_left_out
+
+    assert "counted from the config" in WEIGHTS_LABEL
+    counts = {"total": 763_205_315_795, "backbone": 551_566_180_464, "engram": 196_928_504_320,
+              "drafter": 14_225_362_531, "vision": 485_268_480}
+    line = weights_left_out(counts, 2**30)
+    assert line.startswith("Our count from the config, not a figure the release quotes: 763,205,315,795 parameters")
+    assert "552B backbone, the one part the release quotes" in line and "197B Engram tables" in line
+    assert "355.40 GiB" in line and "1.00 GiB" in line          # 763,205,315,795 / 2 B = 355.40 GiB
