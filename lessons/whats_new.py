@@ -20,7 +20,8 @@ from .calculator import calculate
 from .designs import defaults, v4_flash, v41_design
 from .dspark import block_sentence
 
-HEADLINE = "DeepSeek-V4.1-Flash in one screen: what is new, and its main idea at work."
+HEADLINE = ("DeepSeek-V4.1-Flash in one screen: what is new, and a fact brought back from far past the window, on "
+            "tiny weights trained two ways.")
 
 
 @dataclass(frozen=True)
