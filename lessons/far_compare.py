@@ -1,5 +1,6 @@
-"""The far-fact lesson on two sets of weights side by side: the checkpoint that learned to use the global branch
-beside the text model, which has the same machinery but never learned to reach far back with it.
+"""The far-fact lesson on the shipped sets of weights side by side: the recall checkpoints (one trained on the answers
+alone, one with losses aimed at the fact's entry) beside the text model, which has the same machinery and has not
+learned the recall task.
 
 One call computes the whole comparison (`compare`): the one held-out far story both read (the rule of
 lessons/far_story.far_sample, taken at the wider of the two windows so the fact is past both), each model's
@@ -12,8 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lessons.far_fact import CHANCE, FarFact, LayerFact, analyse, far_recall_of, near_tie, no_better_than_guess
+from lessons.far_fact import (
+    CHANCE,
+    FarFact,
+    LayerFact,
+    analyse,
+    far_recall_of,
+    near_recall_of,
+    near_tie,
+    no_better_than_guess,
+)
 from lessons.far_story import far_sample
+from lessons.how_trained import training_clause
+from model.shipped import SHIPPED
 
 FOCUSES = ("shares", "selected", "pools", "ablation")
 
@@ -23,7 +35,7 @@ class SideInput:
     """One set of weights to compare: a short name, its kind, the loaded model, its training record."""
 
     name: str                    # e.g. "weights/recall"
-    kind: str                    # "recall" | "text"
+    kind: str                    # a shipped kind: "text" | "unaided" | "recall" (model/shipped.py)
     model: object
     record: dict | None = None   # its training.json (far recall as measured), None when it has none
 
@@ -32,7 +44,7 @@ class SideInput:
 class Side:
     name: str
     kind: str
-    title: str                   # "Recall checkpoint": a reader's name (file names stay in the derivation)
+    title: str                   # "Recall checkpoint, plain training": a reader's name, no file path
     learned: str                 # one line: what these weights learned
     ff: FarFact
 
@@ -78,15 +90,17 @@ class Side:
 
 @dataclass
 class FarPair:
-    sides: list[Side]            # the weights that learned it first, then the text model
+    sides: list[Side]            # the recall checkpoints first (plain training, then guided), then the text model
     distance: int                # tokens from the fact to the answer
     windows: list[int]           # each side's window
     answer: str | None
 
     def story_line(self) -> str:
-        ws = " and ".join(str(w) for w in self.windows)
-        return (f"One held-out story for both: the fact is {self.distance} tokens before the answer, past both "
-                f"windows ({ws} tokens).")
+        ws = " and ".join(str(w) for w in sorted(set(self.windows)))
+        every = "both" if len(self.sides) == 2 else "every set"
+        past = "both windows" if len(set(self.windows)) == 2 and len(self.sides) == 2 else "every window"
+        return (f"One held-out story for {every}: the fact is {self.distance} tokens before the answer, past {past} "
+                f"({ws} tokens).")
 
     def decoder_best(self, kind: str) -> float:
         """The largest decoder-layer share on the fact's entries for the side of `kind` (0 when absent)."""
@@ -115,18 +129,22 @@ def _answer(a) -> str:
 
 
 def learned_line(kind: str, record: dict | None, window: int) -> str:
-    """What a set of shipped weights learned, in one line, with its measured far recall."""
+    """What a shipped set learned and how it was trained, in two short sentences: its measured far recall against a
+    guess and, for a recall checkpoint, the losses its record names (lessons.how_trained)."""
     far = far_recall_of(record)
-    verdict = ("" if kind == "recall" or far is None or not no_better_than_guess(far) else
-               ": it has not learned to use the long-range machinery")
-    recall = "" if far is None else f" Far recall {100 * far:.0f}% (a guess: {100 * CHANCE:.0f}%){verdict}."
-    if kind == "recall":
-        return (f"Learned to fetch facts through the entries its indexer picks (trained mostly on recall drills, "
-                f"window {window}).{recall}")
-    return f"Learned English from a small corpus (window {window}).{recall}"
+    recall = "" if far is None else f" Far recall {100 * far:.0f}% (a guess: {100 * CHANCE:.0f}%)"
+    if kind == "text":
+        near = near_recall_of(record)
+        flat = far is not None and no_better_than_guess(far) and bool(near) and all(
+            no_better_than_guess(x) for x in near)
+        verdict = (f", nearer facts {', '.join(f'{100 * x:.0f}%' for x in near)}: it has not learned the recall task "
+                   "at any distance" if flat else "")
+        return f"English from a small corpus (window {window}).{recall}{verdict}."
+    return (f"Recall drills and copies (window {window}).{recall + '.' if recall else ''} "
+            + training_clause(record, "far", short=True))
 
 
-TITLES = {"recall": "Recall checkpoint", "text": "Text model"}
+TITLES = {s.kind: s.title for s in SHIPPED}
 
 
 def compare(inputs: list[SideInput]) -> FarPair:

@@ -30,11 +30,13 @@ from lessons.far_story import FactStory, FactTokens
 from lessons.far_weights import (  # noqa: F401  (the far-fact lesson's public names, kept in one place)
     CHANCE,
     NO_RECORD,
+    ShippedFacts,
     checkpoints_offer,
     far_recall_of,
     measured_note,
     near_recall_of,
     no_better_than_guess,
+    set_line,
     weights_note,
 )
 from model import Ablation

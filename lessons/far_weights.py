@@ -1,13 +1,16 @@
 """What a set of trained weights does on far recall, said before the far-fact panel measures one story: the figures
 their training record states (its "measured" part, what `lab.probes.quality --record` measured on the file as shipped,
-or else its "final" part, the run's last quick evaluation), the verdict they support, and what each of the two
-shipped checkpoints learned. Pure text from plain records; it does not run a model.
+or else its "final" part, the run's last quick evaluation), the verdict they support, and what each shipped set
+is, learned and was trained with (lessons/how_trained.py reads that from the same record). Pure text from plain
+records; it does not run a model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from lessons.how_trained import text_share, training_clause
 from model.heldout import BUCKETS, COLOURS
 
 CHANCE = 1 / len(COLOURS)    # a guess among the story colours
@@ -54,22 +57,22 @@ def weights_note(weights: str, record: dict | None) -> str:
             + ("\n\n" + measured.strip() if (measured := measured_note(record)) else ""))   # two blocks, not one
 
 
-def sidebar_weights(weights: str, recall: bool = False) -> str:
-    """The weights chosen in the sidebar, named for a reader: the text model, the recall checkpoint (`recall`: the
-    chosen checkpoint is the shipped one) or another checkpoint."""
-    name = ("the text model" if weights == "trained" else "the recall checkpoint" if recall else
-            "a chosen checkpoint" if weights == "checkpoint" else "random weights")
-    return f"The sidebar's weights ({name})"
+def sidebar_weights(weights: str, name: str | None = None) -> str:
+    """The weights chosen in the sidebar, named for a reader: a shipped set by its title (`name`, e.g. "Recall
+    checkpoint, plain training"), the text model for the shipped "trained" choice, else a chosen checkpoint."""
+    name = name or ("Text model" if weights == "trained" else None)
+    which = f"the {name[:1].lower() + name[1:]}" if name else "a chosen checkpoint"
+    return f"The sidebar's weights ({which})"
 
 
-def weights_line(weights: str, record: dict | None, recall: bool = False) -> str:
+def weights_line(weights: str, record: dict | None, name: str | None = None) -> str:
     """The one sentence a page says about the loaded weights on far facts, before its own measurement; the full
     statement (`weights_note`) is said once, on the glossary page, which the sentence links to. It names the
-    sidebar's weights (`sidebar_weights`): under a side-by-side of both shipped sets, "these weights" would not
-    say which."""
+    sidebar's weights (`sidebar_weights`, `name` the shipped set's title): under a side-by-side of the shipped
+    sets, "these weights" would not say which."""
     if weights == "random":
         return "Random weights: every far-fact answer here is a guess, so the view shows machinery, not behaviour."
-    who = sidebar_weights(weights, recall)
+    who = sidebar_weights(weights, name)
     said = _far_part(record)
     if said is None:
         return f"{who} came without a record of their far recall."
@@ -137,25 +140,43 @@ def near_recall_of(record: dict | None) -> list[float]:
             if isinstance(part.get(f"recall_{b}"), (int, float))]
 
 
-def checkpoints_offer(on_recall: bool, text_far: float | None, recall_far: float | None, recall_window: int,
-                      text_near: Sequence[float] = ()) -> str:
-    """What each shipped set of trained weights learned, for the panel that offers the other one: the text model
-    (data/weights/tiny) and the retrieval checkpoint (data/weights/recall), each with its far recall
-    (`far_recall_of` its record), the text model's nearer recall (`near_recall_of`) and the recall checkpoint's
-    window. `on_recall` says which is loaded now."""
-    def pct(x: float | None) -> str:
-        return "not measured" if x is None else f"{100 * x:.0f}% of far held-out facts"
+@dataclass(frozen=True)
+class ShippedFacts:
+    """What the offer says about one shipped set: its kind ("text", "unaided", "recall"), title, training record
+    and window."""
 
-    guess = text_far is not None and no_better_than_guess(text_far)
-    if guess and text_near and all(no_better_than_guess(x) for x in text_near):
-        verdict = ("recall has not emerged in it at any distance (" + pct(text_far) + "; nearer ones: "
-                   + ", ".join(f"{100 * x:.0f}%" for x in text_near) + "), so its misses say nothing about distance")
-    else:
-        verdict = ("far recall has not emerged in it" if guess else "its far recall") + f" ({pct(text_far)})"
-    text = f"The text model learned English from a small corpus with the configuration's window; {verdict}."
-    recall = (f"The recall checkpoint is a retrieval specialist: the same tokenizer and layer map (no vision "
-              f"tower), but every window narrowed to {recall_window} tokens and trained mostly on drills (stories "
-              "with several facts, then a question about each; lookup drills; copying drills), plus one part in five "
-              "ordinary text, so a far fact can come back only through the compressed entries the indexer selects "
-              f"({pct(recall_far)}). Its everyday English is poor; it is here to show that road working.")
-    return f"{recall} {text}" if on_recall else f"{text} {recall}"
+    kind: str
+    title: str
+    record: dict | None
+    window: int | None
+
+
+def _pct(x: float | None) -> str:
+    return "not measured" if x is None else f"{100 * x:.0f}% of far held-out facts"
+
+
+def set_line(facts: ShippedFacts) -> str:
+    """What one shipped set is and learned, with its far recall from its record and, for a recall checkpoint, how
+    it was trained (lessons.how_trained, read from the same record)."""
+    far = far_recall_of(facts.record)
+    if facts.kind == "text":
+        near = near_recall_of(facts.record)
+        guess = far is not None and no_better_than_guess(far)
+        if guess and near and all(no_better_than_guess(x) for x in near):
+            verdict = ("recall has not emerged in it at any distance (" + _pct(far) + "; nearer ones: "
+                       + ", ".join(f"{100 * x:.0f}%" for x in near) + "), so its misses say nothing about distance")
+        else:
+            verdict = ("far recall has not emerged in it" if guess else "its far recall") + f" ({_pct(far)})"
+        return f"{facts.title}: English from a small corpus with the configuration's window; {verdict}."
+    share = text_share(facts.record)
+    text = "" if share is None else f", {100 * share:.0f}% ordinary text in its last phase"
+    return (f"{facts.title}: the same tokenizer and layer map (no vision tower), every window narrowed to "
+            f"{facts.window} tokens, trained mostly on drills (stories with several facts, then a question about "
+            f"each) and copies{text}, so a far fact can come back only through the compressed entries the indexer "
+            f"selects ({_pct(far)}). {training_clause(facts.record, 'far', short=True)}")
+
+
+def checkpoints_offer(now: str | None, sets: Sequence[ShippedFacts]) -> list[str]:
+    """One line per shipped set (`set_line`), the loaded one (`now`, a kind or None) first: what the panel says
+    before it offers to load another set."""
+    return [set_line(f) for f in sorted(sets, key=lambda f: f.kind != now)]

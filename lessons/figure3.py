@@ -302,10 +302,10 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
                         "token still climbs both halves)."),
         Step("far", "See it work: a fact far back",
              "A layer reads a token older than its window directly only through the compressed entries its "
-             "indexer selects. The picture is a small model with the same kinds of layers, trained for recall with "
-             "a window of a few tokens, reading one story: its decoder layers put most of their attention on the "
-             "one entry that holds a fact hundreds of tokens back, and with that road switched off the answer is "
-             "lost.",
+             "indexer selects. The pictures are a 12-layer tiny model with the same kinds of layers and a window of "
+             "a few tokens, reading one story whose fact is hundreds of tokens back, trained two ways: from the "
+             "answers alone, and with losses aimed at the fact's entry. Each caption says what its decoder layers "
+             "read and what is lost with that road switched off.",
              frozenset({"decoder"}), None, read_along=read_along("§2.3"),
              fine_print="The pages linked below show the same reading step by step, on the text model too.",
              links=_links("inspector", "indexer_pools", "ablation"), picture="far"),

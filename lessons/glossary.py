@@ -127,9 +127,12 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "right token got probability e^-L in the geometric mean (2.3 nats: 1 in 10); lower is better.", "ours"),
         Term("rollback slack", "Extra rows a window keeps beyond its size, so that when speculative decoding "
              "refuses drafted tokens the cache can drop them and still hold a full window.", "port"),
-        Term("recall checkpoint", "A second set of tiny weights shipped with the app: the same layer map with every "
-             "window narrowed, trained mostly on fact-lookup and copying drills, so a far fact can only come back "
-             "through the compressed entries. It shows that road working; its everyday English is poor.", "ours"),
+        Term("recall checkpoint", "Two more sets of tiny weights shipped with the app: the text model's layer map "
+             "with every window narrowed to a few tokens, trained mostly on fact-lookup and copying drills, so a far "
+             "fact can only come back through the compressed entries. One learned that road from the answers alone. "
+             "The other was trained with extra losses aimed at the fact's entry (its attention, index scores and "
+             "readout), so its pictures show the road can carry a fact, not that training finds it unaided. Their "
+             "everyday English is poor.", "ours"),
         Term("anchor", "The first position of a DSpark block: the last token the main model itself produced. The "
              "drafter guesses the tokens that follow it.", "deepseek"),
         Term("DSpark block", f"{c.dspark_block_size} positions: the anchor (the last token the main model produced) "

@@ -10,6 +10,7 @@ import statistics
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.how_trained import training_clause
 from lessons.lookback_heads import (
     GAP_MAX,
     INTRO,
@@ -32,6 +33,7 @@ from lessons.lookback_heads import (
 )
 from model.heldout import heldout_natural_tokens
 from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model, sentences
+from ui.far_fact import session_record
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
@@ -112,6 +114,8 @@ lb = look_back(trace, layout)
 
 # ---- every head at once --------------------------------------------------------------------------------------------
 st.subheader("Every head at the second copy")
+if (record := session_record(sess)) is not None:       # how these weights came by their heads, from their record
+    st.caption(training_clause(record, "copy"))
 best = lb.best()
 m = st.columns(4)
 m[0].metric("Strongest look-back share", f"{best.induction:.2f}",

@@ -8,7 +8,6 @@ labels; messages never quote the reader's text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,16 +20,16 @@ from lessons.far_fact import (
     OWN_HELP,
     about,
     checkpoints_offer,
-    far_recall_of,
-    near_recall_of,
     read_panel,
     weights_note,
 )
 from lessons.far_story import far_sample, own_story
-from lessons.far_weights import weights_line
-from model import Ablation
+from lessons.far_weights import ShippedFacts, weights_line
+from lessons.how_trained import training_clause
+from model import Ablation, shipped_weights
+from ui import weights
 from ui.checkpoints import find_checkpoints
-from ui.common import ROOT, TINY_DIR, built, cached_with_progress
+from ui.common import built, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
@@ -38,6 +37,7 @@ from ui.reproduce import reproduce
 from ui.sources import page_link
 from ui.state import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
+from ui.weights import training_record
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
@@ -90,41 +90,10 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
     return fig
 
 
-RECALL_DIR = ROOT / "data" / "weights" / "recall"
-RECORD_MAX_BYTES = 16 << 20      # a training.json holds every step's log; a bigger file is not read
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _read_json(path: str, mtime: float) -> dict | None:
-    p = Path(path)
-    try:
-        if p.stat().st_size > RECORD_MAX_BYTES:
-            return None
-        rec = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
-
-
-def _json_at(p: Path) -> dict | None:
-    """A JSON object file, read once per change of the file (None when missing, unreadable or too big)."""
-    try:
-        mtime = p.stat().st_mtime
-    except OSError:
-        return None
-    return _read_json(str(p), mtime)
-
-
-def training_record(directory: Path | None = None) -> dict | None:
-    """The training.json of a weights directory (the shipped weights by default): its final evaluation and what
-    `lab.probes.quality --record` measured; None when it is missing, unreadable or too big. Re-read when it changes."""
-    return _json_at((directory or TINY_DIR) / "training.json")
-
-
 def weights_dir(sess) -> Path | None:
     """The directory the session's weights were loaded from (None for random weights)."""
     if sess.weights == "trained":
-        return TINY_DIR
+        return shipped_weights("text")
     if sess.weights == "checkpoint" and sess.checkpoint:
         return find_checkpoints().get(sess.checkpoint)
     return None
@@ -135,42 +104,20 @@ def session_record(sess) -> dict | None:
     return training_record(d) if d is not None else None
 
 
-def recall_label() -> str | None:
-    """The sidebar label of the shipped recall checkpoint, when this server offers it."""
-    if not (RECALL_DIR / "config.json").is_file():
-        return None
-    real = RECALL_DIR.resolve()
-    return next((label for label, d in find_checkpoints().items() if d == real), None)
-
-
-def _choose(weights: str, checkpoint: str | None = None) -> None:
-    """Button callback: switch the sidebar's weights choice before the next run draws it."""
-    st.session_state["weights_choice"] = weights
-    if checkpoint is not None:
-        st.session_state["ckpt_choice"] = checkpoint
-        st.session_state.pop("ckpt_refused", None)
-
-
 def _offer_other_weights(sess, key: str) -> None:
-    """The two shipped trained checkpoints, what each learned, and a button that loads the other one."""
-    label = recall_label()
-    if label is None or sess.weights == "random":
+    """The shipped sets of trained weights, what each is, learned and was trained with, and a button per set that
+    loads it in the sidebar (shown on the text model and on the shipped recall checkpoints)."""
+    now = weights.kind_of(sess)
+    kinds = weights.offered_kinds()
+    if now is None or len(kinds) < 2:
         return
-    on_recall = sess.weights == "checkpoint" and sess.checkpoint == label
-    if sess.weights == "checkpoint" and not on_recall:
-        return
-    try:
-        window = int(_json_at(RECALL_DIR / "config.json")["text_config"]["sliding_window"])
-    except (KeyError, TypeError, ValueError):
-        return
-    text_rec = training_record(TINY_DIR)
-    st.caption(checkpoints_offer(on_recall, far_recall_of(text_rec), far_recall_of(training_record(RECALL_DIR)),
-                                 window, near_recall_of(text_rec)))
-    if on_recall:
-        clicked = st.button("Back to the text model", key=f"{key}_ff_to_text", on_click=_choose, args=("trained",))
-    else:
-        clicked = st.button("Load the recall checkpoint", key=f"{key}_ff_to_recall", on_click=_choose,
-                            args=("checkpoint", label), type="primary")
+    facts = [ShippedFacts(k, weights.title(k), weights.record(k), weights.window_of(k)) for k in kinds]
+    st.markdown("\n".join(f"- {line}" for line in checkpoints_offer(now, facts)))     # our own text
+    clicked = False
+    for col, k in zip(st.columns(len(kinds) - 1), [k for k in kinds if k != now]):
+        with col:
+            clicked |= st.button(f"Load the {weights.title(k).lower()}" if k != "text" else "Back to the text model",
+                                 key=f"{key}_ff_to_{k}", on_click=weights.choose, args=(k,))
     if clicked:             # the panel is a fragment: the sidebar and the page run again with the new weights
         st.rerun(scope="app")
 
@@ -256,9 +203,8 @@ def weights_line_link(sess) -> None:
     """What the loaded weights do on far recall in one sentence (lessons.far_weights.weights_line), with a link to
     the glossary, the one page that states the measured figures in full: they are many, and the view comes first."""
     record = session_record(sess)
-    d = weights_dir(sess)
-    recall = d is not None and (RECALL_DIR / "config.json").is_file() and d == RECALL_DIR.resolve()
-    st.caption(weights_line(sess.weights, record, recall))
+    kind = weights.kind_of(sess)
+    st.caption(weights_line(sess.weights, record, None if kind is None else weights.title(kind)))
     page_link("pages/glossary.py", WEIGHTS_NOTE_LINK, ":material/query_stats:", {"find": "far fact"})
 
 
@@ -267,6 +213,12 @@ def weights_note_section(sess) -> None:
     glossary draws it, and the pages link there."""
     st.markdown("**The weights running here, on far facts (measured)**")
     st.info(weights_note(sess.weights, session_record(sess)))
+    kinds = weights.offered_kinds(("text", "unaided", "recall"))
+    if kinds:
+        st.markdown("**How each shipped set of weights was trained** (read from its training record)")
+        st.markdown("\n".join(f"- **{weights.title(k)}.** "
+                               + training_clause(weights.record(k), "copy" if k == "text" else "far")
+                               for k in kinds))       # our own text, from the records
 
 
 @fragment

@@ -12,14 +12,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from lessons.far_fact import CHANCE
+from lessons import hero
 from lessons.figure3_layout import layout
 from lessons.start import scale_rows
-from lessons.whats_new import HEADLINE, far_headline, knows_no_facts, points
+from lessons.whats_new import HEADLINE, knows_no_facts, points
 from model import V41Config
-from ui.checkpoints import find_checkpoints
-from ui.common import TINY_DIR, Session, built
-from ui.far_fact import RECALL_DIR, far_fact_figure, far_recall_of, training_record
+from ui import weights
+from ui.common import Session, built
+from ui.far_fact import far_fact_figure
 from ui.figures import diagram_figure
 from ui.pair import MISSING, far_reading
 from ui.sources import page_link
@@ -33,18 +33,12 @@ def release() -> V41Config:
     return V41Config.preset("v4.1-flash")
 
 
-def recall_dir():
-    """The shipped recall checkpoint's directory when this server offers it (its operator's allow-list), else None."""
-    real = RECALL_DIR.resolve()
-    return real if (real / "config.json").is_file() and real in find_checkpoints().values() else None
-
-
-def far_readings(sess: Session):
-    """(recall reading, text-model reading) of the far-fact story, or None with a message drawn: the one reading
-    the pages' side-by-side panels draw too (ui.pair.far_reading), so a visitor's first picture and the pages
-    after it show the same story with the same numbers."""
-    if recall_dir() is None:
-        st.info("This server does not offer the recall checkpoint, so the far-fact picture cannot be drawn here.")
+def far_pair_reading(sess: Session):
+    """The far-fact story read on the shipped sets (a FarPair), or None with a message drawn: the one reading the
+    pages' side-by-side panels draw too (ui.pair.far_reading), so a visitor's first picture and the pages after it
+    show the same story with the same numbers."""
+    if not any(weights.offered(k) for k in ("unaided", "recall")):
+        st.info("This server does not offer the recall checkpoints, so the far-fact picture cannot be drawn here.")
         return None
     try:
         pair = far_reading(sess)
@@ -53,9 +47,7 @@ def far_readings(sess: Session):
         return None
     if pair is None:
         st.info(MISSING)
-        return None
-    by_kind = {side.kind: side.ff for side in pair.sides}
-    return by_kind["recall"], by_kind.get("text")
+    return pair
 
 
 def hero_figure(ff, num) -> go.Figure:
@@ -71,22 +63,27 @@ def hero_figure(ff, num) -> go.Figure:
 
 
 def far_picture(sess: Session, key: str, title: bool = True) -> None:
-    """The far-fact picture on the recall checkpoint with its headline; the text model's reading of the same story
-    in an expander (a message instead when the checkpoint is not offered)."""
-    got = far_readings(sess)
-    if got is None:
+    """The far-fact picture on each shipped recall checkpoint (plain training first, then the one shown where to
+    look), each with what it read, answered and was trained with; the text model's reading of the same story in an
+    expander (a message instead when the checkpoints are not offered)."""
+    pair = far_pair_reading(sess)
+    if pair is None:
         return
-    recall, text = got
+    recalls = [s for s in pair.sides if s.kind != "text"]
+    text = next((s for s in pair.sides if s.kind == "text"), None)
     if title:
-        st.markdown(f"**See it work: a fact {recall.tokens.distance} tokens back**")
-    st.plotly_chart(built(hero_figure, recall, sess.num), width="stretch", key=key, config={"displayModeBar": False})
-    head, comp = far_headline(recall, text, sess.num, far_recall_of(training_record(RECALL_DIR)),
-                              far_recall_of(training_record(TINY_DIR)), CHANCE)
-    st.caption(f"Trained for recall, {recall.window}-token windows: {head}")
-    if comp:
+        st.markdown(f"**See it work: a fact {pair.distance} tokens back**")
+    st.caption(hero.intro(pair, recalls[0].ff.n_layers))
+    for col, side in zip(st.columns(len(recalls)), recalls):
+        with col:
+            st.markdown(f"**{hero.HEADS.get(side.kind, side.title)}**")
+            st.plotly_chart(built(hero_figure, side.ff, sess.num), width="stretch", key=f"{key}_{side.kind}",
+                            config={"displayModeBar": False})
+            st.caption(hero.side_caption(side, weights.record(side.kind), sess.num))
+    if text is not None:
         with st.expander("The same story on the text model"):
-            st.caption(comp + " Its windows are wider, and it has not learned to use the compressed entries: the "
-                              "pages on the global branch show both side by side.")
+            st.caption(hero.text_caption(text, weights.record("text"), text.ff.window) + " The pages on the global "
+                       "branch show every set side by side.")
 
 
 def draw_hero(sess: Session) -> None:

@@ -14,8 +14,8 @@ import streamlit as st
 
 from lessons.far_compare import TITLES, learned_line
 from lessons.mechanism import MechanismPicture, mechanism_picture
-from ui.common import TINY_DIR, Session, built
-from ui.far_fact import RECALL_DIR, training_record
+from ui import weights
+from ui.common import Session, built
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace
 from ui.pair import MISSING, pair_sessions, pair_toggle
@@ -121,7 +121,7 @@ STEP_TITLES = ("Tokens", "Entries", "Index scores", "Pool", "Top-k", "Reads")
 
 
 def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
-    """The step control and the picture: on the session's weights, or on both shipped checkpoints side by side
+    """The step control and the picture: on the session's weights, or on the shipped sets side by side
     when the page's toggle is on (the default)."""
     pair = pair_toggle(key)
     seed(f"{key}_step", qp_choice("mstep", list(STEP_TITLES), None, "a step of the picture"), STEP_TITLES[-1])
@@ -140,11 +140,10 @@ def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
     if not sides:
         _draw(sess, lt, title, f"{key}_fig")
         return
-    records = {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
-    for col, (kind, side) in zip(st.columns(2), sides):
+    for col, (kind, side) in zip(st.columns(len(sides)), sides):
         with col:
             st.markdown(f"**{TITLES[kind]}**")
-            st.caption(learned_line(kind, records[kind], side.model.cfg.sliding_window))
+            st.caption(learned_line(kind, weights.record(kind), side.model.cfg.sliding_window))
             side_lt = live_trace(side, lt.text)
             if side_lt is not None:
                 _draw(side, side_lt, title, f"{key}_fig_{kind}")

@@ -1,13 +1,14 @@
-"""The two shipped sets of trained weights side by side, whatever the sidebar has loaded: the recall checkpoint
-(data/weights/recall), which learned to use the global branch, beside the text model (data/weights/tiny),
-which has the same machinery and never learned to reach far back with it.
+"""The shipped sets of trained weights side by side, whatever the sidebar has loaded: the recall checkpoints (one
+trained on the answers alone, one with losses aimed at the fact's entry) beside the text model, which has the same
+machinery and has not learned the recall task. Which sets there are, and whether this server offers them, is
+ui/weights.py's.
 
 A page that teaches the global branch draws `pair_toggle` (on by default, off for the page when the reader
 turns it off) and then either `far_pair` (the far-fact story read by both: lessons/far_compare.py computes the
 whole comparison once per server, this module only draws it) or its own two-column view from `pair_sessions`
 (CSA2 modes draws the mechanism picture twice). The sidebar's weights stay the session's choice: the pair
 loads both checkpoints through the same server-wide store (ui.common.load_model) and never changes the
-sidebar. When the server does not offer the recall checkpoint, the pair says so in one line and draws nothing.
+sidebar. When the server offers no recall checkpoint, the pair says so in one line and draws nothing.
 """
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ import streamlit as st
 from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
 from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line
 from lessons.prompts import encode_prompt
-from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
-from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
+from ui import weights
+from ui.common import Session, built, cached_with_progress
+from ui.far_fact import far_fact_figure
 from ui.figures_run import selection_figure
 from ui.state import KEEP, qp_bool, qp_set, seed
-from ui.text import plain
 
-TOGGLE = "Recall checkpoint beside the text model"
-TOGGLE_HELP = ("On: this view runs on both shipped sets of trained weights, side by side, whatever the sidebar "
+TOGGLE = "Recall checkpoints beside the text model"
+TOGGLE_HELP = ("On: this view runs on the shipped sets of trained weights, side by side, whatever the sidebar "
                "has loaded. Off: only the sidebar's weights, further down the page.")
-MISSING = "The side-by-side needs both shipped sets of weights (the recall checkpoint and the text model); this "\
-          "server does not offer both."
+MISSING = ("The side-by-side needs the text model and at least one shipped recall checkpoint; this server does not "
+           "offer them.")
 
 
 def pair_toggle(key: str, url: str = "pair") -> bool:
@@ -41,37 +42,25 @@ def pair_toggle(key: str, url: str = "pair") -> bool:
 
 
 def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
-    """[("recall", session), ("text", session)] for the two shipped checkpoints (loaded from the server-wide
-    store, labelled as the sidebar would label them so every cache is shared with it); None when the server
-    does not offer both."""
-    label = recall_label()
-    if label is None or not trained_available():
+    """[(kind, session), ...] for the shipped sets this server offers, recall checkpoints first (ui.weights builds
+    each session as the sidebar would, so every cache is shared with it); None without the text model and at
+    least one recall checkpoint."""
+    kinds = weights.offered_kinds()
+    if "text" not in kinds or len(kinds) < 2:
         return None
-    directory = RECALL_DIR.resolve()
-    recall = Session(model=load_model("checkpoint", directory), weights="checkpoint",
-                     label=f"{WEIGHT_CHOICES['checkpoint']}: {plain(label)}", device=sess.device,
-                     one_based=sess.one_based, checkpoint=label)
-    text = Session(model=load_model("trained"), weights="trained", label=WEIGHT_CHOICES["trained"],
-                   device=sess.device, one_based=sess.one_based)
-    return [("recall", recall), ("text", text)]
+    return [(kind, weights.session_for(kind, sess)) for kind in kinds]
 
 
 def far_reading(sess: Session) -> FarPair | None:
-    """The far story read on both shipped checkpoints, once per server: the home page's picture and every page's
-    side-by-side are this one reading. None when the server does not offer both; a load or model error is raised
+    """The far story read on the shipped sets, once per server: the home page's picture and every page's
+    side-by-side are this one reading. None when the server does not offer them; a load or model error is raised
     for the caller to say in its place."""
     sides = pair_sessions(sess)
     if sides is None:
         return None
-    names = {"recall": f"weights/{RECALL_DIR.name}", "text": f"weights/{TINY_DIR.name}"}
-    records = _records()
-    inputs = [SideInput(names[kind], kind, s.model, records[kind]) for kind, s in sides]
+    inputs = [SideInput(f"weights/{kind}", kind, s.model, weights.record(kind)) for kind, s in sides]
     return cached_with_progress("far_pair", tuple(s.label for _, s in sides), lambda progress: compare(inputs),
-                                "Reading one far story on both sets of weights ...", max_entries=2)
-
-
-def _records() -> dict[str, dict | None]:
-    return {"recall": training_record(RECALL_DIR), "text": training_record(TINY_DIR)}
+                                "Reading one far story on each set of weights ...", max_entries=2)
 
 
 def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: int, layer: int, pos: int,
@@ -89,11 +78,10 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
     if sides is None:
         st.caption(MISSING)
         return False
-    records = _records()
-    for col, (kind, side) in zip(st.columns(2), sides):
+    for col, (kind, side) in zip(st.columns(len(sides)), sides):
         with col:
             st.markdown(f"**{TITLES[kind]}**")
-            st.caption(learned_line(kind, records[kind], side.model.cfg.sliding_window))
+            st.caption(learned_line(kind, weights.record(kind), side.model.cfg.sliding_window))
             ids, problem = encode_prompt(side.model, prompt, MAX_PROMPT_TOKENS)
             if problem:
                 st.caption(problem)
@@ -129,7 +117,7 @@ def compact_far_figure(ff, num) -> go.Figure:
 
 
 def far_pair(sess: Session, key: str, focus: str, url: str = "pair") -> bool:
-    """The far-fact story on both checkpoints, in two columns: each with what those weights learned, the
+    """The far-fact story on the shipped sets, one column each: each with what those weights learned, the
     picture of where the answer token's attention went, and one line for this page's lesson (`focus`, one of
     lessons.far_compare.FOCUSES). Returns whether it was drawn."""
     if not pair_toggle(key, url):
@@ -143,7 +131,7 @@ def far_pair(sess: Session, key: str, focus: str, url: str = "pair") -> bool:
         st.caption(MISSING)
         return False
     st.caption(pair.story_line())
-    for col, side in zip(st.columns(2), pair.sides):
+    for col, side in zip(st.columns(len(pair.sides)), pair.sides):
         with col:
             st.markdown(f"**{side.title}**")
             st.caption(side.learned)

@@ -4,8 +4,8 @@ native.py: the native format (model.safetensors, strict state dict, save). parts
 data (fp32 tensors, optional-part prefixes, ignored keys) and the attaching of the drafter and the vision
 tower. Release layout: quantization.py (quantization_config, FP8 / MXFP4 formats), shards.py (headers,
 index), plans.py (checks, dequantize, fill), streaming.py (the memory budget, layer streaming, memory-mapped
-Engram rows), release.py (the loading steps), writer.py (write_release, describe). loader.py also finds the
-shipped weights and builds the random tiny model.
+Engram rows), release.py (the loading steps), writer.py (write_release, describe). loader.py also
+builds the random tiny model (the shipped sets are listed in model/shipped.py).
 
 This file is the package's face: callers outside model/ import these names from `model.checkpoint`, not
 from its modules (modules inside model/ import the module that defines a name). The loading steps that

@@ -22,6 +22,7 @@ from ..arch.rope import Rotary
 from ..config import ConfigError, V41Config
 from ..errors import CheckpointError
 from ..model import V41Model
+from ..shipped import shipped_weights
 from ..tokenizer import compressed_token_map, load_tokenizer
 from .native import default_device, load_state_dict, shard_map
 from .parts import attach_parts, cast_params
@@ -37,14 +38,6 @@ from .release import (
 )
 from .shards import ReleaseCheckpoint
 from .streaming import LayerLoad
-
-# The weights that ship with the project, found from the package itself (never from the working folder).
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def shipped_weights() -> Path:
-    """The shipped trained tiny weights' directory (config.json, model.safetensors, tokenizer.json)."""
-    return ROOT / "data" / "weights" / "tiny"
 
 
 def random_tiny(seed: int = 0, device: str | torch.device | None = None):

@@ -144,7 +144,7 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
     assert at.session_state["ckpt_choice"] == "weights/recall"
     note = line()
     assert note != first and "clearly above a guess" in note            # the recall checkpoint's own record
-    assert note.startswith("The sidebar's weights (the recall checkpoint) recall")
+    assert note.startswith("The sidebar's weights (the recall checkpoint, shown where to look) recall")
     window = json.loads((ROOT / "data" / "weights" / "recall" / "config.json").read_text())["text_config"][
         "sliding_window"]
     far = next(c.value for c in at.caption if c.value.startswith("Far means"))

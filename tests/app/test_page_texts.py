@@ -169,7 +169,9 @@ def test_ablation_page_names_weights_not_files_and_the_comb_configuration_honest
     no_errors(at)
     body = text(at)
     assert "weights/recall" not in body and "weights/tiny" not in body
-    assert {"**Recall checkpoint**", "**Text model**"} <= {m.value for m in at.markdown}
+    from model.shipped import SHIPPED
+
+    assert {f"**{s.title}**" for s in SHIPPED} <= {m.value for m in at.markdown}
     assert any(c.value.startswith("The sidebar's weights (the text model) recall") for c in at.caption)
     assert "These weights recall" not in body
     table = next(d.value for d in at.dataframe if "what changes" in d.value.columns)

@@ -1,6 +1,6 @@
-"""AppTest: the side-by-side of the two shipped checkpoints (ui/pair.py) appears by default on the views that teach
-the global branch, names both checkpoints, and a toggle turns it off, whatever weights the sidebar holds (random
-tiny here, as every AppTest page run)."""
+"""AppTest: the side-by-side of the shipped sets (ui/pair.py) appears by default on the views that teach the global
+branch, names every set, says under each recall checkpoint how it was trained (the clause read from its record),
+and a toggle turns it off, whatever weights the sidebar holds (random tiny here, as every AppTest page run)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,29 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from lessons.how_trained import training_clause
+from model import shipped_set
 from tests.conftest import ROOT, run_page
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.skipif(not all((ROOT / "data" / "weights" / d / "model.safetensors").exists()
-                                         for d in ("tiny", "recall")), reason="shipped weights not present")]
+                                         for d in ("tiny", "recall", "unaided")), reason="shipped weights not present")]
 
-NAMES = ("Recall checkpoint", "Text model")        # readers' names: no file path in a title
+KINDS = ("unaided", "recall", "text")
+NAMES = tuple(shipped_set(k).title for k in KINDS)
+
+
+def clauses() -> list[str]:
+    """The short clause of each recall checkpoint, computed from its training.json as shipped."""
+    import json
+    return [training_clause(json.loads((shipped_set(k).directory / "training.json").read_text()), short=True)
+            for k in ("unaided", "recall")]
+
+
+def says_how_trained(at: AppTest) -> None:
+    said = " ".join(c.value for c in at.caption)
+    for clause in clauses():
+        assert clause in said, clause
 
 
 def ok(at: AppTest) -> None:
@@ -36,13 +52,14 @@ def test_pair_by_default_with_both_checkpoints_named_and_a_toggle_off(page, key)
     at = run_page(page)
     ok(at)
     assert all(n in headings(at) for n in NAMES), headings(at)
-    assert {f"{key}_pair_recall", f"{key}_pair_text"} <= chart_keys(at)
-    learned = [c.value for c in at.caption if c.value.startswith("Learned")]
-    assert len(learned) == 2 and all("Far recall" in c for c in learned)
+    assert {f"{key}_pair_{k}" for k in KINDS} <= chart_keys(at)
+    learned = [c.value for c in at.caption if "Far recall" in c.value]
+    assert len(learned) == 3, learned
+    says_how_trained(at)
     at.toggle(key=f"{key}_pair").set_value(False).run()
     ok(at)
     assert not any(n in headings(at) for n in NAMES)
-    assert not {f"{key}_pair_recall", f"{key}_pair_text"} & chart_keys(at)
+    assert not {f"{key}_pair_{k}" for k in KINDS} & chart_keys(at)
     assert at.query_params.get("pair") in ("0", ["0"])          # the link keeps the switch off
     again = run_page(page, pair="0")                                # and a link with it opens without the pair
     ok(again)
@@ -54,32 +71,34 @@ def test_inspector_far_fact_and_selected_views_show_the_pair():
     at = run_page("inspector")
     ok(at)
     # the selected-entries view: the current prompt, layer and token read by both checkpoints
-    assert {"insp_sel_recall", "insp_sel_text"} <= chart_keys(at)
-    assert {"Recall checkpoint", "Text model"} <= set(headings(at))
+    assert {f"insp_sel_{k}" for k in KINDS} <= chart_keys(at)
+    assert set(NAMES) <= set(headings(at))
     kept = [m.value for m in at.markdown if m.value.startswith("Keeps ")]
-    assert len(kept) == 2 and all(re.match(r"Keeps 16 of \d{3} entries", k) for k in kept), kept
+    assert len(kept) == 3 and all(re.match(r"Keeps 16 of \d{3} entries", k) for k in kept), kept
+    says_how_trained(at)
     # the far-fact view: one held-out story read by both
-    assert headings(at).count(NAMES[0]) == 2 and headings(at).count(NAMES[1]) == 2     # selected + far fact
+    assert all(headings(at).count(n) == 2 for n in NAMES)           # the selected-entries view and the far fact
     lines = [m.value for m in at.markdown]
     assert any("of a decoder layer's attention" in v or "under 1% of its attention" in v for v in lines)
     at.toggle(key="insp_ff_pair").set_value(False).run()
     ok(at)
-    assert headings(at).count(NAMES[0]) == 1 and {"insp_sel_recall", "insp_sel_text"} <= chart_keys(at)
+    assert headings(at).count(NAMES[0]) == 1 and {f"insp_sel_{k}" for k in KINDS} <= chart_keys(at)
     at.toggle(key="insp_sel_pair").set_value(False).run()
     ok(at)
-    assert not {"insp_sel_recall", "insp_sel_text"} & chart_keys(at)
+    assert not {f"insp_sel_{k}" for k in KINDS} & chart_keys(at)
 
 
 def test_csa2_draws_the_mechanism_for_both_checkpoints_then_for_the_sidebar_s_weights():
     at = run_page("csa2_modes")
     ok(at)
     keys = chart_keys(at)
-    assert {"csa2_mech_fig_recall", "csa2_mech_fig_text"} <= keys and "csa2_mech_fig" not in keys
-    assert {"Recall checkpoint", "Text model"} <= set(headings(at))
+    assert {f"csa2_mech_fig_{k}" for k in KINDS} <= keys and "csa2_mech_fig" not in keys
+    assert set(NAMES) <= set(headings(at))
+    says_how_trained(at)
     at.toggle(key="csa2_mech_pair").set_value(False).run()
     ok(at)
     keys = chart_keys(at)
-    assert "csa2_mech_fig" in keys and not {"csa2_mech_fig_recall", "csa2_mech_fig_text"} & keys
+    assert "csa2_mech_fig" in keys and not {f"csa2_mech_fig_{k}" for k in KINDS} & keys
     at.segmented_control(key="csa2_mech_step").set_value("Pool").run()
     ok(at)
     assert any("candidate pool" in m.value for m in at.markdown)

@@ -1,5 +1,5 @@
-"""The far-fact comparison (lessons/far_compare.py) on the two shipped checkpoints: one call returns both readings
-of one story and the sentences a page shows, and the readings agree with each side's own trace."""
+"""The far-fact comparison (lessons/far_compare.py) on the shipped sets: one call returns every reading of one story
+and the sentences a page shows, and the readings agree with each side's own trace."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import pytest
 
 from lessons.far_compare import FOCUSES, SideInput, compare
 from lessons.far_fact import far_recall_of
-from model import load
+from lessons.how_trained import training_clause
+from model import load, shipped_set
 from tests.conftest import ROOT
 
 WEIGHTS = ROOT / "data" / "weights"
-pytestmark = pytest.mark.skipif(not all((WEIGHTS / d / "model.safetensors").exists() for d in ("tiny", "recall")),
-                                reason="shipped weights not present")
+pytestmark = pytest.mark.skipif(
+    not all((WEIGHTS / d / "model.safetensors").exists() for d in ("tiny", "recall", "unaided")),
+    reason="shipped weights not present")
 
 
 @pytest.fixture(scope="module")
@@ -23,20 +25,27 @@ def pair():
     def side(d: str, kind: str) -> SideInput:
         return SideInput(f"weights/{d}", kind, load(WEIGHTS / d, device="cpu"),
                          json.loads((WEIGHTS / d / "training.json").read_text()))
-    return compare([side("recall", "recall"), side("tiny", "text")])
+    return compare([side("unaided", "unaided"), side("recall", "recall"), side("tiny", "text")])
 
 
-def test_both_sides_read_one_story_past_both_windows(pair):
-    a, b = pair.sides
-    assert [a.kind, b.kind] == ["recall", "text"]
-    assert a.ff.tokens.ids == b.ff.tokens.ids                    # the same tokens, so like for like
+def test_every_side_reads_one_story_past_every_window(pair):
+    a, b, c = pair.sides
+    assert [a.kind, b.kind, c.kind] == ["unaided", "recall", "text"]
+    assert a.ff.tokens.ids == b.ff.tokens.ids == c.ff.tokens.ids     # the same tokens, so like for like
     assert pair.distance == a.ff.tokens.distance > max(pair.windows)
-    assert a.ff.far and b.ff.far
-    assert f"{pair.distance} tokens" in pair.story_line()
+    assert a.ff.far and b.ff.far and c.ff.far
+    assert f"{pair.distance} tokens" in pair.story_line() and "past every window (2 and 32 tokens)" in pair.story_line()
+
+
+def test_the_plain_training_checkpoint_found_the_fact_without_a_loss_aimed_at_it(pair):
+    unaided = pair.sides[0]
+    best = unaided.best_decoder
+    assert best.share >= 0.3 and unaided.ff.answers[0].right          # one decoder layer reads the fact's entry
+    assert pair.decoder_best("unaided") < pair.decoder_best("recall")  # less than the one shown where to look
 
 
 def test_the_recall_checkpoint_reaches_the_fact_and_the_text_model_does_not(pair):
-    recall, text = pair.sides
+    _, recall, text = pair.sides
     assert pair.decoder_best("recall") >= 0.5
     assert pair.decoder_best("text") < 0.05
     assert recall.ff.answers[0].right and not recall.ff.answers[1].right   # off the global branch, it fails
@@ -55,17 +64,20 @@ def test_each_sentence_carries_its_own_side_s_numbers(pair):
         assert f"in {sum(bool(lf.selected) for lf in sel)} of {len(sel)} compressed layers" in line
         on, off = side.ff.answers
         assert on.token.strip() in side.line("ablation") and off.token.strip() in side.line("ablation")
-        assert side.learned and side.title == {"recall": "Recall checkpoint", "text": "Text model"}[side.kind]
+        assert side.learned and side.title == shipped_set(side.kind).title and "weights/" not in side.title
         assert all(side.line(f).strip() for f in FOCUSES)
 
 
 def test_each_side_says_what_its_weights_learned_with_its_measured_far_recall(pair):
     for side in pair.sides:
-        record = json.loads((WEIGHTS / side.name.split("/")[1] / "training.json").read_text())
+        record = json.loads((shipped_set(side.kind).directory / "training.json").read_text())
         assert f"Far recall {100 * far_recall_of(record):.0f}%" in side.learned
         assert f"window {side.ff.window})" in side.learned
-    recall, text = pair.sides
+        if side.kind != "text":                                         # how it was trained, from its record
+            assert training_clause(record, "far", short=True) in side.learned
+    unaided, recall, text = pair.sides
     assert "has not learned" in text.learned and "has not learned" not in recall.learned
+    assert "lookup, selection" in recall.learned and "no loss on attention" in unaided.learned
 
 
 def test_a_near_tie_on_the_ablation_line_is_a_guess_not_right(pair):

@@ -350,9 +350,9 @@ def test_recall_at_chance_at_every_distance_is_not_blamed_on_distance():
     near_ok = {"measured": {"recall_far": 0.12, "recall_inside": 0.8, "recall_just_past": 0.6}}
     assert "far recall has not emerged" in ff.weights_note("trained", near_ok)    # then distance is the story
     assert ff.near_recall_of(flat) == [0.05, 0.06]
-    offer = ff.checkpoints_offer(False, 0.12, 0.9, 2, ff.near_recall_of(flat))
+    offer = ff.set_line(ff.ShippedFacts("text", "Text model", flat, 32))
     assert "has not emerged in it at any distance" in offer and "5%, 6%" in offer
-    assert "far recall has not emerged" in ff.checkpoints_offer(False, 0.12, 0.9, 2, [0.8])
+    assert "far recall has not emerged" in ff.set_line(ff.ShippedFacts("text", "Text model", near_ok, 32))
 
 
 @pytest.mark.parametrize("replay", [64, 128, 512])
@@ -453,10 +453,13 @@ def test_calculator_inputs_are_explained_not_restated():
 def test_reader_text_names_no_files_and_no_jargon_for_the_checkpoints():
     from lessons import far_fact as ff
 
-    offer = ff.checkpoints_offer(False, 0.12, 0.9, 2, [0.05, 0.06])
+    recall = {"measured": {"recall_far": 0.9}, "train_config": {"drill_frac": 0.5, "copy_frac": 0.25}}
+    offer = " ".join(ff.checkpoints_offer("text", [
+        ff.ShippedFacts("text", "Text model", {"measured": {"recall_far": 0.12}}, 32),
+        ff.ShippedFacts("recall", "Recall checkpoint", recall, 2)]))
     for said in (offer, ff.FAR_RULE, ff.NO_RECORD):
         assert not any(x in said for x in ("weights/", ".jsonl", "training.json", "key-value rows")), said
-    assert "one part in five ordinary text" in offer
+    assert "25% ordinary text in its last phase" in offer         # one minus the drills' and copies' shares
 
 
 def test_lookback_verdict_states_its_rule():

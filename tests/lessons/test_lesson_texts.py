@@ -130,7 +130,8 @@ def test_the_pages_one_line_about_the_weights_agrees_with_the_full_note():
     assert len(line.split()) <= 25                      # one sentence beside the view; the glossary holds the rest
     # it says which weights: under the side-by-side of both shipped sets "these weights" named neither
     assert line.startswith("The sidebar's weights (the text model) recall") and "These weights" not in line
-    assert weights_line("checkpoint", rec, recall=True).startswith("The sidebar's weights (the recall checkpoint)")
+    assert weights_line("checkpoint", rec, "Recall checkpoint, shown where to look").startswith(
+        "The sidebar's weights (the recall checkpoint, shown where to look) recall")
     assert weights_line("checkpoint", None).startswith("The sidebar's weights (a chosen checkpoint)")
 
 
@@ -147,11 +148,13 @@ def test_checkpoints_offer_names_what_each_learned_with_its_own_far_recall():
     recall_rec = {"final": {"recall_far": 0.5}}
     assert ff.far_recall_of(text_rec) == 0.04                      # the benchmark's figure wins over the last eval
     assert ff.far_recall_of(recall_rec) == 0.5 and ff.far_recall_of(None) is None
-    offer = ff.checkpoints_offer(False, ff.far_recall_of(text_rec), ff.far_recall_of(recall_rec), 2)
-    assert offer.startswith("The text model") and "has not emerged" in offer and "(4% of far" in offer
-    assert "narrowed to 2 tokens" in offer and "(50% of far" in offer
-    back = ff.checkpoints_offer(True, 0.3, None, 4)
-    assert back.startswith("The recall checkpoint") and "not emerged" not in back and "not measured" in back
+    sets = [ff.ShippedFacts("text", "Text model", text_rec, 32), ff.ShippedFacts("recall", "Recall", recall_rec, 2)]
+    text, recall = ff.checkpoints_offer("text", sets)
+    assert text.startswith("Text model") and "has not emerged" in text and "(4% of far" in text
+    assert "narrowed to 2 tokens" in recall and "(50% of far" in recall
+    first, _ = ff.checkpoints_offer("recall", [sets[0], ff.ShippedFacts("recall", "Recall", None, 4)])
+    assert first.startswith("Recall") and "not emerged" not in first and "not measured" in first
+    assert "without a training record" in first                   # no record: how it was trained is not known
 
 
 # ---- ablation lab ---------------------------------------------------------------------------------------------
