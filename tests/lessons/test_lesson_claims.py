@@ -541,3 +541,19 @@ def test_the_calculator_says_where_its_parameter_total_comes_from_beside_the_num
     assert line.startswith("Our count from the config, not a figure the release quotes: 763,205,315,795 parameters")
     assert "552B backbone, the one part the release quotes" in line and "197B Engram tables" in line
     assert "355.40 GiB" in line and "1.00 GiB" in line          # 763,205,315,795 / 2 B = 355.40 GiB
+
+
+def test_the_time_page_s_bounds_and_peaks_are_in_the_glossary_and_its_sources_in_the_list():
+    """Memory-/compute-bound and dense vs 'with sparsity' peaks are defined where a reader looks words up; the
+    roofline model and the GPU datasheets are in the sources list (the chips table's own rows are not enough)."""
+    from lessons.glossary import terms
+    from lessons.sources import SURENESS, footer_lines
+
+    found = {t.term: t for t in terms()}
+    assert "memory-bound, compute-bound" in found
+    sparse = next(t for name, t in found.items() if "with sparsity" in name)
+    assert "3,958 TFLOPS FP8 with sparsity, 1,979 dense" in sparse.meaning      # the H100 SXM sheet, halved
+    lines = footer_lines()
+    assert any(line.startswith("Williams, Waterman and Patterson 2009, 'Roofline") for line in lines)
+    assert any(line.startswith("NVIDIA H100, H200 and HGX/DGX B200 datasheets") and
+               line.endswith(f"({SURENESS['datasheet']})") for line in lines)
