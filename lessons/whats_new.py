@@ -118,8 +118,7 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              "the release does not quote them." if ours else
              "This config stores no compressed entries, so nothing in its cache grows per token.")
     short = (f"{ours:,.0f} B ({fs.v41_formats}) against {v4:,.0f} B for V4-Flash ({fs.v4_formats}): "
-             f"{v4 / ours:.1f}x less, {fs.layout:.1f}x from the layout and {fs.formats:.1f}x from the number format "
-             "(counted here)."
+             f"{v4 / ours:.1f}x less, {fs.formats:.1f}x of it the number format."
              if ours else "no compressed entries stored.")
     out.append(Point("cache", "Cache per token", short, cache,
                      {"bytes_per_token": ours, "v4_flash_bytes_per_token": v4, "stored_copies": stored,
@@ -133,7 +132,7 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              "The same pass adds one token of the main model's own, so every pass writes at least one. "
              + block_sentence(cfg.dspark_block_size))
     out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens; one pass "
-                     "of the main model keeps those its rule accepts and adds one of its own.", draft,
+                     "of the main model checks them and adds its own.", draft,
                      {"block": cfg.dspark_block_size, "targets": targets}))
 
     v = cfg.vision_config
@@ -147,10 +146,9 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
     if parts:
         also = ("The release documents more parts than CSA2 and DSpark, each separate from the cache sharing and "
                 "not to be credited to it: " + "; ".join(parts) + ".")
-        names = [n for n, on in (("a vision encoder", v is not None), ("Engram lookups", bool(engram)),
-                                 ("revised mixing of the residual streams (mHC)", cfg.hc_mult > 1)) if on]
-        out.append(Point("beyond", "Also in the release", ", ".join(names[:-1]) + (" and " if len(names) > 1 else "")
-                         + names[-1] + ", apart from the cache.", also,
+        names = [n for n, on in (("a vision encoder", v is not None), ("Engram", bool(engram)),
+                                 ("revised stream mixing (mHC)", cfg.hc_mult > 1)) if on]
+        out.append(Point("beyond", "Also in the release", ", ".join(names) + ".", also,
                          {"vision": v is not None, "engram_layers": list(cfg.engram_layer_ids),
                           "streams": cfg.hc_mult}))
     return out
