@@ -26,7 +26,8 @@ def panel_text(at: AppTest) -> str:
     """The panel's sentences as a reader sees them: its summary list is Markdown, escaped by ui.text.plain."""
     from ui.text import as_shown
 
-    return "\n".join([t.value for t in at.text] + [as_shown(m.value) for m in at.markdown])
+    items = [re.sub(r"^- ", "", line) for m in at.markdown for line in as_shown(m.value).splitlines()]
+    return "\n".join([t.value for t in at.text] + items)
 
 
 @pytest.mark.parametrize("page", list(PAGES))
