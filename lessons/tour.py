@@ -31,11 +31,11 @@ CARD_WORDS = 60            # the whole card (counter, title, question, text, Bac
 CARD_CHROME = 7            # the words around a card's own text: "Tour 3/15:" and "Back" / "Next" (ui.tour)
 CHECK = "check"            # the last stop's key: the self-check and where to go deeper
 
-# The far-fact stop's text, in one place. The picture is of the shipped recall checkpoint reading one story; it
-# shows where that model's attention went, not how it came to put it there.
-FAR_FACT = ("The shipped recall checkpoint (tiny, same design, short windows) reads one story: its decoder layers "
-            "put most attention on the entry holding a fact far outside their window; with the global branch off, "
-            "the answer is lost.")
+# The far-fact stop's text, in one place, short enough to take one more clause within CARD_WORDS. The picture is
+# of the shipped recall checkpoint reading one story: it shows where that model's attention went, not how it came
+# to put it there.
+FAR_FACT = ("The shipped recall checkpoint (tiny, short windows) on one story: its decoder layers put most attention "
+            "on the entry holding a fact far outside their window; with the global branch off, the answer is lost.")
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,8 @@ def stops(cfg: V41Config | None = None, num: Callable[[int], int] | None = None)
              ("fig3_chart",), step="line"),
         Stop("pool", "pages/csa2_modes.py", "A pool, then the top-k",
              "How does a layer choose what it reads?",
-             "Step through: tokens packed into entries, scored, a pool of the best blocks, the top-k from it, read. "
-             + scan + f"Reindex layers pick {cfg.index_topk} inside it.",
+             "Step through the tiny models' layers: tokens packed into entries, scored, a pool of the best blocks, "
+             "the top-k, read. " + scan + f"Reindex layers pick {cfg.index_topk} inside it.",
              ("csa2_mech_step", "csa2_mech_fig")),
         Stop("cache", "pages/compare_designs.py", "The cache and its formats",
              "Why does V4.1's cache grow slower than V4-Flash's?",

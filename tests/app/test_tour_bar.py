@@ -1,6 +1,7 @@
-"""AppTest for the guided tour's bar: a stop named in the URL shows its question, where to look and its takeaway
-on its own page, with Back and Next; a stop of another page is offered as a link; a name that is no stop gets a
-message quoting it as plain text. Run through app.py, as the browser does (the bar needs the navigation)."""
+"""AppTest for the guided tour's card: a stop named in the URL shows its counter, question and text on its own
+page, with Back and Next, and the page folded to what the stop needs; a stop of another page is offered as a link;
+a name that is no stop gets a message quoting it as plain text. Run through app.py, as the browser does (the card
+needs the navigation)."""
 
 from __future__ import annotations
 
