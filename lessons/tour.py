@@ -88,12 +88,12 @@ def stops(cfg: V41Config | None = None, num: Callable[[int], int] | None = None)
     return [
         Stop("job", FIGURE3, "Read it from the bottom",
              "What is Figure 3 a picture of?",
-             f"One model cut in two: {len(specs)} layers of the release, the left half reading the prompt, the "
-             "right half writing the answer.",
+             f"One model cut in two: the release's {len(specs) - n_dec}-layer causal encoder on the left, its "
+             f"{n_dec}-layer decoder on the right, reading memory built from the encoder.",
              ("fig3_chart",), step="job"),
         Stop("notation", FIGURE3, "CSA2(r)",
              "What does CSA2(2, ...) mean?",
-             "CSA2 reads a window of recent rows plus a few selected packed entries. r tokens pack into one entry: "
+             "CSA2 reads a window of recent rows plus a few selected global entries. r tokens pack into one entry: "
              "r2 packs pairs, r1 does not pack.",
              ("fig3_chart",), step="why", keep=("fig3_table",)),
         Stop("modes", FIGURE3, "Three modes",
@@ -138,7 +138,7 @@ def stops(cfg: V41Config | None = None, num: Callable[[int], int] | None = None)
         Stop("recurrence", FIGURE3, "Not recurrence",
              "Is sharing entries the same as running a layer again?",
              "No: recurrence reapplies one block's weights; here every layer has its own, and a dotted x5 only "
-             "counts layers.",
+             "counts repeats.",
              ("fig3_chart",), step="repeat"),
         Stop("time", "pages/prefill_decode.py", "Where the time goes",
              "Where does an agent round's work go?",
