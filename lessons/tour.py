@@ -31,11 +31,11 @@ CARD_WORDS = 60            # the whole card (counter, title, question, text, Bac
 CARD_CHROME = 7            # the words around a card's own text: "Tour 3/15:" and "Back" / "Next" (ui.tour)
 CHECK = "check"            # the last stop's key: the self-check and where to go deeper
 
-# The far-fact stop's text, in one place, short enough to take one more clause within CARD_WORDS. The picture is
-# of the shipped recall checkpoint reading one story: it shows where that model's attention went, not how it came
-# to put it there.
-FAR_FACT = ("The shipped recall checkpoint (tiny, short windows) on one story: its decoder layers put most attention "
-            "on the entry holding a fact far outside their window; with the global branch off, the answer is lost.")
+# The far-fact stop's text, in one place, within CARD_WORDS: two pictures, one per shipped recall checkpoint, each
+# captioned with how it was trained (read from its record, lessons/how_trained.py); the card says the difference.
+FAR_FACT = ("Two tiny recall checkpoints, 2-token windows, one story with the fact far back. The first learned "
+            "from the answers alone; the second had losses aimed at the fact's entry: it shows the road can carry a "
+            "fact, not that training finds it.")
 
 
 @dataclass(frozen=True)
