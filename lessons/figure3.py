@@ -240,8 +240,8 @@ def steps(cfg: V41Config, one_based: bool = False, engram_params: int | None = N
              "drawn structure occurs that many times in a row. A count does not say the copies share weights. "
              "In this model every copy "
              "is a separate layer with its own tensors; the Is this recurrence? page checks that on the real "
-             "weights. The default drawing here gives every layer its own row and numbers the repeated groups "
-             "1/n, 2/n, ...: switch on Compact to see the frames.",
+             "weights. The compact drawing here draws the frames the same way; switch Compact off to give every "
+             "layer its own row.",
              frozenset({"repeat"}), None, read_along=read_along("Figure 3"), links=_links("recurrence"),
              fine_print=f"In Compact mode the count inside a pale Reuse row (x{rep_n}) is how many Reuse layers it "
                         "stands for in each group, and the count beside a dotted frame"

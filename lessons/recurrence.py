@@ -129,9 +129,9 @@ def shares_sentence(rf: ReuseFacts, picker: str) -> str:
     if rf.entries_idle:
         return (f"Neither it nor layer {picker} gives those entries any weight on these weights (at most "
                 f"{rf.largest_share:.4f} of a head's attention): here both read only their windows, so their "
-                "shares cannot differ. Pick an encoder Reuse layer, or load the recall checkpoint (a second set of "
-                "tiny weights trained on fact lookup; the sidebar's weights choice offers it), to see a fresh query "
-                "at work.")
+                "shares cannot differ. Pick an encoder Reuse layer, or load a recall checkpoint (tiny weights "
+                "trained on fact lookup; the sidebar's weights choice offers them), to see what a "
+                "fresh query does with them.")
     return (f"With those same entries its own query gave other shares than layer {picker}'s: the largest gap over "
             f"all rows and heads is {rf.share_gap:.3f}.")
 

@@ -179,7 +179,7 @@ class ReuseComparison:
         if self.entries_idle:
             gap = (f"Neither layer gives them any weight on these weights (under {IDLE_SHARE} of this head's "
                    "attention: both read only their windows here), so their shares cannot differ; try an encoder "
-                   "Reuse layer, or the recall checkpoint (tiny weights trained on fact lookup, offered in the "
+                   "Reuse layer, or a recall checkpoint (tiny weights trained on fact lookup, offered in the "
                    "sidebar's weights choice).")
         else:
             gap = f"The largest difference in the share given to one entry is {self.largest_gap:.3f}."

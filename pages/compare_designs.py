@@ -25,9 +25,32 @@ from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
 from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
+from ui.tour import shows
 
 P = "cd"
+
+
+def _waterfall(fmt: str) -> None:
+    """From V4-Flash to V4.1, one change at a time: the chart, then (off the tour) its story and table."""
+    st.subheader("From V4-Flash to V4.1: one change at a time")
+    if shows("cd_waterfall_text"):
+        st.write(LINEAGE)
+        st.markdown(WATERFALL_NOTE)
+    fall = v4_to_v41_waterfall()
+    chart(built(waterfall_figure, fall, "Bytes per token, V4-Flash to V4.1-Flash"), f"{P}_waterfall", fmt,
+          "v4-to-v41")
+    if shows("cd_waterfall_text"):
+        st.dataframe(pd.DataFrame([{"step": w.step, "bytes per token after": round(w.bytes_per_token, 2),
+                                    "change": round(w.change, 2), "what changes": w.why} for w in fall]),
+                     hide_index=True, key=f"{P}_waterfall_table")
+    st.caption(f"{fall[0].bytes_per_token:,.2f} / {fall[-1].bytes_per_token:,.2f} = "
+               f"{fall[0].bytes_per_token / fall[-1].bytes_per_token:.2f}x smaller per token.")
+
+
 sess = page_header("Compare designs")
+if not shows("cd_compare"):     # the tour's cache stop: the waterfall alone, the rest of the page folded away
+    _waterfall("png")
+    stop()
 st.markdown(COMPARE_INTRO)
 
 keys = [k for k in DESIGNS if k != "teaching"]
@@ -92,16 +115,7 @@ chart(built(compare_bar, [(c.design.short or c.design.label, c.hbm) for c in cal
       f"{P}_bar", fmt, "compare-designs")
 chart(built(role_strip, [c.design for c in calcs], sess.one_based), f"{P}_roles", fmt, "layer-roles")
 
-st.subheader("From V4-Flash to V4.1: one change at a time")
-st.write(LINEAGE)
-st.markdown(WATERFALL_NOTE)
-fall = v4_to_v41_waterfall()
-chart(built(waterfall_figure, fall, "Bytes per token, V4-Flash to V4.1-Flash"), f"{P}_waterfall", fmt, "v4-to-v41")
-st.dataframe(pd.DataFrame([{"step": w.step, "bytes per token after": round(w.bytes_per_token, 2),
-                            "change": round(w.change, 2), "what changes": w.why} for w in fall]),
-             hide_index=True, key=f"{P}_waterfall_table")
-st.caption(f"{fall[0].bytes_per_token:,.2f} / {fall[-1].bytes_per_token:,.2f} = "
-           f"{fall[0].bytes_per_token / fall[-1].bytes_per_token:.2f}x smaller per token.")
+_waterfall(fmt)
 
 st.subheader("What is shared")
 aspects = ["prepared data", "selection", "update rule (weights)", "per-token state"]

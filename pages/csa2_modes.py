@@ -21,12 +21,17 @@ from ui.common import page_header
 from ui.live import picked_trace
 from ui.mechanism import mechanism_view
 from ui.reproduce import reproduce
+from ui.state import stop
+from ui.tour import shows
 
 sess = page_header("CSA2: Full, Reuse, Reindex")
-st.write("One query's path through compressed sparse attention, read off a trace of the prompt: tokens packed "
-         "into entries, scored, pooled, picked, then read by a Full, a Reuse and a Reindex layer.")
+if shows("csa2_intro"):
+    st.write("One query's path through compressed sparse attention, read off a trace of the prompt: tokens packed "
+             "into entries, scored, pooled, picked, then read by a Full, a Reuse and a Reindex layer.")
 lt = picked_trace(sess)
 mechanism_view(sess, lt, "csa2_mech")
+if not shows("csa2_rest"):     # the tour's stop on the picture: the rest of the page folds away
+    stop()
 
 st.subheader("The three labels")
 st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "

@@ -32,10 +32,12 @@ from ui.state import (
     stepper,
 )
 from ui.text import plain, quoted
+from ui.tour import open_stop, shows
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
-st.caption("Step through the story, or click a box's dot to open it.")
+if shows("fig3_intro"):
+    st.caption("Step through the story, or click a box's dot to open it.")
 
 CONFIGS = {"full": "Released V4.1-Flash", "running": "The running model"}
 NONE = "(none)"
@@ -51,13 +53,16 @@ seed("fig3_config", qp_choice("config", list(CONFIGS), CONFIGS["full"], "a drawi
 # compact by default: the whole drawing and the story share one screen
 seed("fig3_compact", {"1": True, "0": False}.get(qp_get("compact", "")) if qp_get("compact") is not None else None,
      True)
-top = st.columns([3, 2, 2], vertical_alignment="center")
-with top[0]:
-    which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config",
-                     persist_state=KEEP)
-with top[1]:
-    compact = st.toggle("Compact", key="fig3_compact", persist_state=KEEP,
-                        help="Each repeated group drawn once, with its count; off, every layer has its own row.")
+top = st.columns([3, 2, 2], vertical_alignment="center") if shows("fig3_controls") else None
+if top is not None:
+    with top[0]:
+        which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config",
+                         persist_state=KEEP)
+    with top[1]:
+        compact = st.toggle("Compact", key="fig3_compact", persist_state=KEEP,
+                            help="Each repeated group drawn once, with its count; off, every layer has its own row.")
+else:       # a tour stop reads the release's compact drawing, with the stop's step and nothing else around it
+    which, compact = "full", True
 if which == "running" and sess.model is None:
     st.info((sess.error or "No model is loaded.") + " Drawing the released config instead.")
     which = "full"
@@ -67,14 +72,18 @@ story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_par
               engram_proj=counts.get("engram_proj_per_layer"), active_decode=counts.get("active_decode"))
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
-with top[2]:
-    st.caption(f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
-               + (f"1 ({ONE_BASED})." if sess.one_based else "0."))
+if top is not None:
+    top[2].caption(f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
+                   + (f"1 ({ONE_BASED})." if sess.one_based else "0."))
 
 url_step = qp_int_or_none("step", 1, len(story), "showing step 1")
 seed("fig3_step", None if url_step is None else url_step - 1, 0)
 if st.session_state["fig3_step"] >= len(story):
     st.session_state["fig3_step"] = len(story) - 1
+tour_stop = open_stop()     # a tour stop opens the walkthrough at its own step
+tour_step = next((i for i, s in enumerate(story) if tour_stop is not None and s.key == tour_stop.step), None)
+if tour_step is not None:
+    st.session_state["fig3_step"] = tour_step
 box_qp = qp_get("box") if arrived() else None
 if box_qp is not None and box_qp not in choices:
     st.warning(f"URL parameter box = {quoted(box_qp)} names no box in this drawing; nothing is opened.")
@@ -118,7 +127,7 @@ def walkthrough() -> None:
     step_i = st.session_state["fig3_step"]
     step = story[step_i]
     box_id = st.session_state["fig3_box"]
-    selected = None if box_id == NONE else box_id
+    selected = None if box_id == NONE or not shows("fig3_box") else box_id   # a stop opens no box's panel
     below = st.container()  # full width, under the drawing (the vision panel needs the room)
     with left:
         if step.picture == "far":       # the story ends on the mechanism at work, where the drawing was
@@ -128,42 +137,47 @@ def walkthrough() -> None:
                         height=diagram.height_px(30 if not compact else 44))
             st.plotly_chart(fig, key="fig3_chart", on_select=_on_pick, selection_mode="points",
                             config={"displayModeBar": False})
-        with st.expander("Notation: what r2, r1 and the frames mean"):
-            st.caption(notation(cfg, sess.one_based))
-            if which == "running":
-                st.caption(map_line(cfg, sess.one_based))
+        if shows("fig3_notation"):
+            with st.expander("Notation: what r2, r1 and the frames mean"):
+                st.caption(notation(cfg, sess.one_based))
+                if which == "running":
+                    st.caption(map_line(cfg, sess.one_based))
     qp_set(config=which if which != "full" else None, compact=None if compact else "0", step=step_i + 1,
            box=selected, at=None if selected is None or which != "running" else qp_get("at"))
 
     with right:
-        with st.container(horizontal=True, vertical_alignment="center"):
-            stepper("fig3_stepper", len(story), "fig3_step", then=_open_step_box)   # Back / Next
-            st.selectbox("Step", list(range(len(story))), key="fig3_step", label_visibility="collapsed",
-                         persist_state=KEEP, width="stretch",
-                         format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}", on_change=_open_step_box)
+        if shows("fig3_stepper"):       # on a tour stop the card's Back / Next step the story
+            with st.container(horizontal=True, vertical_alignment="center"):
+                stepper("fig3_stepper", len(story), "fig3_step", then=_open_step_box)   # Back / Next
+                st.selectbox("Step", list(range(len(story))), key="fig3_step", label_visibility="collapsed",
+                             persist_state=KEEP, width="stretch",
+                             format_func=lambda i: f"{i + 1}/{len(story)}  {story[i].title}",
+                             on_change=_open_step_box)
         own = selected is not None and selected == step.box
         if selected is not None and not own:
             _box_panel(selected, below)
-        st.subheader(f"{step_i + 1}. {step.title}")
+        st.subheader(f"{step_i + 1}. {step.title}" if shows("fig3_stepper") else step.title)
         st.write(step.body)
-        if step.fine_print:     # the page's one fine-print box: the current step's caveats
+        more = shows("fig3_more")       # the step's fine print, source and links: off the tour
+        if step.fine_print and more:    # the page's one fine-print box: the current step's caveats
             with st.expander("Fine print"):
                 st.caption(step.fine_print)
-        if step.read_along:
+        if step.read_along and more:
             st.caption(step.read_along)
-        if step.table:
+        if step.table and shows("fig3_table"):
             st.table(step.table, hide_index=True)      # a static table wraps its cells to the column's width
-        if step.key in MECHANISM_STEPS:
+        if step.key in MECHANISM_STEPS and more:
             page_link("pages/csa2_modes.py", MECHANISM_LINK, ":material/call_split:")
-        for path, title in step.links:
+        for path, title in step.links if more else ():
             page_link(path, title, ":material/arrow_forward:")
         if own:
             _box_panel(selected, below)
-        st.divider()
-        st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
-                     format_func=lambda b: b if b == NONE else choices[b])
-        if selected is None:
-            st.caption("No box open: click a dot in the drawing.")
+        if shows("fig3_box"):
+            st.divider()
+            st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
+                         format_func=lambda b: b if b == NONE else choices[b])
+            if selected is None:
+                st.caption("No box open: click a dot in the drawing.")
 
 
 def _close_box() -> None:

@@ -28,12 +28,13 @@ from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
 from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
+from ui.tour import shows
 
 P = "pd"
 sess = page_header("Prefill vs decode")
-st.markdown(WORKLOAD_INTRO)
-
-st.subheader("One round of work")
+if shows("pd_intro"):       # folded on the tour's stop, which is about the bars below
+    st.markdown(WORKLOAD_INTRO)
+    st.subheader("One round of work")
 
 
 def _apply_workload() -> None:
@@ -80,6 +81,8 @@ with b:
                           "Weight-multiply work (FLOPs)", [human_flops(work.prefill_flops),
                                                            human_flops(work.decode_flops)]),
                     width="stretch", key=f"{P}_work")
+if not shows("pd_rest"):
+    stop()
 st.markdown(V41_SPLIT)
 with st.expander("Fine print: what the active counts include, and bounded replay"):
     st.caption(f"Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters take part per "

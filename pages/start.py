@@ -12,11 +12,14 @@ from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, fragment, note_own_text, offer_own_text, prompt_to_url, qp_get, seed
+from ui.state import KEEP, fragment, note_own_text, offer_own_text, prompt_to_url, qp_get, seed, stop
 from ui.text import plain
+from ui.tour import shows
 
 sess = page_header("V4.1 Explorer")
 opening(sess)
+if not shows("home_live"):    # a tour stop on the home page: its part alone
+    stop()
 
 DEFAULT_PROMPT = "The key is in the blue box. The box is"
 

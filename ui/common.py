@@ -229,7 +229,7 @@ def page_header(title: str, intro: str | None = None) -> Session:
     sess = sidebar()
     sources_footer()
     st.title(title)
-    tour_bar()          # a tour stop on this page: its question, where to look, Back and Next
+    tour_bar(sess.num)  # a tour stop on this page: its card, in the reader's layer numbering
     if intro is not None:
         st.write(intro)
     return sess

@@ -23,7 +23,7 @@ from ui.far_fact import far_fact_figure
 from ui.figures import diagram_figure
 from ui.pair import MISSING, far_reading
 from ui.sources import page_link
-from ui.tour import start_button
+from ui.tour import shows, start_button
 
 FIGURE3 = "pages/figure3.py"
 
@@ -126,7 +126,12 @@ def draw_limits(sess: Session) -> None:
 
 
 def opening(sess: Session) -> None:
-    """The first screen: the headline, the far-fact picture, what is new, the tour and the thumbnail."""
+    """The first screen: the headline, the far-fact picture, what is new, the tour and the thumbnail; on a tour
+    stop, only the picture when the stop needs it."""
+    if not shows("home_opening"):
+        if shows("home_hero"):
+            draw_hero(sess)
+        return
     st.write(HEADLINE)
     left, right = st.columns([3, 2], gap="large")
     with right:

@@ -1,33 +1,39 @@
-"""The guided tour's drawing: the bar under a page's title (the stop's question, where to look, the takeaway, Back
-and Next), the outline around the part of the page the stop talks about, and the "Start the tour" button.
+"""The guided tour's drawing: the card under a page's title (counter, the stop's question and text, Back and Next),
+the outline around the part of the page the stop talks about, the folding of what the stop does not need, the
+self-check at the end, and the "Start the tour" button.
 
 The stops are data (lessons/tour.py). The stop being shown lives in the URL (`?stop=<key>`) and only there, so the
-browser's Back button and a reload return to it; Back and Next are links to
-the neighbouring stops' pages (st.page_link with the stop in their query), drawn as buttons. The outline is a style
-rule on the elements whose key the stop names (Streamlit gives them the class `st-key-<key>`), added by a small
-script that also scrolls the part under the bar once it is drawn; a page needs no code of its own to be a stop.
+browser's Back button and a reload return to it; Back and Next are links to the neighbouring stops' pages
+(st.page_link with the stop in their query), drawn as buttons. While a stop is open a page draws only the parts
+the stop needs: it asks `shows(part)` before drawing a part (always True off the tour, so a page not on a stop
+stays whole). The outline is a style rule inside the card's own element, so it goes when the card goes (a page
+opened without a stop draws none); a small script scrolls the outlined part into the upper screen on arrival.
+A page needs no other code to be a stop.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from lessons.tour import HOME, Stop, index_of, neighbours, stops
+from lessons.tour import CHECK, DEEPER, HOME, Stop, index_of, neighbours, self_check, stops
 from ui.text import quoted
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_FILE = "_tour_page_file"   # the file of the page this run draws, as app.py lists it (set by app.py)
 PARAM = "stop"
+LAND_PX = 600                   # an outlined part's top lands in this many pixels of the window
 
 
-@st.cache_resource(show_spinner=False)
-def tour() -> list[Stop]:
-    return stops()
+def tour(num: Callable[[int], int] | None = None) -> list[Stop]:
+    """The stops with layer numbers in the reader's numbering (`num`: the session's); built each run (a few ms),
+    so a change of numbering shows at once."""
+    return stops(num=num)
 
 
 # ---- the stop in the URL ---------------------------------------------------------------------------------------
@@ -42,6 +48,20 @@ def url_stop() -> str | None:
         st.warning(f"URL parameter stop = {quoted(raw)} is not a stop of the tour; the page is shown on its own.")
         return None
     return str(raw)
+
+
+def open_stop() -> Stop | None:
+    """The stop the URL names when it is on the page this run draws (no message: the card gives those)."""
+    i = index_of(tour(), st.query_params.get(PARAM))
+    stop = None if i is None else tour()[i]
+    return stop if stop is not None and stop.page == current_page() else None
+
+
+def shows(part: str) -> bool:
+    """Whether the page draws `part` (a name the page gives one of its parts): always off the tour; while a stop
+    of this page is open, only the stop's spot and the parts it keeps, so the rest folds away."""
+    stop = open_stop()
+    return stop is None or part in stop.spot or part in stop.keep
 
 
 # ---- which page is drawn ----------------------------------------------------------------------------------------
@@ -60,7 +80,7 @@ def current_page() -> str:
         return p.name
 
 
-def _link(key: str, stop: Stop | None, label: str, icon: str, help: str) -> None:
+def _link(key: str, stop: Stop | None, label: str, icon: str | None, help: str) -> None:
     """A link that opens a stop's page with the stop in its URL (None: the home page, the tour left), in a keyed
     container (styled as a button by LINK_CSS). A link, not a button that switches page: the browser moves at
     once, and the page being left does not run again (its own URL writes would race the move). A stop on the page
@@ -101,75 +121,88 @@ def start_button(key: str = "tour_start") -> None:
     st.html(LINK_CSS.format(extra=""))
     _link(key, first, "Start the tour", ":material/tour:",
           f"{len(tour())} stops, the first: {first.title}. Each stop asks one question, outlines the part of the "
-          "page that answers it and moves on with Next.")
+          "page that answers it and moves on with Next; a self-check ends it.")
 
 
-# ---- the bar and the outline --------------------------------------------------------------------------------------
-def tour_bar() -> None:
-    """Under a page's title: when the URL names a stop of this page, its bar and the outline of its part; a stop
-    of another page gets a link to it; a name that is no stop gets a message. Nothing without a stop."""
+# ---- the card, the outline and the self-check ---------------------------------------------------------------------
+def tour_bar(num: Callable[[int], int] | None = None) -> None:
+    """Under a page's title: when the URL names a stop of this page, its card and the outline of its part (and
+    on the last stop, the self-check); a stop of another page gets a link to it; a name that is no stop gets a
+    message. Nothing without a stop. `num`: the reader's layer numbering."""
     key = url_stop()
-    stops_ = tour()
+    stops_ = tour(num)
     i = index_of(stops_, key)
     if i is None:
         return
     stop = stops_[i]
+    n = len(stops_)
     if stop.page != current_page():      # a link that names a stop of another page
         c1, c2, c3 = st.columns([4, 2, 2], vertical_alignment="center")
-        c1.info(f"Tour stop {i + 1} of {len(stops_)}, {stop.title}, is on another page.")
+        c1.info(f"Tour stop {i + 1} of {n}, {stop.title}, is on another page.")
         with c2:
             _link("tour_goto", stop, "Back to the tour", ":material/arrow_forward:", stop.question)
         c3.button("Leave the tour", key="tour_leave", on_click=_set_stop, args=(None,), width="stretch")
         return
     before, after = neighbours(stops_, i)
     with st.container(border=True, key="tour_bar"):
-        top = st.columns([5, 2, 2], vertical_alignment="center")
-        top[0].markdown(f"**Tour, stop {i + 1} of {len(stops_)}: {stop.title}**")
+        top = st.columns([6, 1.4, 1.4], vertical_alignment="center")
+        top[0].markdown(f"**Tour {i + 1}/{n}: {stop.title}**")
         with top[1]:
             _link("tour_back", before, "Back" if before else "Home", ":material/arrow_back:",
                   f"Stop {i}: {before.title}" if before else "The home page")
         with top[2]:
             _link("tour_next", after, "Next" if after else "Finish", ":material/arrow_forward:",
                   f"Stop {i + 2}: {after.title}" if after else "Leave the tour")
-        st.markdown(f"**{stop.question}** Look at {stop.look_at} (outlined below).")
-        st.caption(stop.takeaway)
-    outline(stop.spot)
+        st.markdown(f"**{stop.question}** {stop.text}")
+    if stop.key == CHECK:
+        _self_check(stops_)
+    outline(stop)
 
 
-# the bar stays in view while the reader scrolls to the part it talks about
-# (the rule goes on the bar's wrapper: a sticky element sticks inside its parent, and the wrapper is the bar's size)
-BAR_CSS = """div:has(> .st-key-tour_bar) { position: sticky; top: 3rem; z-index: 990; }
-.st-key-tour_bar { background: #fff; box-shadow: 0 2px 6px rgba(0, 0, 0, 0.08); }
-"""
+def _self_check(stops_: list[Stop]) -> None:
+    """The questions, each answer folded until the learner opens it, with a link to the stop that teaches it;
+    then where to go deeper."""
+    with st.container(key="tour_check"):
+        for j, q in enumerate(self_check()):
+            k = index_of(stops_, q.stop)
+            with st.expander(q.ask):
+                st.markdown(q.answer)
+                if k is not None:
+                    _link(f"tour_q{j}", stops_[k], f"Stop {k + 1}: {stops_[k].title}", None, stops_[k].question)
+        st.markdown("**Go deeper**")
+        for col, (page, title, what) in zip(st.columns(len(DEEPER)), DEEPER):
+            with col:
+                try:
+                    st.page_link(page, label=title, help=what, width="stretch")
+                except StreamlitAPIException:   # a page run on its own (no navigation)
+                    st.caption(title)
 
-# The spot may be drawn after this script runs (a page draws top to bottom): look for the first of its keys for a
-# while, outline the element with that key or keys extending it by "_..." (a rule, so the page's reruns keep it; a
-# plain prefix would also catch a longer name: pd_work and pd_workload), and scroll the main
-# area so that it starts just under the bar when it is not in view (above or below: a page opened from a link keeps
-# the scroll of the page before).
+
+# The outline: a rule on the spot's keys (or keys that extend them by "_...": a plain prefix would also catch a
+# longer name, pd_work and pd_workload), inside the card's own element, so it lives exactly as long as the stop.
+OUTLINE_CSS = "{sel} {{ outline: 3px solid #ff4b4b; outline-offset: 6px; border-radius: 4px; }}\n"
+
+# The spot may be drawn after this script runs (a page draws top to bottom): once the first key found is drawn
+# and the page's run is over, scroll the main area so that its top lands near the top of the window when it is
+# not in the upper LAND_PX pixels (a page opened from a link keeps the scroll of the page before); once more a
+# moment later, as charts above it take their height.
 SPOT_JS = """<script>
-(() => {{ const keys = {keys}; let tries = 0; const t = setInterval(() => {{
-  for (const k of keys) {{
-    const sel = '.st-key-' + k + ', [class*="st-key-' + k + '_"]';   // the key, or keys that extend it by _...
-    const el = document.querySelector(sel);
-    if (!el) continue;
-    clearInterval(t);
-    const rule = document.createElement('style');
-    rule.textContent = sel + ' {{ outline: 3px solid #ff4b4b; outline-offset: 6px; border-radius: 4px; }}';
-    document.head.appendChild(rule);
-    const bar = document.querySelector('.st-key-tour_bar');
-    const under = bar ? bar.getBoundingClientRect().bottom + 16 : 80;
-    const top = el.getBoundingClientRect().top;
-    const main = document.querySelector('[data-testid="stMain"]');
-    if (main && (top < under || top > window.innerHeight - 150)) main.scrollBy({{top: top - under}});
-    return;
-  }}
-  if (++tries > 100) clearInterval(t);
-}}, 200); }})();
+(() => {{ const keys = {keys}; let tries = 0, done = 0; const t = setInterval(() => {{
+  const app = document.querySelector('[data-testid="stApp"]');
+  const el = keys.map(k => document.querySelector('.st-key-' + k + ', [class*="st-key-' + k + '_"]')).find(Boolean);
+  if (++tries > 150) clearInterval(t);
+  if (!el || !app || app.getAttribute('data-test-script-state') !== 'notRunning') return;
+  const top = el.getBoundingClientRect().top;
+  const main = document.querySelector('[data-testid="stMain"]');
+  if (main && (top < 0 || top > {land})) main.scrollBy({{top: top - 90}});
+  if (++done >= 3) clearInterval(t);
+}}, 400); }})();
 </script>"""
 
 
-def outline(spot: tuple[str, ...]) -> None:
+def outline(stop: Stop) -> None:
     """Outline the part a stop names and scroll it into view once it is drawn (our own keys: no reader's text)."""
-    keys = ["".join(ch for ch in k if ch.isalnum() or ch in "_-") for k in spot]
-    st.html(LINK_CSS.format(extra=BAR_CSS) + SPOT_JS.format(keys=json.dumps(keys)), unsafe_allow_javascript=True)
+    keys = ["".join(ch for ch in k if ch.isalnum() or ch in "_-") for k in stop.spot]
+    rules = "".join(OUTLINE_CSS.format(sel=f".st-key-{k}, [class*=\"st-key-{k}_\"]") for k in keys)
+    st.html(LINK_CSS.format(extra=rules) + SPOT_JS.format(keys=json.dumps(keys), land=LAND_PX),
+            unsafe_allow_javascript=True)

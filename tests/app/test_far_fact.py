@@ -126,19 +126,24 @@ def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):
             f"share on fact entries {share:.2f}%; in top-k {row['in top-k']}")
 
 
-def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
-    """From the text model, one click loads the shipped recall checkpoint (the sidebar follows), the weights line
-    then reads the recall checkpoint's own training.json and far is placed against its window's reach; a second
-    click goes back."""
+def test_the_panel_offers_the_recall_checkpoints_and_says_what_each_learned():
+    """From the text model, one click loads a shipped recall checkpoint (the sidebar follows), the weights line
+    then reads that checkpoint's own training.json and far is placed against its window's reach; a second click
+    goes back. The offer lists every shipped set, the loaded one first, each recall checkpoint with how it was
+    trained."""
     at = run_page("attention_shares", weights="trained")
     ok(at)
     line = lambda: next(c.value for c in at.caption if c.value.startswith("The sidebar's weights ("))  # noqa: E731
+    offer = lambda: [m.value for m in at.markdown if m.value.startswith("- Text model") or  # noqa: E731
+                     m.value.startswith("- Recall checkpoint")][0].split("\n")
     first = line()
     assert first.startswith("The sidebar's weights (the text model) recall")     # which weights, by name
     assert "held-out far facts" in first and not any(i.value.startswith("What these weights do") for i in at.info)
-    offer = next(c.value for c in at.caption if "The recall checkpoint is a retrieval specialist" in c.value)
-    assert offer.startswith("The text model learned English") and "weights/" not in offer
-    assert [b.label for b in at.button] == ["Load the recall checkpoint"]
+    items = offer()
+    assert len(items) == 3 and items[0].startswith("- Text model: English") and "weights/" not in " ".join(items)
+    assert "no loss on attention" in items[1] and "lookup, selection" in items[2]
+    assert [b.label for b in at.button] == ["Load the recall checkpoint, plain training",
+                                            "Load the recall checkpoint, shown where to look"]
     at.button(key="sh_ff_to_recall").click().run()
     ok(at)
     assert at.session_state["weights_choice"] == "checkpoint"
@@ -150,7 +155,7 @@ def test_the_panel_offers_the_recall_checkpoint_and_says_what_each_learned():
         "sliding_window"]
     far = next(c.value for c in at.caption if c.value.startswith("Far means"))
     assert f"reads {window} tokens directly" in far and "every far story lies beyond that reach" in far
-    assert next(c.value for c in at.caption if "retrieval specialist" in c.value).startswith("The recall checkpoint")
+    assert offer()[0].startswith("- Recall checkpoint, shown where to look")
     assert HEADER in [s.value for s in at.subheader]
     at.button(key="sh_ff_to_text").click().run()
     ok(at)

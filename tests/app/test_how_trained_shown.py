@@ -64,3 +64,12 @@ def test_lookback_heads_on_the_text_model_say_its_lookup_loss():
     clause = training_clause(record("text"), "copy")
     assert clause in said(at)
     assert "lookup loss on every head" in clause and "readout forcing" in clause
+
+
+def test_the_tours_far_fact_stop_draws_both_pictures_with_their_clauses():
+    at = run_page("start", timeout=300, stop="far")
+    assert not at.exception, [e.value for e in at.exception]
+    text = said(at)
+    for k in ("unaided", "recall"):
+        assert training_clause(record(k), short=True) in text, k
+    assert "not that training finds it" in text                          # the card says the difference too

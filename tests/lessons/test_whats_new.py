@@ -39,7 +39,7 @@ def test_the_cache_comparison_names_its_number_formats_and_how_much_of_it_they_a
     assert abs(p.numbers["format_factor"] - 1790 / 890) < 1e-9
     from lessons.tour import stops
 
-    cache_stop = next(s for s in stops() if s.key == "cache").takeaway
+    cache_stop = next(s for s in stops() if s.key == "cache").text
     assert "890 B (FP4)" in cache_stop and "3,850 B (FP8 + BF16)" in cache_stop and "2.0x" in cache_stop
 
 
