@@ -20,8 +20,7 @@ from .calculator import calculate
 from .designs import defaults, v4_flash, v41_design
 from .dspark import block_sentence
 
-HEADLINE = ("DeepSeek-V4.1-Flash in one screen: what is new, and a fact brought back from far past the window, on "
-            "tiny weights trained two ways.")
+HEADLINE = "DeepSeek-V4.1-Flash in one screen."
 
 
 @dataclass(frozen=True)
