@@ -67,6 +67,15 @@ class Reach:
     uniform: float         # the closed form for the same e, k and rows
 
 
+def text_ids(model, n: int = 512) -> torch.Tensor:
+    """[1, n] ids of the held-out natural text's opening (real text the model did not train on)."""
+    from model.heldout import HELDOUT_NATURAL_PATH
+
+    text = HELDOUT_NATURAL_PATH.read_text(encoding="utf-8")[:12 * n]
+    ids = model.encode(text)[:n]
+    return torch.tensor([ids], device=model.device)
+
+
 def measured_reach(model, ids: torch.Tensor, batches=(1, 2, 4, 8, 16), runs=(2, 3, 5), draws: int = 32,
                    seed: int = 0) -> list[Reach]:
     """Distinct experts per layer in the router choices of one traced forward over `ids` [1, S]: `batches` rows

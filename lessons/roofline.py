@@ -26,7 +26,6 @@ from model.accounting import cache_bytes
 from model.config import V41Config
 
 from .cost import RELEASE, Cost, Precision, Workload, cost
-from .units import human_bytes
 
 
 @dataclass(frozen=True)
@@ -331,14 +330,32 @@ def ms(s: float) -> str:
     return f"{s * 1e3:,.3g} ms" if s >= 1e-3 else f"{s * 1e6:,.3g} µs"
 
 
-def verdict(p: Placement, crossover: int | None, batch: int) -> str:
+def per_sequence(c: Cost) -> tuple[str, float, float, float]:
+    """What each added sequence brings to a decode step: (the op kind whose cache bytes dominate, those bytes, all
+    its cache bytes, the FLOPs per byte of that cache traffic), from a step at batch 1."""
+    kinds: dict[str, float] = {}
+    for r in c.rows:
+        kinds[r.kind] = kinds.get(r.kind, 0.0) + r.cache_read + r.cache_write
+    top = max(kinds, key=kinds.get)
+    cache = sum(kinds.values())
+    return top, kinds[top], cache, c.flops / cache if cache else math.inf
+
+
+def verdict(p: Placement, crossover: int | None, batch: int, per_seq: tuple[str, float, float, float] | None = None,
+            limit: int = 1 << 16) -> str:
     """What bounds a decode step on the chosen chip at the chosen batch, and from which batch that changes."""
     per = "for the whole batch" if batch > 1 else ""
     s = (f"On {p.chip.called}, one decode step at batch {batch:,} is **{p.bound}**: it does "
-         f"{p.intensity:,.1f} FLOP per byte moved, {'under' if p.memory_bound else 'over'} the chip's ridge of "
-         f"{p.chip.ridge:,.0f} FLOP/byte, so it takes at least **{ms(p.seconds)}** {per}".rstrip() + ".")
+         f"{p.intensity:,.1f} FLOP per byte it must move (weights and cache), {'under' if p.memory_bound else 'over'} "
+         f"the ridge of {p.ridge:,.0f} FLOP/byte at this step's mix of precisions, so one chip holding every weight "
+         f"would take at least **{ms(p.seconds)}** {per}".rstrip() + ".")
     if crossover is None:
-        s += " Up to a batch of 65,536 it never turns compute-bound here."
+        s += f" Up to a batch of {limit:,} it never turns compute-bound here"
+        if per_seq is not None:
+            kind, top, cache, ai = per_seq
+            s += (f": each added sequence brings {cache / 1e6:,.1f} MB of cache traffic per step, most of it the "
+                  f"{kind} ({top / 1e6:,.1f} MB), at {ai:,.0f} FLOP per byte, under the ridge")
+        s += "."
     elif p.memory_bound:
         s += f" It turns compute-bound from a batch of **{crossover:,}** sequences."
     else:
@@ -362,5 +379,5 @@ def fit_sentence(cfg: V41Config, chip: Chip, batch: int = 1) -> str:
 
     eight_text = say(eight, "eight") if not (eight == 0 and resident_weights(cfg) > 8 * chip.memory) else \
         "on eight the weights alone do not fit"
-    return (f"The weights held on the GPUs take {human_bytes(w)} at their stored precision. For "
+    return (f"The weights held on the GPUs take {w / 1e9:,.1f} GB at their stored precision. For "
             f"{batch:,} sequence{'s' if batch > 1 else ''}, {say(one, 'one ' + chip.name)}, and {eight_text}.")
