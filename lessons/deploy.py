@@ -28,6 +28,7 @@ from model.config import V41Config
 
 from .cost import RELEASE, Cost, Precision
 from .roofline import GPUS, Chip, compute_seconds, ms, resident_weights
+from .units import human_flops
 
 NODE = 8                               # GPUs in one NVLink node (an HGX or DGX board)
 GPU_COUNTS = tuple(range(1, NODE + 1))
@@ -111,7 +112,7 @@ class StepBound:
                 f"**{self.binding}** ({others}).")
 
     def row(self) -> dict:
-        return {"workload": self.label, "FLOPs per GPU": f"{self.flops / 1e12:,.2f} T",
+        return {"workload": self.label, "FLOPs per GPU": human_flops(self.flops),
                 "HBM bytes per GPU (GB)": round(self.bytes / 1e9, 2),
                 "NVLink bytes per GPU (GB)": round(self.link / 1e9, 3),
                 "compute": ms(self.compute_s), "HBM": ms(self.memory_s),

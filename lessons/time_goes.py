@@ -16,7 +16,7 @@ from model.config import V41Config
 from .cost import Cost, Workload, cost
 from .deploy import Deployment, StepBound, step_bound
 from .roofline import Chip, ms, place
-from .units import human_bytes, human_flops
+from .units import human_flops
 
 AGENT_READ, AGENT_WRITTEN = 10_000, 100     # the seeds' agent round: 10,000 tokens read, 100 written
 BATCHES = (1, 8, 64, 512, 4096)
@@ -35,8 +35,8 @@ def workloads(context: int, batch: int, drafts: int) -> dict[str, Workload]:
             f"decode, batch {batch:,}": Workload("decode", context, batch=batch),
             f"verify {drafts} draft{'s' if drafts > 1 else ''}, batch {batch:,}":
                 Workload("verify", context, batch=batch, drafts=drafts),
-            f"mixed: a {EXTEND_CHUNK:,} chunk + {batch:,} decodes": Workload("mixed", context, batch=batch,
-                                                                                chunk=EXTEND_CHUNK)}
+            f"mixed: a {EXTEND_CHUNK:,} chunk + {batch:,} decode{'s' if batch > 1 else ''}":
+                Workload("mixed", context, batch=batch, chunk=EXTEND_CHUNK)}
 
 
 def workload_bounds(cfg: V41Config, dep: Deployment, context: int, batch: int, drafts: int) -> list[StepBound]:
@@ -125,10 +125,10 @@ def bytes_sentence(c: Cost) -> str:
 
 
 def kind_rows(c: Cost) -> list[dict]:
-    """The cost by op kind, with each kind's share of the FLOPs and of the bytes (0-100%)."""
+    """The cost by op kind, with each kind's share of the FLOPs and of the floor's bytes (0-100%), in GB."""
     f_all, b_all = c.flops or 1.0, c.bytes or 1.0
     return [{"op kind": k, "FLOPs": human_flops(f) if f else "0", "FLOP share %": round(100 * f / f_all, 1),
-             "bytes": human_bytes(b), "byte share %": round(100 * b / b_all, 1)}
+             "bytes": f"{b / 1e9:,.4f} GB", "byte share %": round(100 * b / b_all, 1)}
             for k, (f, b) in c.by_kind().items() if f or b]
 
 
@@ -157,11 +157,16 @@ INTRO = (
 ROOF_TEXT = (
     "Each line is a chip's roof: the compute it can reach at a given intensity, rising with bandwidth until it "
     "meets the peak. Left of the ridge a step waits on memory; right of it, on arithmetic. A decode step at "
-    "batch 1 reads every active weight to make one token, so it sits far left. A batch reads the dense weights once "
-    "for all its rows, but each routed expert only for the rows that chose it: with 6 of 384 experts, a small batch "
-    "or a verify pass mostly reads more experts. A verify of 4 drafts moves 2.3 times the bytes of one token. "
-    "With 384 experts, a 10,000-token prefill gives each expert only about 156 tokens, so on one chip it sits near "
-    "the ridge; the decoder's replay reads most decoder experts for just 128 rows."
+    "batch 1 reads every active weight to make one token, so it sits far left; a batch or a verify pass moves it "
+    "right, though less than its rows suggest (see the experts below)."
+)
+
+REACH_TEXT = (
+    "A batch reads the dense weights once for all its rows, but each routed expert only for the rows that chose "
+    "it: with 6 of 384 experts, a small batch or a verify pass mostly reads more experts. A verify of 4 drafts "
+    "moves 2.3 times the bytes of one token. With 384 experts, a 10,000-token prefill gives each expert only about "
+    "156 tokens, so on one chip it sits near the ridge; the decoder's replay reads most decoder experts for just "
+    "128 rows."
 )
 
 COUNT_TEXT = (

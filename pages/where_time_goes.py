@@ -18,6 +18,7 @@ from lessons.time_goes import (
     INTRO,
     NODE_TEXT,
     PRECISION_TEXT,
+    REACH_TEXT,
     ROOF_TEXT,
     draft_choices,
 )
@@ -90,6 +91,7 @@ st.dataframe(intensities(gpu, context), hide_index=True, key=f"{P}_intensity")
 st.subheader("Experts as a batch reaches them")
 experts, reach_text = expert_table()
 st.markdown(reach_text)
+st.markdown(REACH_TEXT)
 st.dataframe(experts, hide_index=True, key=f"{P}_experts")
 
 st.subheader(f"The agent round: {AGENT_READ:,} tokens read, {AGENT_WRITTEN} written")
