@@ -400,6 +400,17 @@ def calls(cfg: V41Config, wl: Workload, as_run: bool = False) -> list[list[tuple
     return out
 
 
+def replay_weight_bytes(cfg: V41Config, context: int, pr: Precision = RELEASE) -> float:
+    """Weights one bounded replay reads on its own (the decoder layers' dense weights, the routed experts its rows
+    reach under uniform routing, and the head), at stored precision: the replay of a bounded prefill at `context`."""
+    dec, L = cfg.decoder_start, cfg.num_hidden_layers
+    rep = min(cfg.sliding_window, context)
+    acc = _Rows()
+    _call(cfg, _Call(rep, context - rep, dec, L, skip_compress=(dec,), head_rows=1, embed=False,
+                     window_floor=context - rep, held_window=0), 1, pr, False, acc)
+    return sum(r.weight_bytes for r in acc.rows.values())
+
+
 def _merge(acc: _Rows, parts: list[_Rows], cfg: V41Config) -> None:
     """Add a step's parts to `acc`: work and cache traffic add up; a weight matrix is read once for the step, and the
     routed experts once each for the distinct experts all the step's rows reach."""

@@ -210,3 +210,21 @@ def test_peaks_per_precision():
     assert mixed < fp8_all
     assert fp8_all - mixed < experts / B200_FP8 - experts / 9e15 + 1e-12
     assert GPUS["b200"].rate("fp4") == 9e15 and GPUS["h100"].rate("fp4") == H100_FP8
+
+
+def test_a_replay_alone_reads_the_decoders_weights():
+    """The bounded replay's 128 rows reach ~333 of 384 experts in each of the 20 decoder layers: ~130 GB of weights,
+    which the calculator's replay rows now show beside the FLOPs."""
+    from lessons.calculator import replay_tradeoff
+    from lessons.cost import replay_weight_bytes
+    from lessons.designs import build, with_context
+
+    by_hand = (20 * (LINEAR * FP8 + uniform(128) * EXPERT * FP4 + E * D * BF16 + MHC * FP32) + VOCAB * D * BF16
+               + 5 * (INDEXER * FP8 + D * HI * BF16))
+    cfg = V41Config.preset("v4.1-flash")
+    got = replay_weight_bytes(cfg, 10_000)
+    assert got == pytest.approx(by_hand, rel=1e-6) and 125e9 < got < 135e9
+    knobs = with_context("v4.1-flash", 10_000, 1)
+    tr = replay_tradeoff(build("v4.1-flash", knobs), knobs, [0] * L, H, HD, TOPK, weights_read=got)
+    row = next(r for r in tr.derivation if r[0].startswith("weights read"))
+    assert row[2] == got and row[3] == f"{got / 1e9:,.1f} GB"
