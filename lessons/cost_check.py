@@ -250,6 +250,20 @@ class Here:
         return self.decode_bytes / (self.machine.gbs * 1e9)
 
     @property
+    def prefill_bound_s(self) -> float:
+        """The time prefill needs at least on the measured roof: the larger of its matmul time and memory time."""
+        return max(self.prefill_flops / (self.machine.gflops * 1e9), self.prefill_bytes / (self.machine.gbs * 1e9))
+
+    @property
+    def prefill_over_bound(self) -> float:
+        """Measured time over the roof's bound (1 would be a kernel at the roof)."""
+        return self.prefill_s / self.prefill_bound_s
+
+    @property
+    def decode_over_bound(self) -> float:
+        return self.decode_s / max(self.decode_bound_s, self.decode_flops / (self.machine.gflops * 1e9))
+
+    @property
     def decode_bw_frac(self) -> float:
         """Share of the bandwidth bound that decode reaches (bound time / measured time)."""
         return self.decode_bound_s / self.decode_s
