@@ -69,7 +69,7 @@ class Reach:
 
 def text_ids(model, n: int = 512) -> torch.Tensor:
     """[1, n] ids of the held-out natural text's opening (real text the model did not train on)."""
-    from model.heldout import HELDOUT_NATURAL_PATH
+    from model.heldout import HELDOUT_NATURAL_PATH  # late: only the page's button reads the text
 
     text = HELDOUT_NATURAL_PATH.read_text(encoding="utf-8")[:12 * n]
     ids = model.encode(text)[:n]
@@ -81,7 +81,7 @@ def measured_reach(model, ids: torch.Tensor, batches=(1, 2, 4, 8, 16), runs=(2, 
     """Distinct experts per layer in the router choices of one traced forward over `ids` [1, S]: `batches` rows
     drawn at random (separate sequences), and `runs` of consecutive rows (a verify's anchor and drafts), averaged
     over layers and `draws` draws."""
-    from model.inference.trace import run_trace
+    from model.inference import run_trace  # late: the closed form above needs no model
 
     cfg = model.cfg
     e, k = cfg.n_routed_experts, cfg.num_experts_per_tok

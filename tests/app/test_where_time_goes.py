@@ -95,6 +95,10 @@ def test_the_running_model_is_measured_and_its_count_checked():
     assert len(said) == 1 and "of the bandwidth bound" in said[0]
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert "The running model on this machine's roof" in titles
+    at.button(key="wt_reach").click().run()
+    no_errors(at)
+    reach = next(d.value for d in at.dataframe if "uniform routing" in d.value.columns)
+    assert len(reach) >= 5 and (reach["distinct experts, measured"] > 0).all()
     at.button(key="wt_check").click().run()
     no_errors(at)
     rows = next(d.value for d in at.dataframe if "counted / formula" in d.value.columns)

@@ -228,3 +228,24 @@ def test_a_replay_alone_reads_the_decoders_weights():
     tr = replay_tradeoff(build("v4.1-flash", knobs), knobs, [0] * L, H, HD, TOPK, weights_read=got)
     row = next(r for r in tr.derivation if r[0].startswith("weights read"))
     assert row[2] == got and row[3] == f"{got / 1e9:,.1f} GB"
+
+
+def test_expert_reach_is_measured_from_the_router():
+    """Counted in the router choices of a traced forward: one row reaches exactly k experts, n rows at most
+    min(e, n k); the closed form beside each is the uniform-routing one for the same e and k."""
+    import torch
+
+    from lessons.expert_reach import measured_reach
+    from model import V41Model
+
+    torch.manual_seed(0)
+    model = V41Model(V41Config.preset("micro")).init_weights(0).eval()
+    e, k = model.cfg.n_routed_experts, model.cfg.num_experts_per_tok
+    ids = torch.randint(8, model.cfg.vocab_size, (1, 96), generator=torch.Generator().manual_seed(1))
+    got = measured_reach(model, ids, batches=(1, 4, 16), runs=(2, 5), draws=8)
+    assert [(r.rows, r.how) for r in got] == [(1, "apart"), (4, "apart"), (16, "apart"), (2, "consecutive"),
+                                              (5, "consecutive")]
+    for r in got:
+        assert k <= r.measured <= min(e, r.rows * k)
+        assert r.uniform == pytest.approx(e * (1 - (1 - k / e) ** r.rows))
+    assert got[0].measured == k
