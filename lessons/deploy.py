@@ -107,7 +107,9 @@ class StepBound:
     def sentence(self) -> str:
         """The binding roof in one sentence, with the other two's times beside it."""
         others = ", ".join(f"{name} {ms(t)}" for name, t in zip(ROOFS, (self.compute_s, self.memory_s, self.link_s))
-                           if name != self.binding)
+                           if name != self.binding and (t or name != "interconnect"))
+        if self.deploy.gpus == 1:
+            others += "; one GPU, no interconnect"
         return (f"{self.label.capitalize()}: at least **{ms(self.seconds)}** on {self.deploy.name}, bound by "
                 f"**{self.binding}** ({others}).")
 

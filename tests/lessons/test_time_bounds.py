@@ -249,3 +249,31 @@ def test_expert_reach_is_measured_from_the_router():
         assert k <= r.measured <= min(e, r.rows * k)
         assert r.uniform == pytest.approx(e * (1 - (1 - k / e) ** r.rows))
     assert got[0].measured == k
+
+
+def test_at_a_million_tokens_the_verdict_names_the_indexer_scan():
+    """Never compute-bound at 1M context: per sequence the broad scans read 1M keys at layer 20 and 500k at each of
+    layers 2, 8 and 14, 68 B each (170 MB), and the verdict says so."""
+    from lessons.roofline import per_sequence, verdict
+
+    cfg = V41Config.preset("v4.1-flash")
+    one = cost(cfg, Workload("decode", 1_000_000))
+    kind, top, _, _ = per_sequence(one)
+    by_hand = KEY_ROW * ((1_000_001) + 3 * (1_000_001 // 2))
+    assert kind == "indexer broad scan" and top == pytest.approx(by_hand, rel=1e-3)
+    chip = GPUS["h100"]
+    assert compute_bound_batch(cfg, chip, 1_000_000) is None
+    said = verdict(place(one, chip), None, 1, per_sequence(one))
+    assert "never turns compute-bound" in said and "indexer broad scan (170.0 MB)" in said
+
+
+def test_the_readme_quotes_the_page():
+    """The README's crossover figures are the page's: per-precision peaks, and the FP8 peak alone."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    cfg = V41Config.preset("v4.1-flash")
+    mixed = [compute_bound_batch(cfg, GPUS[k], 10_000) for k in ("h100", "h200", "b200")]
+    fp8 = [compute_bound_batch(cfg, GPUS[k], 10_000, per_precision=False) for k in ("h100", "h200", "b200")]
+    assert f"{mixed[0]:,} (H100), {mixed[1]:,} (H200) or {mixed[2]:,} (B200)" in text
+    assert f"{fp8[0]:,}, {fp8[1]:,} and {fp8[2]:,}" in text
