@@ -221,19 +221,6 @@ def place(c: Cost, chip: Chip, label: str | None = None, per_precision: bool = T
     return Placement(chip, label or c.workload.describe(), c.flops, c.bytes, compute_seconds(c, chip, per_precision))
 
 
-def release_workloads(cfg: V41Config, context: int, batch: int, drafts: int, prompt: int,
-                      pr: Precision = RELEASE) -> dict[str, Cost]:
-    """The workloads the page places: the prompt read in one pass (bounded), a decode step at batch 1 and at `batch`,
-    and a verify of `drafts` drafts at batch 1."""
-    out = {"prefill": cost(cfg, Workload("prefill", prompt, "bounded", chunk=prompt), pr),
-           "decode": cost(cfg, Workload("decode", context), pr)}
-    if batch > 1:
-        out["decode_batch"] = cost(cfg, Workload("decode", context, batch=batch), pr)
-    if drafts:
-        out["verify"] = cost(cfg, Workload("verify", context, drafts=drafts), pr)
-    return out
-
-
 def compute_bound_batch(cfg: V41Config, chip: Chip, context: int, pr: Precision = RELEASE,
                         limit: int = 1 << 16, per_precision: bool = True) -> int | None:
     """The smallest batch at which one decode step at `context` is compute-bound on `chip`, from the floor's bytes

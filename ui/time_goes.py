@@ -7,7 +7,7 @@ import streamlit as st
 
 from lessons.cost import Workload, cost
 from lessons.cost_check import Here
-from lessons.deploy import StepBound, deployment, fit
+from lessons.deploy import StepBound, deployment, fewest_gpus, fit
 from lessons.expert_reach import expert_rows, measured_reach, measured_rows, reach_sentence, text_ids
 from lessons.roofline import (
     GPUS,
@@ -68,7 +68,12 @@ def bounds(chip_key: str, gpus: int, context: int, batch: int, drafts: int) -> l
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def fit_text(chip_key: str, gpus: int, context: int, batch: int) -> str:
-    return fit(flash(), deployment(chip_key, gpus), context, batch).sentence()
+    f = fit(flash(), deployment(chip_key, gpus), context, batch)
+    if f.fits:
+        return f.sentence()
+    need = fewest_gpus(flash(), GPUS[chip_key], context, batch)
+    more = f"at least {need} of them would" if need else "not even a full node would"
+    return f.sentence() + f" The times below are as if it did: {more} hold this replica."
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
