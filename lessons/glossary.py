@@ -140,6 +140,19 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "never checked, so they count neither way). Greedy: a guess is kept when it is the main model's top "
              "token. Sampling: kept with chance min(1, p/q); on a refusal the replacement is drawn "
              "from norm(max(0, p - q)), so the output keeps the main model's distribution.", "deepseek"),
+        Term("arithmetic intensity", "FLOPs a step does per byte it moves through memory. Where the time goes counts "
+             "the bytes no kernel can avoid: weights at stored precision and cache rows.", "hardware"),
+        Term("ridge", "A chip's peak FLOP/s over its memory bandwidth, in FLOP per byte: a step whose arithmetic "
+             "intensity is below it waits on memory, above it on arithmetic.", "hardware"),
+        Term("roofline", "A chart of the FLOP/s a chip can reach against arithmetic intensity: a slope (bandwidth) "
+             "up to the ridge, then flat (peak compute). Williams, Waterman and Patterson, 2009.", "hardware"),
+        Term("memory-bound / compute-bound", "Whether a step's lower bound on time is set by the bytes it must move "
+             "or by its arithmetic; the bound takes the larger of the two, as if they overlapped perfectly.",
+             "hardware"),
+        Term("dense vs with-sparsity TFLOPS", "GPU sheets print tensor-core peaks 'with sparsity' (2:4 structured "
+             "zeros); a dense matmul reaches half of that figure, the one used here.", "hardware"),
+        Term("MXFP4", "A 4-bit float format (E2M1) with one shared 8-bit power-of-two scale per 32 numbers: 4.25 bits "
+             "a number. The release stores its routed experts this way.", "port"),
     ]
 
 

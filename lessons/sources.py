@@ -21,6 +21,7 @@ SURENESS = {
     "third-party": "from third-party configs and serving code, such as vLLM",
     "explainer": "from the public explainers we follow",
     "literature": "from published interpretability research on other transformers",
+    "hardware": "from the GPU makers' datasheets and the roofline model's paper",
     "inference": "our inference",
     "ours": "our own test or teaching device",
     "measured": "measured here, on the running model",
@@ -68,6 +69,9 @@ SOURCES = [
     Source("Elhage et al. 2021, 'A Mathematical Framework for Transformer Circuits'; Olsson et al. 2022, 'In-context "
            "Learning and Induction Heads'", "previous-token and induction heads, the probe of a span said twice",
            "literature"),
+    Source("NVIDIA H100, H200 and DGX/HGX B200 datasheets; Williams, Waterman and Patterson 2009, 'Roofline: an "
+           "Insightful Visual Performance Model for Multicore Architectures'", "the chips' dense peaks per "
+           "precision, memory bandwidth and size, NVLink bandwidth; the roofline and its ridge", "hardware"),
     Source("This explorer's own runs", "every live number: traces, byte counts and timings of the model running "
            "here, on the weights chosen in the sidebar", "measured"),
 ]
