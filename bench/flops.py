@@ -2,10 +2,11 @@
 and the running model on this machine's measured roofline.
 
 Counted / formula for the tiny model: prefill of 64, 256 and 1,024 tokens, exact and bounded (summed); decode steps
-at three contexts (summed); a verify of 4 drafts. Each ratio must lie in [0.98, 1.02]. Then this machine's fp32
-matmul peak and memory-copy bandwidth with one torch thread, as the app runs (lessons.roofline.measure_machine), and
-the share of each the tiny model reaches: prefill's FLOP/s against the matmul peak, a decode step's bandwidth bound
-against its measured time.
+at three contexts (summed); a verify of 4 drafts; a chunked extend; a mixed step (its two parts). Each ratio must lie
+in [0.98, 1.02]. Then the device's fp32 matmul peak and memory-copy bandwidth (on a CPU with one torch thread, as the
+app runs; lessons.roofline.measure_machine), and the tiny model's prefill and decode step timed against that roof:
+measured time over the bound (max of FLOPs / peak and bytes / bandwidth; 1 would be at the roof). On a CUDA device
+the same figures come from the GPU and a `gpu:` line names the card; without one that line is left out.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         "prefill": [Workload("prefill", n, mode) for n in lengths for mode in ("exact", "bounded")],
         "decode": [Workload("decode", c) for c in (40, 300, 700)],
         "verify": [Workload("verify", 300, drafts=4)],
+        "extend": [Workload("extend", 300, chunk=64)],
+        "mixed": [Workload("mixed", 300, batch=2, chunk=64)],
     }
     ratios, ok = {}, True
     for name, wls in groups.items():
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             counted += chk.counted
             formula += chk.formula
             ok &= chk.ok
-            print(f"{wl.describe():44s} counted {chk.counted:>16,.0f}  formula {chk.formula:>16,.0f}  "
+            print(f"{wl.describe():58s} counted {chk.counted:>16,.0f}  formula {chk.formula:>16,.0f}  "
                   f"ratio {chk.ratio:.4f}{'' if not chk.unmatched else '  unmatched: ' + ', '.join(chk.unmatched)}")
         ratios[name] = counted / formula
     here = measure_here(model, measure_machine(device.type), prompt=512, steps=8)
@@ -55,9 +58,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})")
     print(f"prefill 512: {here.prefill_s:.3f} s, {here.prefill_gflops:,.1f} GFLOP/s; decode step "
           f"{here.decode_s * 1e3:.2f} ms, {here.decode_bytes / 1e6:,.1f} MB moved")
+    if device.type == "cuda":
+        print(line("gpu", card=torch.cuda.get_device_name(device).replace(" ", "_"), peak_gflops=m.gflops,
+                   gbs=m.gbs, prefill_over_bound=here.prefill_over_bound, decode_over_bound=here.decode_over_bound))
+    else:
+        print("no CUDA device here: the GPU line is left out")
     print(line("flops", prefill_ratio=f"{ratios['prefill']:.4f}", decode_ratio=f"{ratios['decode']:.4f}",
-               verify_ratio=f"{ratios['verify']:.4f}", cpu_peak_gflops=m.gflops, cpu_gbs=m.gbs,
-               prefill_peak_frac=here.prefill_peak_frac, decode_bw_frac=here.decode_bw_frac))
+               verify_ratio=f"{ratios['verify']:.4f}", extend_ratio=f"{ratios['extend']:.4f}",
+               mixed_ratio=f"{ratios['mixed']:.4f}", device=device.type, peak_gflops=m.gflops, gbs=m.gbs,
+               prefill_over_bound=here.prefill_over_bound, decode_over_bound=here.decode_over_bound))
     return 0 if ok and all(0.98 <= r <= 1.02 for r in ratios.values()) else 1
 
 

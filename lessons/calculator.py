@@ -439,14 +439,16 @@ def decoder_scans(cfg: V41Config) -> DecoderScans:
 
 def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads: int, head_dim: int,
                     topk: int, input_numbers: int = 0,
-                    reuses: tuple[int, ...] = (1, 10, 100, 1000), scans: DecoderScans | None = None) -> ReplayTradeoff:
+                    reuses: tuple[int, ...] = (1, 10, 100, 1000), scans: DecoderScans | None = None,
+                    weights_read: float = 0.0) -> ReplayTradeoff:
     """Bytes of the decoder's window rows (what bounded replay does not keep) vs the work of replaying the last
     `knobs.replay` rows through the decoder layers: 2 x active parameters per row (multiply-adds), plus
     attention: 2 matmuls x 2 FLOPs x heads x head_dim x keys read (window + selected entries), plus, with `scans`,
     the indexer's scans: 2 FLOPs x index heads x index dims x entries scored, per row, a broad scan over every entry
     the row sees and a pool scan over at most the pool (an engine that scores every entry at every selecting layer,
     as ours does, is also shown). `input_numbers` is the width of one decoder input row (mHC streams + pre mix)
-    that the replay starts from."""
+    that the replay starts from. `weights_read`: the bytes of weights one replay reads on its own
+    (lessons.cost.replay_weight_bytes), shown beside the work: a replay alone waits on them, not on its FLOPs."""
     if not d.has_replay:
         raise CalcError(f"{d.label} has no bounded replay: it keeps every window")
     validate_knobs(knobs)
@@ -486,6 +488,11 @@ def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads:
         work += scan
     der.append(("work per reuse", "matmul + attention" + (" + indexer scan" if work > mm + att else ""), work,
                 human_flops(work)))
+    if weights_read:
+        der.append(("weights read (one replay alone, release precision)",
+                    f"the decoder layers' dense weights, the routed experts {counted(r, 'row')} reach (uniform "
+                    "routing) and the head; batching many replays shares these reads", float(weights_read),
+                    f"{weights_read / 1e9:,.1f} GB"))
     inp = r * input_numbers * 4
     if input_numbers:
         der.append(("replay input kept by our engine",

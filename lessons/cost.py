@@ -1,12 +1,19 @@
 """Where the time goes: the FLOPs and the bytes moved by every op of one DeepSeek-V4.1 workload, from the config alone.
 
-A workload is a bounded or exact prefill of N prompt tokens (in the engine's chunks), one decode step at context C
-for a batch of B sequences, or a DSpark verify pass over an anchor and k drafts (model/inference/engine.py and
-speculative.py run the same forward calls). Each op gets a row: its FLOPs (2 per multiply-add), the weights it reads
-at their stored precision (only the routed experts a call's tokens reach), the cache rows it reads and writes at
-their stored formats (model/quant.py), and an estimate of its activation traffic. Rows carry the module they run in,
-so that `lessons.cost_check` can hold them against what `torch.utils.flop_counter` counts in the running model. The
-weights a model holds at rest are lessons.roofline's.
+A workload is a bounded or exact prefill of N prompt tokens (in the engine's chunks), a chunked extend (one chunk of
+new rows on top of a context already cached), one decode step at context C for a batch of B sequences, a DSpark verify
+pass over an anchor and k drafts (model/inference/engine.py and speculative.py run the same forward calls), or a mixed
+step (one sequence's prefill chunk beside B decodes, sharing the step's weight reads). Each op gets a row: its FLOPs
+(2 per multiply-add), the weights it reads at their stored precision (only the routed experts a step's tokens reach),
+the cache rows it reads and writes at their stored formats (model/quant.py), and its activation traffic.
+
+Three byte counts, each saying what it is:
+- `Cost.bytes` (the floor): weights and cache rows only, what no kernel can avoid; the time bounds use it.
+- `Cost.fused_bytes`: the floor plus the residual streams read and written between sublayers (mHC's four streams),
+  which even a kernel that fuses everything inside a sublayer still moves.
+- `Cost.unfused_bytes`: every op's inputs and outputs once, as if nothing were fused; an upper estimate.
+Rows carry the module they run in, so that `lessons.cost_check` can hold them against what
+`torch.utils.flop_counter` counts in the running model. The weights a model holds at rest are lessons.roofline's.
 
 Two ways to count the attention-side work:
 - `as_run=True`: what this engine computes. Its window attention multiplies blocks of W queries by 2W-1 keys
@@ -28,7 +35,7 @@ from model.config import V41Config
 from model.layer_map import layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
-WORKLOAD_KINDS = ("prefill", "decode", "verify")
+WORKLOAD_KINDS = ("prefill", "extend", "decode", "verify", "mixed")
 MODES = ("bounded", "exact")
 KINDS = ("projections", "window attention", "selected attention", "compressor", "indexer broad scan",
          "indexer pool scan", "shared expert", "routed experts", "Engram", "mHC", "embed and head")
@@ -61,12 +68,12 @@ FP32 = Precision("fp32 (the running model here)", 4.0, 4.0, 4.0, 4.0, 4.0, 4.0)
 
 @dataclass(frozen=True)
 class Workload:
-    kind: str              # "prefill" | "decode" | "verify"
-    tokens: int            # prefill: prompt tokens; decode / verify: tokens already in the cache
-    mode: str = "bounded"  # prefill mode (decode and verify read the same cache either way)
-    batch: int = 1
+    kind: str              # "prefill" | "extend" | "decode" | "verify" | "mixed"
+    tokens: int            # prefill: prompt tokens; the others: tokens already in the cache
+    mode: str = "bounded"  # prefill mode (the other kinds read the same cache either way)
+    batch: int = 1         # sequences (mixed: the decoding sequences beside the one prefill chunk)
     drafts: int = 0        # verify: drafted tokens checked after the anchor
-    chunk: int = ENGINE_CHUNK
+    chunk: int = ENGINE_CHUNK   # prefill: the engine's chunk; extend and mixed: the new rows of the chunk
 
     def describe(self) -> str:
         b = f", batch {self.batch:,}" if self.batch > 1 else ""
@@ -74,6 +81,10 @@ class Workload:
             return f"{self.mode} prefill of {self.tokens:,} tokens{b}"
         if self.kind == "decode":
             return f"one decode step at context {self.tokens:,}{b}"
+        if self.kind == "extend":
+            return f"extend by a chunk of {self.chunk:,} at context {self.tokens:,}{b}"
+        if self.kind == "mixed":
+            return f"mixed step: a {self.chunk:,}-token chunk and {self.batch:,} decodes at context {self.tokens:,}"
         return f"verify of {self.drafts} drafts at context {self.tokens:,}{b}"
 
 
@@ -88,7 +99,7 @@ def check_workload(cfg: V41Config, wl: Workload) -> Workload:
             raise CostError(f"{name} must be a whole number, got {v!r}")
     if wl.batch < 1 or wl.chunk < 1 or wl.drafts < 0:
         raise CostError("batch and chunk must be >= 1 and drafts >= 0")
-    rows = 1 + wl.drafts if wl.kind == "verify" else (1 if wl.kind == "decode" else 0)
+    rows = {"verify": 1 + wl.drafts, "decode": 1, "extend": wl.chunk, "mixed": wl.chunk}.get(wl.kind, 0)
     least = 1 if wl.kind == "prefill" else 0
     if not least <= wl.tokens or wl.tokens + rows > cfg.max_position_embeddings:
         raise CostError(f"tokens must be >= {least} with the step inside {cfg.max_position_embeddings:,} positions")
@@ -105,11 +116,18 @@ class OpRow:
     weight_bytes: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
-    act_bytes: float = 0.0
+    act_bytes: float = 0.0     # the op's inputs and outputs, once each: what it moves if nothing is fused
+    stream_bytes: float = 0.0  # the residual streams it reads and writes between sublayers (part of act_bytes)
+    expert_rows: float = 0.0   # routed experts: the rows that chose among them (a mixed step's parts add up)
 
     @property
     def bytes(self) -> float:
-        return self.weight_bytes + self.cache_read + self.cache_write + self.act_bytes
+        """The floor: weights and cache rows, what no kernel can avoid moving."""
+        return self.weight_bytes + self.cache_read + self.cache_write
+
+    @property
+    def unfused_bytes(self) -> float:
+        return self.bytes + self.act_bytes
 
 
 @dataclass
@@ -125,11 +143,22 @@ class Cost:
 
     @property
     def bytes(self) -> float:
+        """The floor: weights at stored precision and the cache rows read and written (no activations)."""
         return sum(r.bytes for r in self.rows)
 
     @property
+    def fused_bytes(self) -> float:
+        """The floor plus the residual streams between sublayers: what a kernel fusing each sublayer still moves."""
+        return self.bytes + self.total("stream_bytes")
+
+    @property
+    def unfused_bytes(self) -> float:
+        """Every op's inputs and outputs counted once, as if nothing were fused: an upper estimate."""
+        return self.bytes + self.total("act_bytes")
+
+    @property
     def intensity(self) -> float:
-        """Arithmetic intensity, FLOP per byte moved."""
+        """Arithmetic intensity, FLOP per byte of the floor."""
         return self.flops / self.bytes if self.bytes else math.inf
 
     def total(self, what: str) -> float:
@@ -153,7 +182,8 @@ class Cost:
 
     def records(self) -> list[dict]:
         return [{"layer": r.layer, "kind": r.kind, "op": r.op, "FLOPs": r.flops, "weights B": r.weight_bytes,
-                 "cache read B": r.cache_read, "cache written B": r.cache_write, "activations B": r.act_bytes}
+                 "cache read B": r.cache_read, "cache written B": r.cache_write,
+                 "activations if nothing were fused B": r.act_bytes, "residual streams B": r.stream_bytes}
                 for r in self.rows]
 
 
@@ -268,7 +298,7 @@ def _call(cfg: V41Config, c: _Call, batch: int, pr: Precision, as_run: bool, acc
         for site in ("attention", "FFN"):
             _linear(acc, i, "mHC", f"{site} site: mixes", lay, n, n_hc * d, mix, pr.mixing, 4.0)
             acc.add(i, "mHC", f"{site} site: stream mix", lay, flops=2.0 * n * n_hc * n_hc * d,
-                    act_bytes=2 * n * n_hc * d * a)
+                    act_bytes=2 * n * n_hc * d * a, stream_bytes=2 * n * n_hc * d * a)
         # ---- projections ----
         _linear(acc, i, "projections", "wq_a", at, n, d, ql, pr.linear, a)
         _linear(acc, i, "projections", "wq_b", at, n, ql, h * hd, pr.linear, a)
@@ -309,8 +339,9 @@ def _call(cfg: V41Config, c: _Call, batch: int, pr: Precision, as_run: bool, acc
                         cache_read=batch * keys * INDEX_FMT.row_bytes(di))
             k = min(cfg.index_topk, t)
             picks = s * k if as_run else sum_min(p, s, r, cfg.index_topk)
+            # as run, every row gathers k entries; a kernel reads only the entries each query can see (causal)
             acc.add(i, "selected attention", "logits + weighted sum", at, flops=4.0 * batch * h * hd * picks,
-                    cache_read=n * k * LATENT_FMT.row_bytes(hd))
+                    cache_read=batch * picks * LATENT_FMT.row_bytes(hd))
         _moe(cfg, acc, i, ff, n, pr)
     if c.head_rows:
         hr = batch * c.head_rows
@@ -323,7 +354,8 @@ def _moe(cfg: V41Config, acc: _Rows, i: int, ff: str, n: int, pr: Precision) -> 
     _linear(acc, i, "routed experts", "router", ff, n, d, e, pr.wide, a)
     touched = routed_touched(n, e, k)
     acc.add(i, "routed experts", f"experts (top {k} of {e})", ff, flops=2.0 * n * k * 3 * d * inter,
-            weight_bytes=touched * 3 * d * inter * pr.expert, act_bytes=n * k * (2 * d + 3 * inter) * a)
+            weight_bytes=touched * 3 * d * inter * pr.expert, act_bytes=n * k * (2 * d + 3 * inter) * a,
+            expert_rows=n)
     if cfg.n_shared_experts:
         acc.add(i, "shared expert", "shared expert", ff, flops=2.0 * n * 3 * d * inter,
                 weight_bytes=3 * d * inter * pr.linear, act_bytes=n * (2 * d + 3 * inter) * a)
@@ -339,29 +371,79 @@ def chunks(n: int, size: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def calls(cfg: V41Config, wl: Workload) -> list[_Call]:
-    """The forward calls of a workload, in order."""
+PER_ROW_WEIGHTS = ("embedding rows", "table rows")   # weights read row by row: a step's parts add them up
+
+
+def calls(cfg: V41Config, wl: Workload, as_run: bool = False) -> list[list[tuple[_Call, int]]]:
+    """The forward steps of a workload, in order; each step is its parts (a call and its batch), which share the
+    step's weight reads (only a mixed step has two)."""
     L, dec, w = cfg.num_hidden_layers, cfg.decoder_start, cfg.sliding_window
+    b = wl.batch
     if wl.kind == "decode":
-        return [_Call(1, wl.tokens, 0, L, head_rows=1)]
+        return [[(_Call(1, wl.tokens, 0, L, head_rows=1), b)]]
     if wl.kind == "verify":
-        return [_Call(1 + wl.drafts, wl.tokens, 0, L, head_rows=1 + wl.drafts)]
+        return [[(_Call(1 + wl.drafts, wl.tokens, 0, L, head_rows=1 + wl.drafts), b)]]
+    if wl.kind in ("extend", "mixed"):
+        # the engine runs a chunk on a cache through its decode call, with logits on every row; a kernel needs
+        # only the last row's
+        chunk = _Call(wl.chunk, wl.tokens, 0, L, head_rows=wl.chunk if as_run else 1)
+        if wl.kind == "extend":
+            return [[(chunk, b)]]
+        return [[(chunk, 1), (_Call(1, wl.tokens, 0, L, head_rows=1), b)]]
     n = wl.tokens
     if wl.mode == "exact" or dec >= L:
-        return [_Call(b - a, a, 0, L, head_rows=1) for a, b in chunks(n, wl.chunk)]
-    out = [_Call(b - a, a, 0, dec, publish=dec) for a, b in chunks(n, wl.chunk)]
+        return [[(_Call(e - a, a, 0, L, head_rows=1), b)] for a, e in chunks(n, wl.chunk)]
+    out = [[(_Call(e - a, a, 0, dec, publish=dec), b)] for a, e in chunks(n, wl.chunk)]
     rep = min(w, n)
-    out.append(_Call(rep, n - rep, dec, L, skip_compress=(dec,), head_rows=1, embed=False,
-                     window_floor=n - rep, held_window=0))
+    out.append([(_Call(rep, n - rep, dec, L, skip_compress=(dec,), head_rows=1, embed=False,
+                      window_floor=n - rep, held_window=0), b)])
     return out
 
 
+def replay_weight_bytes(cfg: V41Config, context: int, pr: Precision = RELEASE) -> float:
+    """Weights one bounded replay reads on its own (the decoder layers' dense weights, the routed experts its rows
+    reach under uniform routing, and the head), at stored precision: the replay of a bounded prefill at `context`."""
+    dec, L = cfg.decoder_start, cfg.num_hidden_layers
+    rep = min(cfg.sliding_window, context)
+    acc = _Rows()
+    _call(cfg, _Call(rep, context - rep, dec, L, skip_compress=(dec,), head_rows=1, embed=False,
+                     window_floor=context - rep, held_window=0), 1, pr, False, acc)
+    return sum(r.weight_bytes for r in acc.rows.values())
+
+
+def _merge(acc: _Rows, parts: list[_Rows], cfg: V41Config) -> None:
+    """Add a step's parts to `acc`: work and cache traffic add up; a weight matrix is read once for the step, and the
+    routed experts once each for the distinct experts all the step's rows reach."""
+    e, k = cfg.n_routed_experts, cfg.num_experts_per_tok
+    keys = {key for part in parts for key in part.rows}
+    for key in keys:
+        got = [part.rows[key] for part in parts if key in part.rows]
+        sums = {f: sum(getattr(r, f) for r in got) for f in ("flops", "cache_read", "cache_write", "act_bytes",
+                                                            "stream_bytes", "expert_rows")}
+        if key[2] in PER_ROW_WEIGHTS:
+            wb = sum(r.weight_bytes for r in got)
+        elif sums["expert_rows"]:
+            one = max(got, key=lambda r: r.expert_rows)
+            wb = one.weight_bytes / routed_touched(int(one.expert_rows), e, k) * \
+                routed_touched(int(sums["expert_rows"]), e, k)
+        else:
+            wb = max(r.weight_bytes for r in got)
+        acc.add(*key, weight_bytes=wb, **sums)
+
+
 def cost(cfg: V41Config, wl: Workload, precision: Precision = RELEASE, as_run: bool = False) -> Cost:
-    """Every op's FLOPs and bytes for a workload, summed over its forward calls."""
+    """Every op's FLOPs and bytes for a workload, summed over its forward steps."""
     check_workload(cfg, wl)
     acc = _Rows()
-    for c in calls(cfg, wl):
-        _call(cfg, c, wl.batch, precision, as_run, acc)
+    for step in calls(cfg, wl, as_run):
+        if len(step) == 1:
+            _call(cfg, step[0][0], step[0][1], precision, as_run, acc)
+            continue
+        parts = []
+        for c, b in step:
+            parts.append(_Rows())
+            _call(cfg, c, b, precision, as_run, parts[-1])
+        _merge(acc, parts, cfg)
     order = {k: j for j, k in enumerate(KINDS)}
 
     def place(r: OpRow) -> tuple[int, int, int]:   # the embedding first, then the layers, the head last

@@ -4,7 +4,10 @@ during the engine's own forward calls, and cache bytes as the engine's packed st
 The formula side is `lessons.cost.cost(..., as_run=True)` at the running model's precision: the work this engine
 does (its blocked window attention, its index sources scoring every entry), which is what the counter sees. The
 check is per module (each layer's attention, experts, Engram and mHC, and the head), so an op the counter sees
-that the formula has no row for shows up by name. What this module does not know: time (see lessons.roofline).
+that the formula has no row for shows up by name. A chunked extend runs as the engine's call on a cache; a mixed
+step, which this engine cannot run as one ragged batch, runs as its two parts one after the other (FLOPs add up).
+What this check covers: FLOPs in the engine's own mode (`as_run=True`) and cache bytes; not the kernel count the
+release-scale figures use (`as_run=False`), and not weight or activation bytes. Time: lessons.roofline.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from model import decode_step, prefill
 from model.inference import PackedRows
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
-from .cost import FP32, Cost, Workload, check_workload, cost
+from .cost import ENGINE_CHUNK, FP32, Cost, Workload, check_workload, cost
 from .roofline import Machine
 
 TOLERANCE = 0.02
@@ -28,7 +31,7 @@ TOLERANCE = 0.02
 
 def workload_ids(model, wl: Workload, seed: int = 0) -> torch.Tensor:
     """[B, N + new rows] random token ids for a workload (the FLOPs do not depend on which tokens)."""
-    new = 0 if wl.kind == "prefill" else 1 + wl.drafts
+    new = {"prefill": 0, "extend": wl.chunk, "mixed": wl.chunk}.get(wl.kind, 1 + wl.drafts)
     g = torch.Generator().manual_seed(seed)
     return torch.randint(8, model.cfg.vocab_size, (wl.batch, wl.tokens + new), generator=g).to(model.device)
 
@@ -41,7 +44,17 @@ def run_workload(model, wl: Workload, inside, ids: torch.Tensor | None = None):
     if wl.kind == "prefill":
         with inside:
             return prefill(model, ids, wl.mode, chunk_size=wl.chunk).cache
-    pre = prefill(model, ids[:, :wl.tokens], wl.mode, chunk_size=wl.chunk, rollback=max(1, wl.drafts + 1))
+    chunk = wl.kind in ("extend", "mixed")
+    new = wl.chunk if chunk else 1 + wl.drafts
+    pre_chunk = ENGINE_CHUNK if chunk else wl.chunk
+    if wl.kind == "mixed":   # the chunk of one sequence, then the decodes of the batch
+        one = prefill(model, ids[:1, :wl.tokens], wl.mode, chunk_size=pre_chunk, rollback=new)
+        many = prefill(model, ids[:, :wl.tokens], wl.mode, chunk_size=pre_chunk, rollback=1)
+        with inside:
+            decode_step(model, one.cache, ids[:1, wl.tokens:])
+            decode_step(model, many.cache, ids[:, wl.tokens:wl.tokens + 1])
+        return many.cache
+    pre = prefill(model, ids[:, :wl.tokens], wl.mode, chunk_size=pre_chunk, rollback=max(1, new))
     with inside:
         decode_step(model, pre.cache, ids[:, wl.tokens:])
     return pre.cache
@@ -121,8 +134,8 @@ def check_flops(model, wl: Workload, ids: torch.Tensor | None = None) -> Counter
     return CounterCheck(workload=wl, counted=total, formula=f.flops, modules=modules, unmatched=unmatched, ops=ops)
 
 
-CHECKS = (Workload("prefill", 256, "exact"), Workload("prefill", 256, "bounded"), Workload("decode", 300),
-          Workload("verify", 300, drafts=4))
+CHECKS = (Workload("prefill", 256, "exact"), Workload("prefill", 256, "bounded"), Workload("extend", 300, chunk=64),
+          Workload("decode", 300), Workload("verify", 300, drafts=4), Workload("mixed", 300, batch=2, chunk=64))
 
 
 def check_rows(model, progress=None) -> list[dict]:
@@ -235,6 +248,20 @@ class Here:
     def decode_bound_s(self) -> float:
         """The time a decode step needs at least: its bytes at the measured bandwidth."""
         return self.decode_bytes / (self.machine.gbs * 1e9)
+
+    @property
+    def prefill_bound_s(self) -> float:
+        """The time prefill needs at least on the measured roof: the larger of its matmul time and memory time."""
+        return max(self.prefill_flops / (self.machine.gflops * 1e9), self.prefill_bytes / (self.machine.gbs * 1e9))
+
+    @property
+    def prefill_over_bound(self) -> float:
+        """Measured time over the roof's bound (1 would be a kernel at the roof)."""
+        return self.prefill_s / self.prefill_bound_s
+
+    @property
+    def decode_over_bound(self) -> float:
+        return self.decode_s / max(self.decode_bound_s, self.decode_flops / (self.machine.gflops * 1e9))
 
     @property
     def decode_bw_frac(self) -> float:

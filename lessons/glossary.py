@@ -12,7 +12,6 @@ from model import V41Config, layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT
 
 from .far_fact import reach_sentence
-from .roofline import GPUS
 from .sources import marker
 
 
@@ -28,7 +27,6 @@ class Term:
 
 def terms(cfg: V41Config | None = None) -> list[Term]:
     c = cfg or V41Config.preset("v4.1-flash")
-    h100 = GPUS["h100"]
     cand = next(s.index for s in layer_map(c) if s.candidate_source)   # roles come from the layer map
     pool = c.candidate_topk_blocks * c.candidate_block_size
     engram = [i for i in c.engram_layer_ids if i < c.num_hidden_layers]
@@ -125,15 +123,6 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "sequential form: an extra small layer, trained with the model, predicts a further token from the main "
              "model's state, and can draft tokens for speculative decoding. V4-Flash keeps one (the calculator's "
              "'MTP window rows'); in V4.1 the DSpark drafter does that job.", "deepseek"),
-        Term("memory-bound, compute-bound", "A step is memory-bound when moving its bytes (weights, cache) takes "
-             "longer than its arithmetic at the chip's peak, and compute-bound when the arithmetic takes longer. "
-             "Which one depends on the step's FLOPs per byte moved against the chip's ridge (Where the time goes).",
-             "literature"),
-        Term("dense TFLOPS, 'with sparsity'", f"GPU datasheets print tensor-core peaks 'with sparsity': twice the "
-             "dense figure, reached only when half of one operand's values are zero in a fixed 2-of-4 pattern. "
-             "Ordinary matrix products run at the dense peak, so the pages use half the printed figure (an "
-             f"{h100.name}: {2 * h100.peak / 1e12:,.0f} TFLOPS FP8 with sparsity, {h100.peak / 1e12:,.0f} dense).",
-             "datasheet"),
         Term("nats", "The unit of a loss taken with the natural logarithm: a loss of L nats per token means the "
              "right token got probability e^-L in the geometric mean (2.3 nats: 1 in 10); lower is better.", "ours"),
         Term("rollback slack", "Extra rows a window keeps beyond its size, so that when speculative decoding "
@@ -152,6 +141,19 @@ def terms(cfg: V41Config | None = None) -> list[Term]:
              "never checked, so they count neither way). Greedy: a guess is kept when it is the main model's top "
              "token. Sampling: kept with chance min(1, p/q); on a refusal the replacement is drawn "
              "from norm(max(0, p - q)), so the output keeps the main model's distribution.", "deepseek"),
+        Term("arithmetic intensity", "FLOPs a step does per byte it moves through memory. Where the time goes counts "
+             "the bytes no kernel can avoid: weights at stored precision and cache rows.", "hardware"),
+        Term("ridge", "A chip's peak FLOP/s over its memory bandwidth, in FLOP per byte: a step whose arithmetic "
+             "intensity is below it waits on memory, above it on arithmetic.", "hardware"),
+        Term("roofline", "A chart of the FLOP/s a chip can reach against arithmetic intensity: a slope (bandwidth) "
+             "up to the ridge, then flat (peak compute). Williams, Waterman and Patterson, 2009.", "hardware"),
+        Term("memory-bound / compute-bound", "Whether a step's lower bound on time is set by the bytes it must move "
+             "or by its arithmetic; the bound takes the larger of the two, as if they overlapped perfectly.",
+             "hardware"),
+        Term("dense vs with-sparsity TFLOPS", "GPU sheets print tensor-core peaks 'with sparsity' (2:4 structured "
+             "zeros); a dense matmul reaches half of that figure, the one used here.", "hardware"),
+        Term("MXFP4", "A 4-bit float format (E2M1) with one shared 8-bit power-of-two scale per 32 numbers: 4.25 bits "
+             "a number. The release stores its routed experts this way.", "port"),
     ]
 
 

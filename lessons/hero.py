@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from lessons.far_compare import FarPair, Side
 from lessons.far_fact import CHANCE, far_recall_of, near_tie
-from lessons.how_trained import read_guidance, training_clause
+from lessons.how_trained import AIMED, SHORT, read_guidance
 
 # what each recall checkpoint's column is called above its picture (its title says the same at more length)
-HEADS = {"unaided": "Found by plain training", "recall": "Shown where to look"}
+HEADS = {"unaided": "Plain training", "recall": "Shown where to look"}
 
 
-def intro(pair: FarPair, layers: int) -> str:
-    """The line above the pictures: the model is the tiny one, the fact lies past every window it has."""
+def title(pair: FarPair, layers: int) -> str:
+    """The pictures' title: the model is the tiny one, and the fact lies past every window it has."""
     windows = sorted({w for s, w in zip(pair.sides, pair.windows) if s.kind != "text"})
     w = " or ".join(str(x) for x in windows)
-    return (f"A {layers}-layer tiny model with the release's layer kinds and {w}-token windows reads one held-out "
-            f"story; the fact is {pair.distance} tokens back, so only the compressed entries can bring it.")
+    return f"A fact {pair.distance} tokens back, on a {layers}-layer tiny model with {w}-token windows"
 
 
 def _pct(x: float) -> str:
@@ -30,7 +29,7 @@ def _pct(x: float) -> str:
 
 def reads(side: Side, num=lambda i: i) -> str:
     """Where the decoder's attention went: every decoder layer's range when all of them hold most of it on the
-    fact's entry, else the best layer and what the others hold."""
+    fact's entry, else the best layer."""
     dec = side.decoder
     if not dec:
         return "No decoder layer reads compressed entries"
@@ -38,11 +37,8 @@ def reads(side: Side, num=lambda i: i) -> str:
     if all(lf.share >= 0.5 for lf in dec):
         lo, hi = min(lf.share for lf in dec), max(lf.share for lf in dec)
         span = _pct(lo) if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{_pct(hi)}"
-        return (f"Decoder layers {num(dec[0].layer)}-{num(dec[-1].layer)} put {span} of their attention on the "
-                "fact's entry")
-    rest = max((lf.share for lf in dec if lf is not best), default=0.0)
-    return (f"Decoder layer {num(best.layer)} puts {_pct(best.share)} of its attention on the fact's entry "
-            f"(other decoder layers: at most {_pct(rest)})")
+        return f"Layers {num(dec[0].layer)}-{num(dec[-1].layer)}: {span} of their attention on the fact's entry"
+    return f"Layer {num(best.layer)}: {_pct(best.share)} of its attention on the fact's entry"
 
 
 def answer(side: Side) -> str:
@@ -50,19 +46,31 @@ def answer(side: Side) -> str:
     on, off = side.ff.answers
 
     def said(a) -> str:
-        verdict = "" if a.right is None else " (right" if a.right else " (wrong"
-        if verdict and a.right and a.colour_share is not None and near_tie(a.colour_share):
-            verdict += f", but only {_pct(a.colour_share)} of the colour probability; a guess: {_pct(CHANCE)}"
-        return f"'{a.token.strip() or a.token}'" + (verdict + ")" if verdict else "")
+        word = f"'{a.token.strip() or a.token}'"
+        if a.right and a.colour_share is not None and near_tie(a.colour_share):
+            return f"{word} (a near-tie: {_pct(a.colour_share)}, a guess {_pct(CHANCE)})"
+        return word + ("" if a.right is None else " (right)" if a.right else " (wrong)")
 
-    return f"it answers {said(on)}; with the global branch off, {said(off)}"
+    return f"answer {said(on)}; with the branch off, {said(off)}"
+
+
+def clause(record: dict | None) -> str:
+    """How a recall checkpoint was trained, in the fewest words that keep the point, read from its record: the
+    losses aimed at the fact's entry and what the picture then shows, or that there were none."""
+    g = read_guidance(record)
+    if g is None:
+        return "How it was trained is not recorded."
+    if not g.guided:
+        return "No loss aimed at its attention or index scores."
+    losses = ", ".join(SHORT[f] for f, _ in AIMED if f in g.aimed)
+    return f"Losses aimed at that entry ({losses}): the road can carry a fact, not evidence training finds it."
 
 
 def side_caption(side: Side, record: dict | None, num=lambda i: i) -> str:
     """Under one recall checkpoint's picture: what it read and answered, its held-out far recall, how trained."""
     far = far_recall_of(record)
-    held = "" if far is None else f" Held-out far recall: {_pct(far)}."
-    return f"{reads(side, num)}; {answer(side)}.{held} {training_clause(record, 'far', short=True)}"
+    held = "" if far is None else f" Far recall {_pct(far)}."
+    return f"{reads(side, num)}; {answer(side)}.{held} {clause(record)}"
 
 
 def text_caption(side: Side, record: dict | None, window: int) -> str:

@@ -138,16 +138,19 @@ def prefill_decode(read: int, written: int, rounds: int) -> str:
                   "    print(f\"{item}: {shown}\")"])
 
 
-def where_time_goes(gpu: str, batch: int, context: int, drafts: int) -> str:
+def where_time_goes(gpu: str, batch: int, context: int, drafts: int, gpus: int = 1) -> str:
     return _join(["from model import V41Config",
                   "from lessons.cost import Workload, cost",
-                  "from lessons.roofline import GPUS, compute_bound_batch, place, verdict",
+                  "from lessons.deploy import deployment",
+                  "from lessons.roofline import GPUS, compute_bound_batch, per_sequence, place, verdict",
                   "from lessons.time_goes import agent_round, kind_rows"],
                  ["cfg = V41Config.preset('v4.1-flash')",
                   f"chip = GPUS[{gpu!r}]",
                   f"step = cost(cfg, Workload('decode', {context}, batch={batch}))",
-                  f"print('verdict:', verdict(place(step, chip), compute_bound_batch(cfg, chip, {context}), {batch}))",
-                  f"print('round:', agent_round(cfg, chip, {drafts}).sentence())",
+                  f"one = per_sequence(cost(cfg, Workload('decode', {context})))",
+                  f"print('verdict:', verdict(place(step, chip), compute_bound_batch(cfg, chip, {context}), {batch}, "
+                  "one))",
+                  f"print('round:', agent_round(cfg, deployment({gpu!r}, {gpus}), {drafts}).sentence())",
                   "for row in kind_rows(step):",
                   "    print(f\"{row['op kind']}: {row['FLOPs']} FLOPs, {row['bytes']}\")"])
 

@@ -1,12 +1,14 @@
 """The roofline: which workloads are limited by arithmetic and which by memory, on named GPUs and on this machine.
 
-A step needs at least max(FLOPs / peak compute, bytes / memory bandwidth) seconds; the ratio FLOPs / bytes (the
-arithmetic intensity) against the chip's ridge (peak / bandwidth) says which term wins. The GPU figures are
-spec-sheet peaks (`GPUS`, each with its source and how sure it is); this machine's are measured live by a matmul and
-a memory copy (`measure_machine`). Costs come from `lessons.cost`; what must sit in accelerator memory (the weights
-at stored precision, `weight_bytes`, and the cache, model.accounting) from the config. What this module does not
-know: real kernels reach only part of either peak, and overlap, communication between GPUs and scheduling are left
-out, so every time here is a lower bound.
+A step needs at least max(compute time, bytes / memory bandwidth) seconds: the bound assumes compute and memory
+traffic overlap perfectly. The bytes are the floor of `lessons.cost` (weights and cache rows, no activations), so the
+time is a lower bound. The compute time prices each FLOP at the peak of its precision (`precision_of`): FP8 for the
+linears, FP4 for the routed experts where the chip has FP4 tensor cores (Hopper falls back to FP8), BF16 for the
+attention math and the BF16 weights; `per_precision=False` prices every FLOP at the FP8 peak instead. The ratio
+FLOPs / bytes (the arithmetic intensity) against the ridge (effective peak / bandwidth) says which term wins. The
+GPU figures are spec-sheet dense peaks (`GPUS`, each with its source and how sure it is); this machine's are measured
+live by a matmul and a memory copy (`measure_machine`). Several GPUs and their interconnect: lessons.deploy. What
+this module does not know: real kernels reach only part of either peak, and scheduling is left out.
 """
 
 from __future__ import annotations
@@ -24,20 +26,26 @@ from model.accounting import cache_bytes
 from model.config import V41Config
 
 from .cost import RELEASE, Cost, Precision, Workload, cost
-from .units import human_bytes
 
 
 @dataclass(frozen=True)
 class Chip:
     key: str
     name: str
-    peak: float            # FLOP/s, dense, at the precision the release computes its matmuls in (FP8)
+    peak: float            # FLOP/s, dense, FP8 (the precision assumed for the release's linears)
     bandwidth: float       # bytes/s
     memory: float          # bytes of accelerator memory
     source: str
     sure: str              # how sure the figures are, and why
-    bf16: float = 0.0      # FLOP/s dense at BF16, for the table
+    bf16: float = 0.0      # FLOP/s dense at BF16 (0: not given, priced at `peak`)
+    fp4: float = 0.0       # FLOP/s dense at FP4 (0: no FP4 tensor cores, falls back to `peak`)
+    link: float = 0.0      # bytes/s of NVLink per GPU (both directions together, as the sheets print it)
     measured: bool = False
+
+    def rate(self, precision: str) -> float:
+        """FLOP/s dense at 'fp8', 'fp4' or 'bf16', falling back to the FP8 peak where the chip gives none."""
+        got = {"fp4": self.fp4, "bf16": self.bf16}.get(precision, 0.0)
+        return got or self.peak
 
     @property
     def called(self) -> str:
@@ -54,24 +62,30 @@ class Chip:
 GPUS: dict[str, Chip] = {
     "h100": Chip("h100", "NVIDIA H100 SXM", 1979e12, 3.35e12, 80e9,
                  "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column)",
-                 "high: FP8 3,958 and BF16 1,979 TFLOPS with sparsity, so half dense; HBM3 3.35 TB/s, 80 GB",
-                 bf16=989e12),
+                 "high: FP8 3,958 and BF16 1,979 TFLOPS with sparsity, so half dense; HBM3 3.35 TB/s, 80 GB; "
+                 "NVLink 900 GB/s; no FP4", bf16=989e12, link=900e9),
     "h200": Chip("h200", "NVIDIA H200", 1979e12, 4.8e12, 141e9,
                  "NVIDIA H200 Tensor Core GPU datasheet (SXM column)",
-                 "high: the H100's compute with HBM3e at 4.8 TB/s and 141 GB", bf16=989e12),
+                 "high: the H100's compute with HBM3e at 4.8 TB/s and 141 GB; NVLink 900 GB/s; no FP4",
+                 bf16=989e12, link=900e9),
     "b200": Chip("b200", "NVIDIA B200", 4.5e15, 8e12, 180e9,
                  "NVIDIA DGX B200 / HGX B200 datasheet (per GPU)",
                  "medium: NVIDIA's B200 figures moved between announcements (192 GB at launch, 180 GB in the "
-                 "HGX/DGX sheets) and depend on the power configuration", bf16=2.25e15),
+                 "HGX/DGX sheets) and depend on the power configuration; FP4 9 PFLOPS dense (18 with sparsity); "
+                 "NVLink 5 at 1.8 TB/s", bf16=2.25e15, fp4=9e15, link=1.8e12),
 }
 
 
 def chip_rows(chips: list[Chip]) -> list[dict]:
-    """The figures behind the roofs, with where each comes from and how sure it is."""
-    return [{"chip": c.name, "peak, dense (TFLOP/s)": round(c.peak / 1e12, 3),
-             "BF16 dense (TFLOP/s)": round(c.bf16 / 1e12, 3) if c.bf16 else None,
-             "bandwidth (TB/s)": round(c.bandwidth / 1e12, 4), "memory (GB)": round(c.memory / 1e9) or None,
-             "ridge (FLOP/byte)": round(c.ridge, 1), "source": c.source, "how sure": c.sure} for c in chips]
+    """The figures behind the roofs, each peak dense, with where each comes from and how sure it is."""
+    def tf(x: float) -> float | None:
+        return round(x / 1e12, 3) if x else None
+
+    return [{"chip": c.name, "FP8 dense (TFLOP/s)" if not c.measured else "fp32 measured (TFLOP/s)": tf(c.peak),
+             "FP4 dense (TFLOP/s)": tf(c.fp4), "BF16 dense (TFLOP/s)": tf(c.bf16),
+             "HBM (TB/s)": round(c.bandwidth / 1e12, 4), "NVLink (GB/s)": round(c.link / 1e9) or None,
+             "memory (GB)": round(c.memory / 1e9) or None, "FP8 ridge (FLOP/byte)": round(c.ridge, 1),
+             "source": c.source, "how sure": c.sure} for c in chips]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -134,20 +148,59 @@ def machine(device: str = "cpu") -> Machine:
 # Placing workloads
 # ------------------------------------------------------------------------------------------------
 
+def precision_of(kind: str, op: str) -> str:
+    """The precision an op's matmuls run at (an assumption: FP8 linears as the checkpoint stores them, MXFP4 experts
+    at FP4 where the chip can, attention math and the BF16-stored weights at BF16)."""
+    if kind == "routed experts":
+        return "fp4" if op.startswith("experts") else "bf16"
+    if kind in ("window attention", "selected attention", "mHC", "embed and head"):
+        return "bf16"
+    if kind == "compressor" and not op.startswith("index keys"):
+        return "bf16"
+    if op == "head weights":
+        return "bf16"
+    return "fp8"
+
+
+def compute_seconds(c: Cost, chip: Chip, per_precision: bool = True) -> float:
+    """The time the step's FLOPs take at the chip's dense peaks, each at its precision's (or all at FP8's)."""
+    if not per_precision:
+        return c.flops / chip.peak
+    return sum(r.flops / chip.rate(precision_of(r.kind, r.op)) for r in c.rows if r.flops)
+
+
 @dataclass
 class Placement:
     chip: Chip
     label: str
     flops: float
-    bytes: float
+    bytes: float                   # the floor: weights and cache rows
+    compute_s: float = 0.0         # 0: at the FP8 peak
+
+    def __post_init__(self) -> None:
+        if not self.compute_s:
+            self.compute_s = self.flops / self.chip.peak
 
     @property
     def intensity(self) -> float:
         return self.flops / self.bytes if self.bytes else math.inf
 
     @property
+    def memory_s(self) -> float:
+        return self.bytes / self.chip.bandwidth
+
+    @property
+    def peak(self) -> float:
+        """The FLOP/s this step's mix of precisions reaches at the peaks."""
+        return self.flops / self.compute_s if self.compute_s else self.chip.peak
+
+    @property
+    def ridge(self) -> float:
+        return self.peak / self.chip.bandwidth
+
+    @property
     def memory_bound(self) -> bool:
-        return self.intensity < self.chip.ridge
+        return self.memory_s > self.compute_s
 
     @property
     def bound(self) -> str:
@@ -155,38 +208,27 @@ class Placement:
 
     @property
     def seconds(self) -> float:
-        """Lower bound on the time: the larger of the compute time and the memory time at peak."""
-        return max(self.flops / self.chip.peak, self.bytes / self.chip.bandwidth)
+        """Lower bound on the time: the larger of the compute time and the memory time at peak (perfect overlap)."""
+        return max(self.compute_s, self.memory_s)
 
     @property
     def attainable(self) -> float:
         """FLOP/s the roof allows at this intensity."""
-        return min(self.chip.peak, self.intensity * self.chip.bandwidth)
+        return min(self.peak, self.intensity * self.chip.bandwidth)
 
 
-def place(c: Cost, chip: Chip, label: str | None = None) -> Placement:
-    return Placement(chip, label or c.workload.describe(), c.flops, c.bytes)
-
-
-def release_workloads(cfg: V41Config, context: int, batch: int, drafts: int, prompt: int,
-                      pr: Precision = RELEASE) -> dict[str, Cost]:
-    """The workloads the page places: the prompt read in one pass (bounded), a decode step at batch 1 and at `batch`,
-    and a verify of `drafts` drafts at batch 1."""
-    out = {"prefill": cost(cfg, Workload("prefill", prompt, "bounded", chunk=prompt), pr),
-           "decode": cost(cfg, Workload("decode", context), pr)}
-    if batch > 1:
-        out["decode_batch"] = cost(cfg, Workload("decode", context, batch=batch), pr)
-    if drafts:
-        out["verify"] = cost(cfg, Workload("verify", context, drafts=drafts), pr)
-    return out
+def place(c: Cost, chip: Chip, label: str | None = None, per_precision: bool = True) -> Placement:
+    return Placement(chip, label or c.workload.describe(), c.flops, c.bytes, compute_seconds(c, chip, per_precision))
 
 
 def compute_bound_batch(cfg: V41Config, chip: Chip, context: int, pr: Precision = RELEASE,
-                        limit: int = 1 << 16) -> int | None:
-    """The smallest batch at which one decode step at `context` is compute-bound on `chip` (None: not up to
-    `limit`). Intensity grows with the batch (weights are read once for all sequences), so a bisection finds it."""
+                        limit: int = 1 << 16, per_precision: bool = True) -> int | None:
+    """The smallest batch at which one decode step at `context` is compute-bound on `chip`, from the floor's bytes
+    (None: not up to `limit`). Intensity grows with the batch (the dense weights are read once for all sequences,
+    and the experts once for all who reach them), so a bisection finds it."""
     def bound(b: int) -> bool:
-        return not place(cost(cfg, Workload("decode", context, batch=b), pr), chip).memory_bound
+        c = cost(cfg, Workload("decode", context, batch=b), pr)
+        return not place(c, chip, per_precision=per_precision).memory_bound
 
     if not bound(limit):
         return None
@@ -275,14 +317,32 @@ def ms(s: float) -> str:
     return f"{s * 1e3:,.3g} ms" if s >= 1e-3 else f"{s * 1e6:,.3g} µs"
 
 
-def verdict(p: Placement, crossover: int | None, batch: int) -> str:
+def per_sequence(c: Cost) -> tuple[str, float, float, float]:
+    """What each added sequence brings to a decode step: (the op kind whose cache bytes dominate, those bytes, all
+    its cache bytes, the FLOPs per byte of that cache traffic), from a step at batch 1."""
+    kinds: dict[str, float] = {}
+    for r in c.rows:
+        kinds[r.kind] = kinds.get(r.kind, 0.0) + r.cache_read + r.cache_write
+    top = max(kinds, key=kinds.get)
+    cache = sum(kinds.values())
+    return top, kinds[top], cache, c.flops / cache if cache else math.inf
+
+
+def verdict(p: Placement, crossover: int | None, batch: int, per_seq: tuple[str, float, float, float] | None = None,
+            limit: int = 1 << 16) -> str:
     """What bounds a decode step on the chosen chip at the chosen batch, and from which batch that changes."""
     per = "for the whole batch" if batch > 1 else ""
     s = (f"On {p.chip.called}, one decode step at batch {batch:,} is **{p.bound}**: it does "
-         f"{p.intensity:,.1f} FLOP per byte moved, {'under' if p.memory_bound else 'over'} the chip's ridge of "
-         f"{p.chip.ridge:,.0f} FLOP/byte, so it takes at least **{ms(p.seconds)}** {per}".rstrip() + ".")
+         f"{p.intensity:,.1f} FLOP per byte it must move (weights and cache), {'under' if p.memory_bound else 'over'} "
+         f"the ridge of {p.ridge:,.0f} FLOP/byte at this step's mix of precisions, so one chip holding every weight "
+         f"would take at least **{ms(p.seconds)}** {per}".rstrip() + ".")
     if crossover is None:
-        s += " Up to a batch of 65,536 it never turns compute-bound here."
+        s += f" Up to a batch of {limit:,} it never turns compute-bound here"
+        if per_seq is not None:
+            kind, top, cache, ai = per_seq
+            s += (f": each added sequence brings {cache / 1e6:,.1f} MB of cache traffic per step, most of it the "
+                  f"{kind} ({top / 1e6:,.1f} MB), at {ai:,.0f} FLOP per byte, under the ridge")
+        s += "."
     elif p.memory_bound:
         s += f" It turns compute-bound from a batch of **{crossover:,}** sequences."
     else:
@@ -306,5 +366,5 @@ def fit_sentence(cfg: V41Config, chip: Chip, batch: int = 1) -> str:
 
     eight_text = say(eight, "eight") if not (eight == 0 and resident_weights(cfg) > 8 * chip.memory) else \
         "on eight the weights alone do not fit"
-    return (f"The weights held on the GPUs take {human_bytes(w)} at their stored precision. For "
+    return (f"The weights held on the GPUs take {w / 1e9:,.1f} GB at their stored precision. For "
             f"{batch:,} sequence{'s' if batch > 1 else ''}, {say(one, 'one ' + chip.name)}, and {eight_text}.")

@@ -20,9 +20,8 @@ SURENESS = {
     "deepseek": "from DeepSeek's own published code and papers",
     "third-party": "from third-party configs and serving code, such as vLLM",
     "explainer": "from the public explainers we follow",
-    "literature": "from published research: interpretability of other transformers, and the roofline model of "
-                  "performance",
-    "datasheet": "from the GPU makers' published datasheets",
+    "literature": "from published interpretability research on other transformers",
+    "hardware": "from the GPU makers' datasheets and the roofline model's paper",
     "inference": "our inference",
     "ours": "our own test or teaching device",
     "measured": "measured here, on the running model",
@@ -70,11 +69,9 @@ SOURCES = [
     Source("Elhage et al. 2021, 'A Mathematical Framework for Transformer Circuits'; Olsson et al. 2022, 'In-context "
            "Learning and Induction Heads'", "previous-token and induction heads, the probe of a span said twice",
            "literature"),
-    Source("Williams, Waterman and Patterson 2009, 'Roofline: an insightful visual performance model for multicore "
-           "architectures'", "arithmetic intensity against a chip's ridge: whether a step waits on memory or on "
-           "arithmetic", "literature"),
-    Source("NVIDIA H100, H200 and HGX/DGX B200 datasheets", "the GPUs' peak FLOP rates (dense: half the printed "
-           "'with sparsity' figures), memory bandwidth and capacity on Where the time goes", "datasheet"),
+    Source("NVIDIA H100, H200 and DGX/HGX B200 datasheets; Williams, Waterman and Patterson 2009, 'Roofline: an "
+           "Insightful Visual Performance Model for Multicore Architectures'", "the chips' dense peaks per "
+           "precision, memory bandwidth and size, NVLink bandwidth; the roofline and its ridge", "hardware"),
     Source("This explorer's own runs", "every live number: traces, byte counts and timings of the model running "
            "here, on the weights chosen in the sidebar", "measured"),
 ]

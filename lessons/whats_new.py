@@ -21,8 +21,7 @@ from .designs import defaults, format_split, v4_flash, v41_design
 from .dspark import block_sentence
 from .far_fact import CHANCE, near_tie
 
-HEADLINE = ("DeepSeek-V4.1-Flash in one screen: what is new, and a fact brought back from far past the window, on "
-            "tiny weights trained two ways.")
+HEADLINE = "DeepSeek-V4.1-Flash in one screen."
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,8 @@ WORKLOAD_INTRO = (
 
 WORK_NOT_TIME = (
     "Work is not time. Prefill pushes many tokens through each weight matrix at once and keeps the arithmetic "
-    "units busy; decode reads every active weight from memory to produce a single token, so it usually waits on "
+    "units busy (for a dense model; with 384 experts each expert sees only a share of them, see Where the time "
+    "goes); decode reads every active weight from memory to produce a single token, so it usually waits on "
     "memory rather than arithmetic. The estimate above shows where the work is and where measuring should start; "
     "it does not predict how long a round takes. It also counts only weight multiplies: attention over a long "
     "context and the indexer's scan come on top."

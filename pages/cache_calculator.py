@@ -23,6 +23,7 @@ from lessons.calculator import (
     weights_left_out,
     windows_persist,
 )
+from lessons.cost import replay_weight_bytes
 from lessons.design_inputs import CALC_DESIGN, own_values, page_defaults, switch_design
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, sharing_help
 from lessons.layers import map_line
@@ -247,7 +248,7 @@ with tabs[4]:
         qp_set(reuse=reuse if reuse != 10 else None)
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse),
-                             scans=decoder_scans(cfg))
+                             scans=decoder_scans(cfg), weights_read=(wread := replay_weight_bytes(cfg, knobs.context)))
         a, b, c3 = st.columns(3)
         a.metric("Store: decoder window rows per saved context", human_bytes(tr.stored_bytes),
                  help=f"{tr.stored_bytes:,} bytes")
@@ -262,7 +263,8 @@ with tabs[4]:
         k, total, read = tr.by_reuse[-1]
         st.markdown(f"Reused **{counted(k, 'time')}**, replay spends **{human_flops(total)}** in all; storing the "
                     f"windows keeps **{human_bytes(tr.stored_bytes)}** for as long as the context is kept and reads it "
-                    f"back {counted(k, 'time')} ({human_bytes(read)} moved). Which side wins depends on the hardware, "
+                    f"back {counted(k, 'time')} ({human_bytes(read)} moved). A replay run alone also reads "
+                    f"**{wread / 1e9:,.1f} GB** of weights. Which side wins depends on the hardware, "
                     "on how long and how often the context is kept, and on the size of the replay input, so the page "
                     "gives the numbers rather than a verdict on time.")
 with tabs[5]:

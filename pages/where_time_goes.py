@@ -1,23 +1,43 @@
-"""Where the time goes: every op's FLOPs and bytes, the roofline of real GPUs and of this machine, the agent round as
-time bounds, and the running model measured here."""
+"""Where the time goes: every op's FLOPs and bytes, the roofline of real GPUs and of this machine, a deployment of one
+replica over 1-8 GPUs with its three roofs, the workloads a server runs, the agent round as time bounds, experts as
+a batch reaches them, and the running model measured here."""
 
 import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.cost_check import check_rows, measure_here
+from lessons.deploy import GPU_COUNTS, NODE
 from lessons.roofline import GPUS, chip_rows
-from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COUNT_TEXT, HERE_TEXT, INTRO, ROOF_TEXT
+from lessons.time_goes import (
+    AGENT_READ,
+    AGENT_WRITTEN,
+    CAVEAT,
+    CHECK_TEXT,
+    COUNT_TEXT,
+    HERE_TEXT,
+    INTRO,
+    NODE_TEXT,
+    PRECISION_TEXT,
+    REACH_TEXT,
+    ROOF_TEXT,
+    draft_choices,
+)
 from ui.common import lead, page_header, require_model
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
 from ui.state import KEEP, qp_choice, qp_set, seed
 from ui.time_goes import (
+    bounds,
     chips,
     decode_verdict,
+    expert_table,
+    fit_text,
     fits,
+    flash,
     here,
     here_roofline,
     intensities,
+    measured_experts,
     op_tables,
     roofline,
     round_bounds,
@@ -26,37 +46,56 @@ from ui.time_goes import (
 P = "wt"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
 CONTEXTS = [10_000, 100_000, 1_000_000]
-DRAFTS = [1, 2, 3, 4, 5, 6, 7, 8]
+DRAFTS = list(draft_choices(flash()))
+GPUS_PER = list(GPU_COUNTS)
 sess = page_header("Where the time goes")
-intro, intro_rest = lead(INTRO, 2)     # the point beside the chart; how it is checked under "Every op"
+intro, intro_rest = lead(INTRO, 1)     # the point beside the chart; the rest under "Every op"
 st.markdown(intro)
 
-c = st.columns(4)
+c = st.columns(5)
 seed(f"{P}_gpu", qp_choice("gpu", list(GPUS), "h100", "a GPU here (h100, h200 or b200)"), "h100")
+seed(f"{P}_gpus", qp_choice("gpus", GPUS_PER, NODE, f"a number of GPUs here (1 to {NODE})"), NODE)
 seed(f"{P}_batch", qp_choice("batch", BATCHES, 1, "a batch size here"), 1)
 seed(f"{P}_context", qp_choice("context", CONTEXTS, AGENT_READ, "a context here"), AGENT_READ)
-seed(f"{P}_drafts", qp_choice("drafts", DRAFTS, 4, "a number of drafts (1 to 8)"), 4)
+seed(f"{P}_drafts", qp_choice("drafts", DRAFTS, 4, f"a number of drafts (1 to {DRAFTS[-1]})"), DRAFTS[-1])
 gpu = c[0].selectbox("GPU", list(GPUS), format_func=lambda k: GPUS[k].name, key=f"{P}_gpu", persist_state=KEEP)
-batch = c[1].select_slider("Batch (sequences decoded together)", BATCHES, key=f"{P}_batch", persist_state=KEEP)
-context = c[2].select_slider("Context (tokens)", CONTEXTS, format_func=lambda n: f"{n:,}", key=f"{P}_context",
+gpus = c[1].select_slider("GPUs per replica", GPUS_PER, key=f"{P}_gpus", persist_state=KEEP,
+                          format_func=lambda n: f"{n} (a node)" if n == NODE else str(n))
+batch = c[2].select_slider("Batch (sequences)", BATCHES, key=f"{P}_batch", persist_state=KEEP)
+context = c[3].select_slider("Context (tokens)", CONTEXTS, format_func=lambda n: f"{n:,}", key=f"{P}_context",
                              persist_state=KEEP)
-drafts = c[3].select_slider("DSpark drafts per verify", DRAFTS, key=f"{P}_drafts", persist_state=KEEP)
-qp_set(gpu=gpu if gpu != "h100" else None, batch=batch if batch != 1 else None,
-       context=context if context != AGENT_READ else None, drafts=drafts if drafts != 4 else None)
+drafts = c[4].select_slider("DSpark drafts per verify", DRAFTS, key=f"{P}_drafts", persist_state=KEEP)
+qp_set(gpu=gpu if gpu != "h100" else None, gpus=gpus if gpus != NODE else None, batch=batch if batch != 1 else None,
+       context=context if context != AGENT_READ else None, drafts=drafts if drafts != DRAFTS[-1] else None)
 
+steps = bounds(gpu, gpus, context, batch, drafts)
+st.markdown(fit_text(gpu, gpus, context, batch))
+roofline(gpu, gpus, steps, key=f"{P}_roof")
+for b in steps:
+    st.markdown(b.sentence())
+st.dataframe([b.row() for b in steps], hide_index=True, key=f"{P}_steps")
+with st.expander("How one replica is spread over the GPUs"):
+    st.markdown(NODE_TEXT)
+
+st.subheader("One chip's roof")
 text, _ = decode_verdict(gpu, context, batch)
 st.markdown(text)
-
-roofline(gpu, context, batch, drafts, key=f"{P}_roof")
 with st.expander("How to read the roofline"):
     st.markdown(ROOF_TEXT)
 with st.expander("The chips' figures and where they come from"):
-    st.caption("GPU peaks are FP8 dense, the precision the release multiplies its weights in; this machine's is fp32.")
+    st.markdown(PRECISION_TEXT)
+    st.caption("Every peak is dense (half the sheets' figure with sparsity); this machine's is fp32, measured.")
     st.dataframe(chip_rows(chips()), hide_index=True, key=f"{P}_chips")
 st.dataframe(intensities(gpu, context), hide_index=True, key=f"{P}_intensity")
 
+st.subheader("Experts as a batch reaches them")
+experts, reach_text = expert_table()
+st.markdown(reach_text)
+st.markdown(REACH_TEXT)
+st.dataframe(experts, hide_index=True, key=f"{P}_experts")
+
 st.subheader(f"The agent round: {AGENT_READ:,} tokens read, {AGENT_WRITTEN} written")
-rb = round_bounds(gpu, drafts)
+rb = round_bounds(gpu, gpus, drafts)
 st.dataframe(rb.rows(), hide_index=True, key=f"{P}_round")
 st.markdown(rb.sentence())
 st.markdown(fits(gpu, batch))
@@ -69,13 +108,14 @@ WORKS = {"decode": f"decode (batch {batch:,})", "verify": f"verify {drafts} draf
 seed(f"{P}_work", qp_choice("work", list(WORKS), None, "a workload (decode, verify or prefill)"), "decode")
 work = st.radio("Workload", list(WORKS), horizontal=True, key=f"{P}_work", persist_state=KEEP, format_func=WORKS.get)
 qp_set(work=None if work == "decode" else work)
-kinds, ops, said = op_tables(work, context, batch, drafts)
+kinds, ops, said, moved = op_tables(work, context, batch, drafts)
 st.caption(f"DeepSeek-V4.1-Flash, {said}, at the release's stored precision.")
+st.markdown(moved)
 st.dataframe(kinds, hide_index=True, key=f"{P}_kinds")
-with st.expander("Every op, layer by layer"):
+with st.expander("Every op, layer by layer (activations: if nothing were fused)"):
     st.dataframe(ops, hide_index=True, key=f"{P}_ops")
 st.info(CAVEAT)
-reproduce(snippets.where_time_goes(gpu, batch, context, drafts), "where-the-time-goes")
+reproduce(snippets.where_time_goes(gpu, batch, context, drafts, gpus), "where-the-time-goes")
 
 st.subheader("The running model on this machine")
 st.markdown(HERE_TEXT)
@@ -87,8 +127,14 @@ st.caption(f"The roof of {m.chip().name}: {m.gflops:,.1f} GFLOP/s (fp32 matmul),
 if res is not None:
     st.markdown(res.sentence())
     here_roofline(res, key=f"{P}_roofhere")
+st.markdown("The router of the running model, on real text: how many distinct experts rows drawn apart (a batch) "
+            "and rows in a row (a verify) reach, against uniform routing with the same experts.")
+reach = run_on_click("Count the experts the router picks", f"{P}_reach", lambda progress: measured_experts(model),
+                     "Tracing 512 tokens of held-out text ...")
+if reach is not None:
+    st.dataframe(reach, hide_index=True, key=f"{P}_reachrows")
 st.markdown(CHECK_TEXT)
 chk = run_on_click("Check the count against PyTorch's flop counter", f"{P}_check",
-                   lambda progress: check_rows(model, progress), "Counting FLOPs in four workloads ...")
+                   lambda progress: check_rows(model, progress), "Counting FLOPs in six workloads ...")
 if chk is not None:
     st.dataframe(chk, hide_index=True, key=f"{P}_checkrows")

@@ -50,15 +50,18 @@ def far_pair_reading(sess: Session):
     return pair
 
 
-def hero_figure(ff, num) -> go.Figure:
-    """The far-fact picture (ui.far_fact's figure) with short row labels and axis title, for a first screen."""
+def hero_figure(ff, num, scale: bool = True) -> go.Figure:
+    """The far-fact picture (ui.far_fact's figure) with short row labels and axis title, for a first screen; `scale`
+    False leaves the colour scale to the picture beside it (both run 0-100%)."""
     fig = go.Figure(far_fact_figure(ff, num, title=""))
     rows = [f"{num(lf.layer)} {lf.role}" for lf in ff.layers]
     fig.update_traces(y=rows, selector=dict(type="heatmap"))
     fig.update_traces(y=rows, selector=dict(type="scatter"))
-    fig.update_xaxes(title="position in the story (red: the fact; blue: the window)")
-    fig.update_traces(colorbar=dict(title="", tickvals=[0, 0.5, 1], tickformat=".0%"), selector=dict(type="heatmap"))
-    fig.update_layout(height=110 + 26 * len(ff.layers), margin=dict(l=10, r=10, t=20, b=40))
+    fig.update_xaxes(title="position (red: fact)")
+    fig.update_traces(zmin=0, zmax=1, showscale=scale, colorbar=dict(title="", tickvals=[0, 0.5, 1], tickformat=".0%",
+                                                                     thickness=10),
+                      selector=dict(type="heatmap"))
+    fig.update_layout(height=110 + 24 * len(ff.layers), margin=dict(l=10, r=10, t=20, b=40))
     return fig
 
 
@@ -72,16 +75,16 @@ def far_picture(sess: Session, key: str, title: bool = True) -> None:
     recalls = [s for s in pair.sides if s.kind != "text"]
     text = next((s for s in pair.sides if s.kind == "text"), None)
     if title:
-        st.markdown(f"**See it work: a fact {pair.distance} tokens back**")
-    st.caption(hero.intro(pair, recalls[0].ff.n_layers))
-    for col, side in zip(st.columns(len(recalls)), recalls):
+        st.markdown(f"**{hero.title(pair, recalls[0].ff.n_layers)}**")
+    cols = st.columns(len(recalls))
+    for i, (col, side) in enumerate(zip(cols, recalls)):
         with col:
             st.markdown(f"**{hero.HEADS.get(side.kind, side.title)}**")
-            st.plotly_chart(built(hero_figure, side.ff, sess.num), width="stretch", key=f"{key}_{side.kind}",
-                            config={"displayModeBar": False})
+            st.plotly_chart(built(hero_figure, side.ff, sess.num, i == len(recalls) - 1), width="stretch",
+                            key=f"{key}_{side.kind}", config={"displayModeBar": False})
             st.caption(hero.side_caption(side, weights.record(side.kind), sess.num))
     if text is not None:
-        with st.expander("The same story on the text model"):
+        with st.expander("Text model, same story"):
             st.caption(hero.text_caption(text, weights.record("text"), text.ff.window) + " The pages on the global "
                        "branch show every set side by side.")
 

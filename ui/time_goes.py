@@ -7,6 +7,8 @@ import streamlit as st
 
 from lessons.cost import Workload, cost
 from lessons.cost_check import Here
+from lessons.deploy import StepBound, deployment, fewest_gpus, fit
+from lessons.expert_reach import expert_rows, measured_reach, measured_rows, reach_sentence, text_ids
 from lessons.roofline import (
     GPUS,
     Chip,
@@ -14,11 +16,19 @@ from lessons.roofline import (
     compute_bound_batch,
     fit_sentence,
     machine,
+    per_sequence,
     place,
-    release_workloads,
     verdict,
 )
-from lessons.time_goes import RoundBounds, agent_round, intensity_rows, kind_rows, op_rows
+from lessons.time_goes import (
+    RoundBounds,
+    agent_round,
+    bytes_sentence,
+    intensity_rows,
+    kind_rows,
+    op_rows,
+    workload_bounds,
+)
 from model import V41Config
 from ui.common import built
 from ui.figures_cost import roofline_figure
@@ -47,12 +57,28 @@ def decode_verdict(chip_key: str, context: int, batch: int) -> tuple[str, bool]:
     """The verdict sentence for a decode step on a GPU of the table, and whether the step is memory-bound."""
     cfg, chip = flash(), GPUS[chip_key]
     p = place(cost(cfg, Workload("decode", context, batch=batch)), chip)
-    return verdict(p, compute_bound_batch(cfg, chip, context), batch), p.memory_bound
+    per_seq = per_sequence(cost(cfg, Workload("decode", context)))
+    return verdict(p, compute_bound_batch(cfg, chip, context), batch, per_seq), p.memory_bound
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def bounds(chip_key: str, gpus: int, context: int, batch: int, drafts: int) -> list[StepBound]:
+    return workload_bounds(flash(), deployment(chip_key, gpus), context, batch, drafts)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def fit_text(chip_key: str, gpus: int, context: int, batch: int) -> str:
+    f = fit(flash(), deployment(chip_key, gpus), context, batch)
+    if f.fits:
+        return f.sentence()
+    need = fewest_gpus(flash(), GPUS[chip_key], context, batch)
+    more = f"at least {need} of them would" if need else "not even a full node would"
+    return f.sentence() + f" The times below are as if it did: {more} hold this replica."
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def round_bounds(chip_key: str, drafts: int) -> RoundBounds:
-    return agent_round(flash(), GPUS[chip_key], drafts)
+def round_bounds(chip_key: str, gpus: int, drafts: int) -> RoundBounds:
+    return agent_round(flash(), deployment(chip_key, gpus), drafts)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -65,25 +91,38 @@ def fits(chip_key: str, batch: int) -> str:
     return fit_sentence(flash(), GPUS[chip_key], batch)
 
 
-def roofline(chip_key: str, context: int, batch: int, drafts: int, key: str) -> None:
-    """The roofline chart: every chip's roof, the release's workloads placed under the chosen GPU."""
-    cfg, chip = flash(), GPUS[chip_key]
-    ws = release_workloads(cfg, context, batch, drafts, prompt=context)
-    labels = {"prefill": f"prefill {context:,} tokens", "decode": "decode, batch 1",
-              "decode_batch": f"decode, batch {batch:,}", "verify": f"verify {drafts} drafts"}
-    points = [(p.label, p.intensity, p.attainable, p.bound) for p in (place(c, chip, labels[k]) for k, c in ws.items())]
-    fig = built(roofline_figure, chips(), chip_key, points)
+def expert_table() -> tuple[pd.DataFrame, str]:
+    return pd.DataFrame(expert_rows(flash())), reach_sentence(flash())
+
+
+def measured_experts(model) -> pd.DataFrame:
+    return pd.DataFrame(measured_rows(measured_reach(model, text_ids(model)), model.cfg))
+
+
+def roofline(chip_key: str, gpus: int, steps: list[StepBound], key: str) -> None:
+    """The roofline chart: every chip's roof, the chosen deployment's interconnect roof, and the workloads placed
+    at the FLOP/s per GPU their bound allows."""
+    chip = GPUS[chip_key]
+    points = [(b.label, b.intensity, b.flops / b.seconds, f"bound by {b.binding}, at least {b.seconds * 1e3:,.3g} ms")
+              for b in steps]
+    linked = [b for b in steps if b.link_s]
+    ceiling = None
+    if linked:   # the most exchange-heavy workload's interconnect roof: FLOP/s per GPU its link time allows
+        worst = min(linked, key=lambda b: b.flops / b.link_s)
+        ceiling = (f"NVLink roof ({worst.label})", worst.flops / worst.link_s)
+    name = steps[0].deploy.name if steps else chip.name
+    fig = built(roofline_figure, chips(), chip_key, points, f"Roofline per GPU on {name}", ceiling)
     st.plotly_chart(fig, width="stretch", key=key, config=chart_config("png", "roofline"))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def op_tables(kind: str, context: int, batch: int, drafts: int) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+def op_tables(kind: str, context: int, batch: int, drafts: int) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
     cfg = flash()
     wl = {"prefill": Workload("prefill", context, "bounded", chunk=context),
           "decode": Workload("decode", context, batch=batch),
           "verify": Workload("verify", context, drafts=drafts)}[kind]
     c = cost(cfg, wl)
-    return pd.DataFrame(kind_rows(c)), pd.DataFrame(op_rows(c)), wl.describe()
+    return pd.DataFrame(kind_rows(c)), pd.DataFrame(op_rows(c)), wl.describe(), bytes_sentence(c)
 
 
 def here_roofline(res: Here, key: str) -> None:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from lessons.hero import clause
 from lessons.how_trained import training_clause
 from model import shipped_set
 from tests.conftest import run_page
@@ -31,10 +32,11 @@ def test_home_pictures_say_how_each_recall_checkpoint_was_trained_plain_training
     at = run_page("start", timeout=300)
     assert not at.exception, [e.value for e in at.exception]
     text = said(at)
-    plain, guided = (training_clause(record(k), short=True) for k in ("unaided", "recall"))
+    plain, guided = (clause(record(k)) for k in ("unaided", "recall"))
     assert plain in text and guided in text
     assert text.index(plain) < text.index(guided)                       # the unaided picture comes first
     assert "lookup, selection, entry probe, readout forcing" in guided   # the loss names, from the record
+    assert "No loss aimed at" in plain and "not evidence training finds it" in guided
     assert "12-layer tiny model" in text                                 # the hero says which model it is
     assert "at work" not in text.split("What is new")[0]                 # no "at work" above the clause
 
@@ -45,7 +47,7 @@ def test_figure3_last_step_shows_the_pictures_with_their_clauses():
     assert not at.exception, [e.value for e in at.exception]
     text = said(at)
     for k in ("unaided", "recall"):
-        assert training_clause(record(k), short=True) in text, k
+        assert clause(record(k)) in text, k
     assert "trained two ways" in text
 
 
@@ -71,5 +73,5 @@ def test_the_tours_far_fact_stop_draws_both_pictures_with_their_clauses():
     assert not at.exception, [e.value for e in at.exception]
     text = said(at)
     for k in ("unaided", "recall"):
-        assert training_clause(record(k), short=True) in text, k
+        assert clause(record(k)) in text, k
     assert "not that training finds it" in text                          # the card says the difference too

@@ -195,11 +195,17 @@ def test_prefill_decode(ui):
 
 
 def test_where_time_goes(ui):
+    ui.open("where_time_goes", gpu="h200", gpus=1)
+    ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', r"Roofline per GPU on one NVIDIA H200")
     ui.open("where_time_goes", gpu="b200", batch=64)
     assert ui.charts() >= 1
     ui.wait_text('[data-testid="stPlotlyChart"] .xtitle', "arithmetic intensity")
     text = ui.wait_text('[data-testid="stMarkdownContainer"]', r"one decode step at batch 64 is")
     assert "NVIDIA B200" in text
+    title = ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', r"Roofline per GPU on 8x NVIDIA B200")
+    ui.choose("wt_gpu", "NVIDIA H200")                       # another deployment: the chart follows
+    assert ui.wait_text('[data-testid="stPlotlyChart"] .gtitle', r"Roofline per GPU on 8x NVIDIA H200") != title
+    assert "gpu=h200" in ui.page.url
     ui.click("wt_measure")
     ui.wait_text('[data-testid="stMarkdownContainer"]', r"of the measured matmul peak")
     ui.assert_clean()

@@ -32,7 +32,8 @@ def _model(preset: str) -> V41Model:
 
 FAST = [Workload("prefill", 64, "exact"), Workload("prefill", 64, "bounded"), Workload("prefill", 256, "exact"),
         Workload("prefill", 256, "bounded"), Workload("decode", 5), Workload("decode", 40), Workload("decode", 300),
-        Workload("decode", 100, batch=2), Workload("verify", 100, drafts=4)]
+        Workload("decode", 100, batch=2), Workload("verify", 100, drafts=4), Workload("extend", 100, chunk=40),
+        Workload("mixed", 100, batch=2, chunk=40)]
 LONG = [Workload("prefill", 1024, "exact"), Workload("prefill", 1024, "bounded")]
 
 
@@ -51,7 +52,7 @@ def test_formula_equals_the_counter_on_micro(wl):
     _assert_counted("micro", wl)
 
 
-@pytest.mark.parametrize("wl", [FAST[0], FAST[3], FAST[5], FAST[8]], ids=lambda w: w.describe())
+@pytest.mark.parametrize("wl", [FAST[0], FAST[3], FAST[5], FAST[8], FAST[10]], ids=lambda w: w.describe())
 def test_formula_equals_the_counter_on_tiny(wl):
     _assert_counted("tiny", wl)
 
@@ -65,7 +66,8 @@ def test_formula_equals_the_counter_long(preset, wl):
 
 @pytest.mark.parametrize("wl", [Workload("prefill", 100, "exact"), Workload("prefill", 100, "bounded"),
                                 Workload("decode", 57), Workload("decode", 30, batch=2),
-                                Workload("verify", 41, drafts=3)], ids=lambda w: w.describe())
+                                Workload("verify", 41, drafts=3), Workload("extend", 57, chunk=20),
+                                Workload("mixed", 41, batch=2, chunk=12)], ids=lambda w: w.describe())
 def test_cache_traffic_equals_the_engines(wl):
     """Bytes the engine's packed stores read (window rows, selected entries, index keys) and write, byte for byte."""
     got = engine_cache_bytes(_model("micro"), wl)
@@ -116,6 +118,24 @@ def test_the_kernel_count_is_below_this_engines():
     assert set(cost(cfg, FAST[1]).by_kind()) == set(KINDS)
 
 
+def test_a_mixed_step_shares_its_weight_reads():
+    """A mixed step's FLOPs and cache traffic are its parts' sums; its dense weights are read once, and its routed
+    experts once for the distinct experts all its rows reach."""
+    cfg = V41Config.preset("v4.1-flash")
+    chunk, dec = cost(cfg, Workload("extend", 10_000, chunk=64)), cost(cfg, Workload("decode", 10_000, batch=8))
+    mixed = cost(cfg, Workload("mixed", 10_000, batch=8, chunk=64))
+    assert mixed.flops == pytest.approx(chunk.flops + dec.flops)
+    for what in ("cache_read", "cache_write", "act_bytes"):
+        assert mixed.total(what) == pytest.approx(chunk.total(what) + dec.total(what))
+    e, k = cfg.n_routed_experts, cfg.num_experts_per_tok
+    per_expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size * RELEASE.expert
+    routed = sum(r.weight_bytes for r in mixed.rows if r.op.startswith("experts"))
+    assert routed == pytest.approx(cfg.num_hidden_layers * e * (1 - (1 - k / e) ** 72) * per_expert)
+    wq = [r.weight_bytes for r in mixed.rows if r.op == "wq_a"]
+    assert wq == [r.weight_bytes for r in dec.rows if r.op == "wq_a"]
+    assert max(chunk.bytes, dec.bytes) < mixed.bytes < chunk.bytes + dec.bytes
+
+
 def test_routed_weights_grow_with_the_batch_until_every_expert_is_read():
     cfg = V41Config.preset("v4.1-flash")
     e, k = cfg.n_routed_experts, cfg.num_experts_per_tok
@@ -131,6 +151,7 @@ def test_routed_weights_grow_with_the_batch_until_every_expert_is_read():
 def test_bad_workloads_are_refused():
     cfg = V41Config.preset("micro")
     for wl in (Workload("train", 10), Workload("prefill", 0), Workload("decode", 10, batch=0),
+               Workload("extend", 10, chunk=0), Workload("mixed", cfg.max_position_embeddings - 2, chunk=8),
                Workload("prefill", 10, "fast"), Workload("verify", 10, drafts=-1)):
         with pytest.raises(CostError):
             cost(cfg, wl)
