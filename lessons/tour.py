@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from model import V41Config, layer_map
 
-from .designs import format_split
+from .format_split import format_split
 from .whats_new import cache_per_token, v4_flash_per_token
 
 HOME = "pages/start.py"

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from model import V41Config, layer_map
 
 from .calculator import calculate
-from .designs import defaults, format_split, v4_flash, v41_design
+from .designs import defaults, v4_flash, v41_design
 from .dspark import block_sentence
 from .far_fact import CHANCE, near_tie
+from .format_split import format_split
 
 HEADLINE = "DeepSeek-V4.1-Flash in one screen."
 
