@@ -117,8 +117,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              f"{fs.same_layout_v4_formats:,.0f} B per token. Both figures are counted here from the two layouts; "
              "the release does not quote them." if ours else
              "This config stores no compressed entries, so nothing in its cache grows per token.")
-    short = (f"{ours:,.0f} B ({fs.v41_formats}) against {v4:,.0f} B for V4-Flash ({fs.v4_formats}): "
-             f"{v4 / ours:.1f}x less, {fs.formats:.1f}x of it the number format."
+    short = (f"{ours:,.0f} B ({fs.v41_formats}) vs {v4:,.0f} B (V4-Flash, {fs.v4_formats}): {v4 / ours:.1f}x, "
+             f"{fs.formats:.1f}x of it format."
              if ours else "no compressed entries stored.")
     out.append(Point("cache", "Cache per token", short, cache,
                      {"bytes_per_token": ours, "v4_flash_bytes_per_token": v4, "stored_copies": stored,
@@ -131,8 +131,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
              "with probability min(1, p/q), p and q being the main model's and the drafter's probabilities for it. "
              "The same pass adds one token of the main model's own, so every pass writes at least one. "
              + block_sentence(cfg.dspark_block_size))
-    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens; one pass "
-                     "of the main model checks them and adds its own.", draft,
+    out.append(Point("dspark", "DSpark", f"a drafter proposes up to {cfg.dspark_block_size - 1} tokens, "
+                     "checked in one pass.", draft,
                      {"block": cfg.dspark_block_size, "targets": targets}))
 
     v = cfg.vision_config
@@ -147,8 +147,8 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
         also = ("The release documents more parts than CSA2 and DSpark, each separate from the cache sharing and "
                 "not to be credited to it: " + "; ".join(parts) + ".")
         names = [n for n, on in (("a vision encoder", v is not None), ("Engram", bool(engram)),
-                                 ("revised stream mixing (mHC)", cfg.hc_mult > 1)) if on]
-        out.append(Point("beyond", "Also in the release", ", ".join(names) + ".", also,
+                                 ("mHC", cfg.hc_mult > 1)) if on]
+        out.append(Point("beyond", "Besides", ", ".join(names) + ".", also,
                          {"vision": v is not None, "engram_layers": list(cfg.engram_layer_ids),
                           "streams": cfg.hc_mult}))
     return out
