@@ -1,5 +1,5 @@
 """V4.1 in one screen: what is new in DeepSeek-V4.1-Flash, each point counted from a config, what the small weights
-this explorer runs can be expected to write, and the far-fact picture's headline.
+this explorer runs can be expected to write (the far-fact picture's words are lessons/hero.py).
 
 Every number in a point comes from the config passed in (through `model.layer_map` and the cache designs of
 lessons/designs.py), so a changed config changes the sentences; the points follow docs/design/architecture.md
@@ -19,7 +19,6 @@ from model import V41Config, layer_map
 from .calculator import calculate
 from .designs import defaults, v4_flash, v41_design
 from .dspark import block_sentence
-from .far_fact import CHANCE, near_tie
 from .format_split import format_split
 
 HEADLINE = "DeepSeek-V4.1-Flash in one screen."
@@ -168,50 +167,3 @@ def knows_no_facts(cfg: V41Config, weights: str) -> str:
                 "in simple English but knows no facts, so 'The capital of Italy is' gets a guess, not 'Rome'.")
     return (f"The model running here is small ({size}) and was trained on a narrow corpus: expect it to know no "
             "facts about the world.")
-
-
-# --------------------------------------------------------------------------------------------------
-# The far-fact picture on the home page: what the recall checkpoint does with a fact far back
-# --------------------------------------------------------------------------------------------------
-
-def _verdict(a) -> str:
-    """" (right)" / " (wrong)" after an answer (a lessons.far_fact.Answer), except that a right colour holding under
-    twice a guess's share of the colour probability (`near_tie`) is named a guess: the top of a flat spread is not
-    recall."""
-    if a.right is None:
-        return ""
-    if a.right and a.colour_share is not None and near_tie(a.colour_share):
-        return (f" (a guess: the colours are nearly tied, {100 * a.colour_share:.0f}% on the right one against "
-                f"{100 * CHANCE:.0f}% by chance)")
-    return " (right)" if a.right else " (wrong)"
-
-
-def far_headline(recall, text=None, num=lambda i: i, recall_far: float | None = None,
-                 text_far: float | None = None, chance: float | None = None) -> tuple[str, str]:
-    """(headline, comparison) for the far-fact picture: `recall` and `text` are lessons.far_fact.FarFact readings
-    of one story on the recall checkpoint and on the text model (None: not run); `recall_far` / `text_far` their
-    held-out far recall from their training records, `chance` a guess's. Plain text."""
-    dec = [lf for lf in recall.layers if lf.stack == "decoder"] or recall.layers
-    on, off = recall.answers
-    n_fact = len(dec[0].fact_entries) if dec else 0
-    entry = "the one entry" if n_fact == 1 else f"the {n_fact} entries"
-    lo, hi = (min(lf.share for lf in dec), max(lf.share for lf in dec)) if dec else (0.0, 0.0)
-    span = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
-    which = (f"layers {num(dec[0].layer)}-{num(dec[-1].layer)}" if len(dec) > 1 else
-             f"layer {num(dec[0].layer)}" if dec else "no layer")
-    answer = (f"The answer is '{on.token.strip()}'{_verdict(on)}; with the global branch off, "
-              f"'{off.token.strip()}'{_verdict(off)}.")
-    head = f"decoder {which} put {span} of their attention on {entry} holding the fact. {answer}"
-    if recall_far is not None:
-        head += f" Held-out far recall: {100 * recall_far:.0f}%."
-    if text is None:
-        return head, ""
-    tdec = [lf for lf in text.layers if lf.stack == "decoder"] or text.layers
-    best = max((lf.share for lf in tdec), default=0.0)
-    ton = text.answers[0]
-    comp = (f"The text model, on the same story: at most {100 * best:.1f}% of any decoder layer's attention on the "
-            f"fact, and it answers '{ton.token.strip()}'{_verdict(ton)}")
-    if text_far is not None:
-        comp += (f"; over the held-out far stories it recalls {100 * text_far:.0f}%"
-                 + (f", against {100 * chance:.0f}% for a guess" if chance is not None else ""))
-    return head, comp + "."

@@ -3,7 +3,7 @@ sentences change with it; the far-fact headline reads the decoder layers."""
 
 from __future__ import annotations
 
-from lessons.whats_new import cache_per_token, far_headline, points
+from lessons.whats_new import cache_per_token, points
 from model import V41Config
 
 
@@ -65,49 +65,6 @@ def test_a_different_layer_map_changes_the_split_modes_and_cache():
     assert p["cache"].numbers["bytes_per_token"] == cache_per_token(tiny) != by_key(release())["cache"].numbers[
         "bytes_per_token"]
     assert p["cache"].numbers["stored_copies"] == 2
-
-
-class _LF:
-    def __init__(self, layer, stack, share):
-        self.layer, self.stack, self.share, self.fact_entries = layer, stack, share, [7]
-
-
-class _Answer:
-    def __init__(self, token, right, colour_share=None):
-        self.token, self.right, self.colour_share = token, right, colour_share
-
-
-class _FF:
-    def __init__(self, shares, on, off):
-        self.layers = [_LF(i, "encoder" if i < 2 else "decoder", s) for i, s in enumerate(shares)]
-        self.answers = [on, off]
-        self.window = 2
-
-        class T:
-            distance = 300
-        self.tokens = T()
-
-
-def test_far_headline_reports_the_decoder_layers_only():
-    recall = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" red", True), _Answer(" blue", False))
-    text = _FF([0.0, 0.0, 0.001, 0.0], _Answer(" red", True), _Answer(" red", True))
-    head, comp = far_headline(recall, text, recall_far=0.9, text_far=0.12, chance=1 / 11)
-    assert "layers 2-3 put 50-99%" in head and "the one entry holding the fact" in head
-    assert "'red' (right)" in head and "'blue' (wrong)" in head and "90%" in head
-    assert "at most 0.1%" in comp and "recalls 12%" in comp and "9% for a guess" in comp
-
-
-def test_a_right_colour_in_a_near_tie_is_called_a_guess_not_right():
-    """The text model's 'orange' holds 10.8% of the colour probability against 1 in 11 (9.1%) by chance: under
-    twice chance it is the top of a flat spread, so neither line calls it right; a clear 97% stays right."""
-    recall = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" orange", True, 0.97), _Answer(" black", False, 0.09))
-    text = _FF([0.0, 0.0, 0.001, 0.0], _Answer(" orange", True, 0.108), _Answer(" black", False, 0.09))
-    head, comp = far_headline(recall, text, recall_far=0.9, text_far=0.12, chance=1 / 11)
-    assert "'orange' (right)" in head and "'black' (wrong)" in head
-    assert "(right)" not in comp and "'orange' (a guess" in comp
-    assert "11% on the right one against 9% by chance" in comp
-    guess_on = _FF([0.0, 0.0, 0.5, 0.99], _Answer(" orange", True, 0.15), _Answer(" black", False, 0.09))
-    assert "(right)" not in far_headline(guess_on)[0]
 
 
 def test_ratio_one_is_named_no_packing_not_packing_one_token():
