@@ -58,7 +58,7 @@ def wait_content(ui, selector: str, pattern: str) -> None:
 
 
 def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_across_pages(ui):
-    """The text model's panel offers the recall checkpoint; the click loads it (sidebar, URL and weights line follow),
+    """The text model's panel offers the recall checkpoints; the click loads the guided one (sidebar, URL and weights line follow),
     the choice survives moving to another page that shows the panel, and the panel's other button goes back."""
     from tests.browser.test_state_browser import checked, nav_to, params
 
@@ -82,7 +82,7 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     assert ui.selected("ckpt_choice") == "weights/recall"
     assert ui.key("pool_ff_to_text").count() == 1
     ui.click("pool_ff_to_text")
-    ui.wait_text('[data-testid="stCaptionContainer"]', r"The text model learned English")
+    ui.wait_text('[data-testid="stMarkdownContainer"] li', r"^Text model: English")     # the loaded set first
     assert checked(ui, "weights_choice").startswith("Trained")
     assert first in caption_texts(ui)
     ui.assert_clean()
