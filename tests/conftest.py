@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 from pathlib import Path
 
@@ -96,12 +95,3 @@ def run_page(page: str, timeout: int = 240, **params):
     for k, v in params.items():
         at.query_params[k] = str(v)
     return at.run()
-
-
-def listed_pages() -> list[tuple[str, str]]:
-    """(file, title) of every page app.py's navigation lists (its SECTIONS literal)."""
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            return [(f, t) for pages in ast.literal_eval(node.value).values() for f, t, *_ in pages]
-    raise AssertionError("app.py has no SECTIONS literal")

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from ui import common
 from ui.common import Session, built
+from ui.nav import stems
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,10 +70,7 @@ def test_built_keeps_a_bounded_number_of_results(monkeypatch):
     assert built(_bar, [0], title="bounded") is not first  # the oldest was dropped
 
 
-@pytest.mark.parametrize("page", ["start", "figure3", "layer_map", "attention_shares", "recurrence", "cache_calculator",
-                                  "prefill_decode", "where_time_goes",
-                                  "compare_designs", "inspector", "indexer_pools", "lookback_heads",
-                                  "ablation"])
+@pytest.mark.parametrize("page", stems(charts=True))
 def test_a_warm_rerun_builds_no_figure(page, monkeypatch):
     from plotly.basedatatypes import BaseFigure
 

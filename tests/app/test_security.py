@@ -32,6 +32,7 @@ from ui.checkpoints import (
     find_checkpoints,
     resolve_choice,
 )
+from ui.nav import stems
 from ui.text import MAX_CHARS, as_shown, plain
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -177,7 +178,7 @@ PARAMS = ["weights", "ckpt", "numbering", "box", "designs", "preset", "mode", "c
           "sample", "layer", "token", "step", "compact", "head", "pos", "reuse", "toy0", "context", "batch", "bits",
           "window", "ratio", "read", "written", "rounds", "tread", "twritten", "ctx", "gen", "pool", "k", "rule",
           "keepwin", "configs", "topk", "stories", "natural", "cost"]
-PAGES = sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+PAGES = stems()
 UNSAFE = [re.compile(p) for p in (r"(?<!\\)\]\(", r"(?<!\\)!\[", r"(?<!\\):red\[", r"(?<!\\):material/",
                                    r"(?<!\\)\$x", r"(?<!\\)<b>", r"(?<!\\)<img", r"(?<!\\)https?:/", r"(?<!\\)www\.")]
 
