@@ -10,8 +10,8 @@ import streamlit as st
 
 from ui.common import app_frame
 from ui.nav import PAGES, sections
-from ui.state import PAGE_TITLE
 from ui.tour import PAGE_FILE
+from ui.url import PAGE_TITLE
 
 # an emoji favicon is drawn locally; a ":material/...:" one is fetched from a font CDN (fails offline)
 st.set_page_config(page_title="V4.1 Explorer", page_icon="🧭", layout="wide")

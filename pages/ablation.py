@@ -30,8 +30,8 @@ from ui.far_fact import far_fact_panel, weights_line_link
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
+from ui.url import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("Ablation lab", INTRO_LEAD)

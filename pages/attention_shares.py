@@ -26,8 +26,8 @@ from ui.live import picked_trace
 from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed, stop
 from ui.text import quoted
+from ui.url import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed, stop
 
 sess = page_header("Same entries, new shares")
 

@@ -45,8 +45,8 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop, url_moved
 from ui.text import plain
+from ui.url import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop, url_moved
 
 P = "cc"
 CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens

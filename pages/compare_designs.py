@@ -23,8 +23,8 @@ from ui.common import built, page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
+from ui.url import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed, stop
 
 P = "cd"
 sess = page_header("Compare designs")

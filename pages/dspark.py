@@ -41,24 +41,15 @@ from model.inference import (
     speculative_start,
     verify_step,
 )
-from ui.common import built, cached_with_progress, lead, page_header, prompt_ids, require_model
+from ui.common import built, cached_with_progress, lead, page_header, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
+from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.state import (
-    KEEP,
-    qp_choice,
-    qp_float_or_none,
-    qp_get,
-    qp_int_or_none,
-    qp_set,
-    sample_or_text,
-    seed,
-    stop,
-)
 from ui.text import plain
+from ui.url import KEEP, qp_choice, qp_float_or_none, qp_get, qp_int_or_none, qp_set, seed, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("DSpark: draft, then verify", INTRO_LEAD)

@@ -19,19 +19,9 @@ from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import (
-    KEEP,
-    LINK_LAYERS,
-    arrived,
-    fragment,
-    qp_choice,
-    qp_get,
-    qp_int_or_none,
-    qp_set,
-    seed,
-    stepper,
-)
+from ui.stepper import stepper
 from ui.text import plain, quoted
+from ui.url import KEEP, LINK_LAYERS, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")

@@ -7,7 +7,7 @@ from lessons.glossary import FIND_MAX, INTRO, find_terms, terms
 from lessons.sources import SOURCES_NOTE, footer_lines
 from ui.common import page_header
 from ui.far_fact import weights_note_section
-from ui.state import KEEP, qp_get, qp_set, seed
+from ui.url import KEEP, qp_get, qp_set, seed
 
 sess = page_header("Glossary", INTRO)
 seed("glossary_find", (qp_get("find") or "")[:FIND_MAX] or None, "")

@@ -22,25 +22,16 @@ from lessons.pools import (
     trace_for_pools,
 )
 from model import V41Config, layer_map
-from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, prompt_ids, require_model
+from ui.common import built, cached_with_progress, lead, page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
+from ui.prompt import OWN_TEXT, clean_prompt, prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.state import (
-    KEEP,
-    LINK_LAYERS,
-    OWN_TEXT,
-    qp_choice,
-    qp_int_or_none,
-    qp_set,
-    sample_or_text,
-    seed,
-    stop,
-)
 from ui.text import plain
+from ui.url import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed, stop
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 

@@ -29,7 +29,7 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
-from ui.common import built, cached_with_progress, clean_prompt, page_header, prompt_ids, require_model
+from ui.common import built, cached_with_progress, page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -44,21 +44,11 @@ from ui.figures_run import (
 )
 from ui.limits import LONG_PROMPT_CHARS
 from ui.pair import far_pair, selection_pair
+from ui.prompt import clean_prompt, prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.state import (
-    KEEP,
-    LINK_LAYERS,
-    arrived,
-    qp_bool,
-    qp_choice,
-    qp_int_or_none,
-    qp_set,
-    sample_or_text,
-    seed,
-    stepper,
-    stop,
-)
+from ui.stepper import stepper
 from ui.text import plain
+from ui.url import KEEP, LINK_LAYERS, arrived, qp_bool, qp_choice, qp_int_or_none, qp_set, seed, stop
 from ui.vision_panel import draw_image_prompt, image_input
 
 sess = page_header("Prompt inspector", INTRO)

@@ -9,7 +9,7 @@ from lessons.layers import bounded_note, count_table, engram_sentence, layer_row
 from model import V41Config, layer_map
 from ui.common import built, page_header
 from ui.figures import layer_map_figure
-from ui.state import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed
+from ui.url import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed
 
 sess = page_header("Layer map")
 st.write("Every layer of the backbone, derived from the config (never typed in): which stack it belongs to, "

@@ -31,13 +31,14 @@ from lessons.lookback_heads import (
     reach_sweep,
 )
 from model.heldout import heldout_natural_tokens
-from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model, sentences
+from ui.common import built, cached_with_progress, lead, page_header, require_model, sentences
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
+from ui.prompt import clean_prompt, prompt_to_url
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
+from ui.url import KEEP, LINK_LAYERS, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
 

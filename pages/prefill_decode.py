@@ -26,8 +26,8 @@ from ui.common import built, page_header, require_model
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
+from ui.url import KEEP, qp_choice, qp_int_or_none, qp_set, seed, stop
 
 P = "pd"
 sess = page_header("Prefill vs decode")

@@ -21,7 +21,7 @@ from ui.common import built, page_header, require_model
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed, stop
+from ui.url import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed, stop
 
 sess = page_header("Is this recurrence?", INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")

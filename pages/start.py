@@ -5,15 +5,16 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.start import RANDOM_NOTE
-from ui.common import built, clean_prompt, page_header
+from ui.common import built, page_header
 from ui.figures import top_tokens_bar
 from ui.home import draw_limits, opening
 from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
+from ui.prompt import clean_prompt, note_own_text, offer_own_text, prompt_to_url
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, fragment, note_own_text, offer_own_text, prompt_to_url, qp_get, seed
 from ui.text import plain
+from ui.url import KEEP, fragment, qp_get, seed
 
 sess = page_header("V4.1 Explorer")
 opening(sess)

@@ -10,7 +10,6 @@ from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COU
 from ui.common import lead, page_header, require_model
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_set, seed
 from ui.time_goes import (
     chips,
     decode_verdict,
@@ -22,6 +21,7 @@ from ui.time_goes import (
     roofline,
     round_bounds,
 )
+from ui.url import KEEP, qp_choice, qp_set, seed
 
 P = "wt"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]

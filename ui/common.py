@@ -5,7 +5,7 @@ app.py draws the sidebar once per run, around whichever page runs (`app_frame`),
 are widgets of the entry script and survive page changes; a page calls `sidebar()` to get them (a page run on
 its own, as AppTest does, draws the sidebar itself). Models come from one server-wide store (ui.checkpoints:
 allow-listed checkpoints, memory budget, at most MAX_MODELS held, failures remembered); results that the
-reader waits for are cached with a progress bar (`cached_with_progress`). URL and page state: ui.state.
+reader waits for are cached with a progress bar (`cached_with_progress`). URL and page state: ui.url.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import torch
 from streamlit.logger import get_logger
 from streamlit.runtime.pages_manager import PagesManager
 
-from lessons.prompts import encode_prompt, first_tokens_text, text_problem
 from lessons.sources import ONE_BASED
 from model import default_device, load, random_tiny
 from ui.checkpoints import (
@@ -43,9 +42,9 @@ from ui.checkpoints import (
 )
 from ui.queue import heavy_run
 from ui.sources import sources_footer
-from ui.state import arrived, begin_run, offer_cut, qp_choice, qp_get, qp_set, seed, stop, url_batch
 from ui.text import plain
 from ui.tour import tour_bar
+from ui.url import arrived, begin_run, qp_choice, qp_get, qp_set, seed, stop, url_batch
 from ui.warmup import ensure
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
@@ -123,7 +122,7 @@ _run = threading.local()
 @contextmanager
 def app_frame() -> Iterator[Session]:
     """Used by app.py around `page.run()`: the shared sidebar is drawn once per run, before the page; the run's
-    URL writes are sent as one change at its end (ui.state.url_batch)."""
+    URL writes are sent as one change at its end (ui.url.url_batch)."""
     with url_batch():
         _run.session = _draw_sidebar()
         try:
@@ -196,7 +195,9 @@ def _draw_sidebar() -> Session:
         dev = device_name()
         st.caption(f"Device: **{dev.upper()}**" + ("" if dev == "cuda" else " (no CUDA GPU found)"))
     refused = st.session_state.get("ckpt_refused") if weights == "checkpoint" and not label else None
-    qp_set(weights=weights, ckpt=label or refused or None, numbering="1" if one_based else None)
+    # left out at the server's default, as every other value is: a first visit then writes no link at all
+    qp_set(weights=None if weights == default else weights, ckpt=label or refused or None,
+           numbering="1" if one_based else None)
     model, err = None, None
     if weights == "trained" and not trained_available():
         err = "The trained tiny weights are not in data/weights/tiny yet; choose Random tiny."
@@ -256,24 +257,6 @@ def require_model(sess: Session):
         st.info(sess.error or "No model loaded: choose weights in the sidebar.")
         stop()
     return sess.model
-
-
-def clean_prompt(text: str, max_chars: int = 20000, samples: bool = True) -> tuple[str | None, str | None]:
-    """(prompt, problem): reject empty or oversized prompts with a message instead of an error (`samples`: the
-    page has samples to pick, and the message may say so)."""
-    problem = text_problem(text, max_chars, samples)
-    return (None, problem) if problem else (text, None)
-
-
-def prompt_ids(model, prefix: str, text: str | None, limit: int, why: str = "this page") -> list[int]:
-    """The prompt's token ids, or the page stopped with the message (lessons.prompts.encode_prompt) and, for an
-    overlong prompt, the offer to keep its first `limit` tokens as the reader's text in `{prefix}_prompt`."""
-    ids, problem = encode_prompt(model, text, limit, why)
-    if problem:
-        st.warning(problem)
-        offer_cut(prefix, first_tokens_text(model, text, limit), limit)
-        stop()
-    return ids
 
 
 @st.cache_resource(show_spinner=False)

@@ -35,7 +35,7 @@ from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.url import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "

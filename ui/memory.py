@@ -24,8 +24,8 @@ from lessons.design_inputs import combination_note, digits_note, knob_tooltip, r
 from model import V41Config, count_params
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 from ui.text import plain
+from ui.url import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 
 
 def _numbers(pc) -> dict:
@@ -76,7 +76,7 @@ def downloads(calc: Calculation, stem: str, key: str) -> None:
 # ---- knobs mirrored in the URL -------------------------------------------------------------------
 
 def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = False) -> list[str]:
-    """Seed every knob's widget value (ui.state rule: the URL's value on arrival, validated, then the session's,
+    """Seed every knob's widget value (ui.url rule: the URL's value on arrival, validated, then the session's,
     then the design's default; `force`: the defaults, after a change of design; `fresh`: a link to another design
     than the session's, whose URL leaves out the inputs at that design's defaults, so a missing one is its default,
     not the session's value for the previous design). Returns the URL's problems.

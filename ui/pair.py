@@ -21,8 +21,8 @@ from lessons.prompts import encode_prompt
 from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
 from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
 from ui.figures_run import selection_figure
-from ui.state import KEEP, qp_bool, qp_set, seed
 from ui.text import plain
+from ui.url import KEEP, qp_bool, qp_set, seed
 
 TOGGLE = "Recall checkpoint beside the text model"
 TOGGLE_HELP = ("On: this view runs on both shipped sets of trained weights, side by side, whatever the sidebar "

@@ -36,8 +36,8 @@ from model.inference import (
 )
 from model.scenes import draw_scene, sample_scenes
 from ui.axes import share_axis
-from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
+from ui.url import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 
 KIND_COLORS = {"text": "#d9dde3", "image_start": "#2ca02c", "image": "#1f77b4", "image_newline": "#9467bd",
                "image_end": "#d62728"}

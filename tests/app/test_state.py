@@ -1,6 +1,6 @@
 """One session, many pages (AppTest): session choices, page state and the URL.
 
-The rule (ui.state): on arriving at a page the URL's value wins, then the session's, then the default; the page
+The rule (ui.url): on arriving at a page the URL's value wins, then the session's, then the default; the page
 writes its state back into the URL, so a fresh open of that URL shows the same view. AppTest runs app.py with
 its navigation (`switch_page`); a browser empties the URL when it changes page, which the tests do by hand.
 What only a browser shows (Streamlit dropping a page's widget values on a page change) is in
