@@ -246,6 +246,12 @@ def whole(name: str, lo: int, hi: int, default: int | None, instead: str = "", u
     return Param(name, default, parse, instead=instead, unit=unit)
 
 
+def ordinal(name: str, count: int, default: int, instead: str = "") -> Param[int]:
+    """A 0-based index (a step of a story) that the link counts from 1, as the reader does."""
+    one_based = whole(name, 1, count, default + 1, instead)
+    return Param(name, default, lambda raw: one_based.parse(raw) - 1, write=lambda i: str(i + 1), instead=instead)
+
+
 def decimal(name: str, lo: float, hi: float, default: float | None) -> Param[float]:
     """A decimal number in [lo, hi], kept to four places."""
     def parse(raw: str) -> float:
@@ -286,9 +292,9 @@ def flag(name: str, default: bool) -> Param[bool]:
                  instead="the page's own choice is shown")
 
 
-def any_text(name: str, default: str | None = None) -> Param[str]:
-    """Any text (a search, a label): never refused."""
-    return Param(name, default, lambda raw: raw)
+def any_text(name: str, default: str | None = None, max_chars: int | None = None) -> Param[str]:
+    """Any text (a search, a label): never refused; cut to `max_chars` (the widget's own limit)."""
+    return Param(name, default, lambda raw: raw[:max_chars] if max_chars else raw)
 
 
 def layer(n_layers: int, default: int | None, instead: str = "", name: str = "layer",
@@ -296,6 +302,10 @@ def layer(n_layers: int, default: int | None, instead: str = "", name: str = "la
     """A layer index, the one place its link form is decided: 0-based, as the code counts, whatever numbering
     the reader chose (the warning says so)."""
     return whole(name, 0, n_layers - 1, default, instead=instead, unit=LINK_LAYERS, shown=shown)
+
+
+PREFILL_MODES = ["bounded", "exact"]
+PREFILL_MODE = choice("mode", PREFILL_MODES, "bounded", "a prefill mode (bounded or exact)")   # two pages take it
 
 
 def seeded(key: str, p: Param[T]) -> T:
