@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui.common import app_frame
+from ui.common import app_frame, navigation_pages
 from ui.nav import PAGES, sections
 from ui.tour import PAGE_FILE
 from ui.url import PAGE_TITLE
@@ -21,8 +21,7 @@ HERE = Path(__file__).parent
 missing = [p.file for p in PAGES if not (HERE / p.file).is_file()]
 if missing:
     raise FileNotFoundError(f"page files missing from {HERE}: {', '.join(missing)}")
-nav = {section: [st.Page(str(HERE / p.file), title=p.title, icon=p.icon, default=p.default) for p in pages]
-       for section, pages in sections().items()}
+nav = navigation_pages(HERE)
 files = {page.url_path: spec.file for pages, items in zip(sections().values(), nav.values())
          for spec, page in zip(pages, items)}
 page = st.navigation(nav)

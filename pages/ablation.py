@@ -26,12 +26,13 @@ from lessons.layers import bounded_note, map_line
 from lessons.prompts import encode_prompt
 from lessons.units import counted
 from ui import url
-from ui.common import built, cached_with_progress, lead, page_header, require_model
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel, weights_line_link
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
-from ui.text import plain, quoted
+from ui.text import lead, plain, quoted
 from ui.url import arrived, qp_get, qp_set, seed, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)

@@ -20,7 +20,8 @@ from lessons.shares import (
 )
 from lessons.units import counted
 from ui import url
-from ui.common import built, page_header
+from ui.cache import built
+from ui.common import page_header
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace

@@ -28,7 +28,8 @@ from lessons.units import counted, human_bytes, human_flops
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
 from ui import url
-from ui.common import built, page_header
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (

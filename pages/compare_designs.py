@@ -20,7 +20,8 @@ from lessons.designs import (
 )
 from lessons.units import counted, human_bytes
 from ui import url
-from ui.common import built, page_header
+from ui.cache import built
+from ui.common import page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce

@@ -42,14 +42,15 @@ from model.inference import (
     verify_step,
 )
 from ui import url
-from ui.common import built, cached_with_progress, lead, page_header, require_model
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.text import plain
+from ui.text import lead, plain
 from ui.url import KEEP, qp_get, qp_set, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
@@ -115,7 +116,7 @@ room = cfg.max_position_embeddings - int(max_new) - drafter.block_size
 limit = max(1, min(DSPARK_TOKENS, room))
 why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.block_size} inside the model's "
        f"{cfg.max_position_embeddings:,} positions, this page" if room < DSPARK_TOKENS else "this page")
-ids = prompt_ids(model, "ds", text, limit, why)
+ids = prompt_ids(model, "ds", text, limit, why, LONG_PROMPT_CHARS)
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
 

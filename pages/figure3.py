@@ -13,7 +13,8 @@ from lessons.layers import map_line
 from lessons.sources import ONE_BASED
 from model import V41Config
 from ui import url
-from ui.common import built, page_header
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.home import far_picture
 from ui.live import live_trace, prompt_picker

@@ -23,15 +23,16 @@ from lessons.pools import (
 )
 from model import V41Config, layer_map
 from ui import url
-from ui.common import built, cached_with_progress, lead, page_header, require_model
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
-from ui.prompt import OWN_TEXT, clean_prompt, prompt_ids, sample_or_text
+from ui.prompt import OWN_TEXT, prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.text import plain
+from ui.text import lead, plain
 from ui.url import KEEP, seed, stop
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
@@ -57,11 +58,9 @@ mode = url.bound(c2.radio, "pool_mode", MODE, "Prefill", ["exact", "bounded"],
                       f"{cfg.sliding_window} prompt tokens are.")
 sample_i, text = sample_or_text("pool", samples, long_first[1] if len(long_first) > 1 else 0, LONG_PROMPT_CHARS,
                                 options=options, label="Prompt", text_label="Prompt text", columns=[c1])
-prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
-if problem:
-    st.warning(problem)
-    stop()
-ids = prompt_ids(model, "pool", prompt, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,")
+ids = prompt_ids(model, "pool", text, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,",
+                 LONG_PROMPT_CHARS)
+prompt = text
 
 
 def _compute(progress):

@@ -30,7 +30,8 @@ from lessons.inspect import (
 )
 from lessons.layers import bounded_note, map_line
 from ui import url
-from ui.common import built, cached_with_progress, page_header, require_model
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -45,7 +46,7 @@ from ui.figures_run import (
 )
 from ui.limits import LONG_PROMPT_CHARS
 from ui.pair import far_pair, selection_pair
-from ui.prompt import clean_prompt, prompt_ids, sample_or_text
+from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
 from ui.stepper import stepper
 from ui.text import plain
@@ -91,12 +92,9 @@ with ctl:
                                 help="Generated tokens are inspected like prompt tokens.")
 
 with ctl:
-    prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
-    if problem:
-        st.warning(problem)
-        stop()
-    ids = prompt_ids(model, "insp", prompt, MAX_PROMPT_TOKENS,
-                     "the inspector, which records every layer for every token,")
+    ids = prompt_ids(model, "insp", text, MAX_PROMPT_TOKENS,
+                     "the inspector, which records every layer for every token,", LONG_PROMPT_CHARS)
+    prompt = text
     try:
         run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
                                    lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),

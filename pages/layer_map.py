@@ -8,7 +8,8 @@ from lessons.figure3 import notation
 from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
 from ui import url
-from ui.common import built, page_header
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import layer_map_figure
 
 sess = page_header("Layer map")

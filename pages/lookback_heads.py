@@ -32,14 +32,15 @@ from lessons.lookback_heads import (
 )
 from model.heldout import heldout_natural_tokens
 from ui import url
-from ui.common import built, cached_with_progress, lead, page_header, require_model, sentences
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
-from ui.prompt import clean_prompt, prompt_to_url
+from ui.prompt import typed_prompt
 from ui.reproduce import reproduce
-from ui.text import plain
-from ui.url import KEEP, arrived, qp_get, qp_set, seed, stop
+from ui.text import lead, plain, sentences
+from ui.url import KEEP, qp_set, stop
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
 
@@ -68,7 +69,6 @@ if n_passages < 1:
 
 # ---- the row: which span, how far apart ----------------------------------------------------------------------------
 SOURCES = {"passage": "A held-out passage", "own": "Your own text"}
-seed("lb_text", qp_get("prompt") if arrived() else None, "")
 c = st.columns([2, 1, 2, 3])
 source = url.bound(c[0].radio, "lb_source",
                    url.choice("source", list(SOURCES), "passage", "a source (passage or own)",
@@ -86,9 +86,7 @@ gap = url.bound(c[3].slider, "lb_gap", url.whole("gap", 0, GAP_MAX, 4, "showing 
                      "inside it.")
 lead_ids, span_ids, filler = passage_parts(tokens, passage - 1, span, gap)
 if source == "own":
-    text = st.text_area("Your text (its first tokens are the span)", key="lb_text", height=80, persist_state=KEEP)
-    prompt_to_url(text)
-    own, problem = clean_prompt(text, OWN_CHARS)
+    own, problem = typed_prompt("lb_text", "", OWN_CHARS, "Your text (its first tokens are the span)", samples=True)
     if problem:
         st.warning(problem)
         stop()

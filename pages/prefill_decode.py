@@ -23,7 +23,8 @@ from lessons.workload import (
 )
 from model import V41Config
 from ui import url
-from ui.common import built, page_header, require_model
+from ui.cache import built
+from ui.common import page_header, require_model
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce

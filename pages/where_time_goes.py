@@ -7,9 +7,10 @@ from lessons import reproduce as snippets
 from lessons.cost_check import check_rows, measure_here
 from lessons.roofline import GPUS, chip_rows
 from lessons.time_goes import AGENT_READ, AGENT_WRITTEN, CAVEAT, CHECK_TEXT, COUNT_TEXT, HERE_TEXT, INTRO, ROOF_TEXT
-from ui.common import lead, page_header, require_model
+from ui.common import page_header, require_model
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
+from ui.text import lead
 from ui.time_goes import (
     chips,
     decode_verdict,

@@ -28,8 +28,9 @@ from lessons.far_fact import (
 from lessons.far_story import far_sample, own_story
 from lessons.far_weights import weights_line
 from model import Ablation
+from ui.cache import built, cached_with_progress
 from ui.checkpoints import find_checkpoints
-from ui.common import ROOT, TINY_DIR, built, cached_with_progress
+from ui.common import ROOT, TINY_DIR
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward

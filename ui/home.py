@@ -17,8 +17,9 @@ from lessons.figure3_layout import layout
 from lessons.start import scale_rows
 from lessons.whats_new import HEADLINE, far_headline, knows_no_facts, points
 from model import V41Config
+from ui.cache import built
 from ui.checkpoints import find_checkpoints
-from ui.common import TINY_DIR, Session, built
+from ui.common import TINY_DIR, Session
 from ui.far_fact import RECALL_DIR, far_fact_figure, far_recall_of, training_record
 from ui.figures import diagram_figure
 from ui.pair import MISSING, far_reading

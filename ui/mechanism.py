@@ -14,7 +14,8 @@ import streamlit as st
 
 from lessons.far_compare import TITLES, learned_line
 from lessons.mechanism import MechanismPicture, mechanism_picture
-from ui.common import TINY_DIR, Session, built
+from ui.cache import built
+from ui.common import TINY_DIR, Session
 from ui.far_fact import RECALL_DIR, training_record
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace

@@ -17,10 +17,11 @@ import streamlit as st
 
 from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
 from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line
-from lessons.prompts import encode_prompt
-from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, built, cached_with_progress, load_model, trained_available
+from ui.cache import built, cached_with_progress
+from ui.common import TINY_DIR, WEIGHT_CHOICES, Session, load_model, trained_available
 from ui.far_fact import RECALL_DIR, far_fact_figure, recall_label, training_record
 from ui.figures_run import selection_figure
+from ui.prompt import prompt_problem
 from ui.text import plain
 from ui.url import KEEP, qp_bool, qp_set, seed
 
@@ -94,7 +95,7 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
         with col:
             st.markdown(f"**{TITLES[kind]}**")
             st.caption(learned_line(kind, records[kind], side.model.cfg.sliding_window))
-            ids, problem = encode_prompt(side.model, prompt, MAX_PROMPT_TOKENS)
+            ids, problem = prompt_problem(side.model, prompt, MAX_PROMPT_TOKENS)
             if problem:
                 st.caption(problem)
                 continue

@@ -1,10 +1,11 @@
 """A typed prompt on its way to the model: the sample picker and its text area, the checks, the encoding, the
 offer to keep an overlong prompt's first tokens, and the offer of the reader's own text from another page.
 
-A page that takes a prompt calls `sample_or_text` (the widgets, kept in the link as `sample` or `prompt`) and
-then `prompt_ids` (the checks and the encoding; the page stops with the message and, when it can, the offer to
-cut). `prompt_problem` is the same checks without stopping, for a view that must still draw the rest of the
-page (the side-by-side). The texts of the checks are lessons.prompts'; the URL rules are ui.url's.
+A page that takes a prompt calls `sample_or_text` (a sample or the reader's text, kept in the link as `sample`
+or `prompt`) or `typed_prompt` (a text area only), then `prompt_ids` (the checks and the encoding; the page
+stops with the message and, for an overlong prompt, the offer to cut). `prompt_problem` is the same checks
+without stopping, for a view that must still draw the rest of the page (the side-by-side). The texts of the
+checks are lessons.prompts'; the URL rules are ui.url's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import streamlit as st
 from lessons.prompts import encode_prompt, first_tokens_text, text_problem
 from ui.limits import URL_PROMPT_CHARS
 from ui.text import quoted
-from ui.url import KEEP, PAGE_TITLE, arrived, qp_get, qp_int_or_none, qp_set, stop
+from ui.url import KEEP, PAGE_TITLE, arrived, qp_get, qp_int_or_none, qp_set, seed, stop
 
 _OWN = "_state_own_text"    # (text, page title): the reader's latest own prompt, offered by the other prompt pages
 _SEEN = "_state_own_seen"   # {page prompt key: the text that page showed last}: notes only what changed
@@ -145,12 +146,39 @@ def clean_prompt(text: str, max_chars: int = 20000, samples: bool = True) -> tup
     return (None, problem) if problem else (text, None)
 
 
-def prompt_ids(model, prefix: str, text: str | None, limit: int, why: str = "this page") -> list[int]:
-    """The prompt's token ids, or the page stopped with the message (lessons.prompts.encode_prompt) and, for an
-    overlong prompt, the offer to keep its first `limit` tokens as the reader's text in `{prefix}_prompt`."""
-    ids, problem = encode_prompt(model, text, limit, why)
+def prompt_problem(model, text: str | None, limit: int, why: str = "this page", max_chars: int = 20000,
+                   samples: bool = True) -> tuple[list[int] | None, str | None]:
+    """(ids, problem) without stopping: the text's checks (length, emptiness; `samples`: the message may point
+    at the page's samples) and then the encoding (no tokens, more than `limit`). For a view that draws beside
+    others (the side-by-side), where one side's problem must not stop the page."""
+    _, problem = clean_prompt(text or "", max_chars, samples)
+    if problem:
+        return None, problem
+    return encode_prompt(model, text, limit, why)
+
+
+def prompt_ids(model, prefix: str, text: str | None, limit: int, why: str = "this page", max_chars: int = 20000,
+               samples: bool = True) -> list[int]:
+    """The prompt's token ids, or the page stopped with the message (`prompt_problem`) and, for an overlong
+    prompt, the offer to keep its first `limit` tokens as the reader's text in `{prefix}_prompt`."""
+    ids, problem = prompt_problem(model, text, limit, why, max_chars, samples)
     if problem:
         st.warning(problem)
         offer_cut(prefix, first_tokens_text(model, text, limit), limit)
         stop()
     return ids
+
+
+def typed_prompt(key: str, default: str, max_chars: int, label: str = "Prompt", height: int = 80,
+                 samples: bool = False, **kwargs) -> tuple[str, str | None]:
+    """A prompt the reader types (no samples): its text area (`key`), seeded by the URL's `prompt` on arrival,
+    kept for the session and written back into the link (left out at `default`); the reader's text is noted
+    for the other prompt pages, and theirs offered here. Returns (text, problem or None), without stopping
+    (`samples`: the page offers something else to pick, and the message for an empty text may say so)."""
+    seed(key, qp_get("prompt") if arrived() else None, default)
+    text = st.text_area(label, key=key, height=height, persist_state=KEEP, **kwargs)
+    note_own_text(text if text != default else None, key)
+    offer_own_text(text, max_chars, lambda own: st.session_state.update({key: own}), f"{key}_use_own")
+    prompt_to_url(text, default)
+    _, problem = clean_prompt(text, max_chars, samples)
+    return text, problem

@@ -20,7 +20,7 @@ from lessons.roofline import (
 )
 from lessons.time_goes import RoundBounds, agent_round, intensity_rows, kind_rows, op_rows
 from model import V41Config
-from ui.common import built
+from ui.cache import built
 from ui.figures_cost import roofline_figure
 from ui.figures_memory import chart_config
 

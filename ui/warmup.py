@@ -1,7 +1,7 @@
 """First visits: every page drawn once at its defaults by the server itself, as soon as the default model is loaded.
 
 What a visitor sees first is each page at its defaults (the default prompt, sample, mode and settings), and
-most of it is cached server-wide (st.cache_data / st.cache_resource, ui.common.cached_with_progress,
+most of it is cached server-wide (st.cache_data / st.cache_resource, ui.cache.cached_with_progress,
 ui.live.forward). So once per process, when the default weights are first loaded, a background thread opens
 one session per page of the navigation (ui.nav) over Streamlit's own websocket protocol on the loopback port
 (what a browser sends: rerun_script with the page's URL path) and waits for each run to finish. Every
