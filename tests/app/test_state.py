@@ -225,18 +225,6 @@ def test_ablation_reads_its_url():
     assert "showing the known ones" in " ".join(w.value for w in some.warning)
 
 
-def test_compare_designs_block_layers_follow_the_numbering():
-    from lessons.designs import DESIGNS, build, with_context
-    from ui.figures_memory import role_strip
-
-    looped = [k for k in DESIGNS if any(r.startswith("Block layer") for r in build(k, with_context(k, 1024, 1)).roles)]
-    assert looped
-    d = build(looped[0], with_context(looped[0], 1024, 1))
-    names0 = {t.name for t in role_strip([d], False).data}
-    names1 = {t.name for t in role_strip([d], True).data}
-    assert "Block layer 0" in names0 and "Block layer 0" not in names1 and "Block layer 1" in names1
-
-
 def test_glossary_search_narrows_the_table_and_survives_a_miss():
     at = page_at("glossary", find="indexer")
     ok(at)

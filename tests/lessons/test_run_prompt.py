@@ -15,7 +15,7 @@ import torch
 from lessons import ablation as abl, inspect as ins, pools, prompts
 from model import Ablation, layer_map
 from model.arch import Mix
-from model.inference import LayerRecord, Shares, Trace
+from model.inference import LayerRecord, Shares, Trace, speculative as ds
 from tests.conftest import random_model, random_tiny
 
 INF = float("inf")
@@ -270,7 +270,6 @@ def test_reindex_inputs_need_full_detail():
 # ---- DSpark statistics as the page reads them -------------------------------------------------------------
 
 def test_spec_statistics_from_a_hand_made_log():
-    ds = pytest.importorskip("model.inference.speculative")
 
     def step(rules, drafted, conf):
         acc = rules.count("accept") if "reject" not in rules else rules.index("reject")
