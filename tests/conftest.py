@@ -86,6 +86,20 @@ def random_tiny(seed: int = 0):
     return m.bind_tokenizer(tok)
 
 
+@pytest.fixture(scope="session")
+def tiny_random():
+    """random_tiny(0), built once for the whole run: tests read it and never change it."""
+    return random_tiny(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_trained():
+    """The shipped trained tiny weights on the CPU, loaded once for the whole run; tests never change them."""
+    from model import load
+
+    return load(ROOT / "data" / "weights" / "tiny", device="cpu")
+
+
 def run_page(page: str, timeout: int = 240, **params):
     """AppTest of pages/<page>.py on random tiny weights with these URL parameters, run once."""
     from streamlit.testing.v1 import AppTest
