@@ -190,7 +190,8 @@ def _markdown_texts(at) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("page", PAGES)
+# Home reads the 6,000-character prompt through the model (slow on a CPU); its text is checked in the slow tier
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p == "start" else p for p in PAGES])
 def test_markdown_in_every_url_parameter_is_text(page):
     at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
     for p in PARAMS:
@@ -271,6 +272,7 @@ def test_store_loads_once_when_many_sessions_ask_at_once():
     assert len(calls) == 1 and len({id(g) for g in got}) == 1
 
 
+@pytest.mark.slow
 def test_thirty_checkpoint_urls_hold_at_most_max_models(tmp_path, monkeypatch):
     """30 URLs: 6 checkpoint directories, each spelled 5 ways. One load per directory while it is held,
     and never more than MAX_MODELS models alive in the process (counted by the garbage collector)."""

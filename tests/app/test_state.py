@@ -192,6 +192,7 @@ def test_pool_and_dspark_limits_name_their_own_page():
         assert "inspector" not in msg and "stops at" in msg, msg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page, prefix", [("inspector", "insp"), ("indexer_pools", "pool"), ("dspark", "ds")])
 def test_an_overlong_prompt_can_be_cut_to_what_the_page_runs(page, prefix):
     from lessons.prompts import first_tokens_text

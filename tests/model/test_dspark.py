@@ -229,6 +229,7 @@ def test_greedy_speculative_equals_plain_greedy_with_the_real_drafter(pair, mode
 
 @pytest.mark.parametrize("mode,prompts", [("bounded", 4), pytest.param("exact", 4, marks=SLOW),
                                           pytest.param("bounded", 12, marks=SLOW)])
+@pytest.mark.slow
 def test_greedy_speculative_equals_plain_with_accepting_drafts(pair, mode, prompts, monkeypatch):
     m, d = pair
     accepted = bonus = 0
@@ -422,6 +423,7 @@ class _Stream:
         return x[:, :-1], x[:, 1:]
 
 
+@pytest.mark.slow
 def test_train_drafter_lowers_the_loss_and_leaves_the_target_frozen():
     m = random_model("micro", seed=1)
     before = {k: v.clone() for k, v in m.state_dict().items()}
