@@ -62,9 +62,10 @@ def begin_run() -> bool:
     the one this session last wrote (the browser's Back or Forward within the page: its values are read again,
     so Back undoes a change instead of pressing to no effect). Called once per full run (by the sidebar)."""
     here = page_id()
-    # a bare address is the entry Streamlit's navigation pushes before a page writes its values: the session's
+    # a bare address is also a page at its defaults (every value is left out of the link there), so Back to it
+    # is a move like any other once this session has written something else for the page
     written, now = st.session_state.get(_WRITTEN), st.query_params.to_dict()
-    moved = st.session_state.get(_PAGE) == here and written is not None and bool(now) and written != now
+    moved = st.session_state.get(_PAGE) == here and written is not None and written != now
     arrived = st.session_state.get(_PAGE) != here or moved
     st.session_state[_PAGE] = here
     st.session_state[_ARRIVED] = arrived
