@@ -188,13 +188,15 @@ def _draw_sidebar() -> Session:
     with st.sidebar:
         st.markdown("**Weights**")
         seed("weights_choice", qp_choice("weights", list(WEIGHT_CHOICES), WEIGHT_CHOICES[default],
-                                         "a weights choice (trained, random or checkpoint)"), default)
+                                         "a weights choice (trained, random or checkpoint)"), default,
+             session_wide=True)
         weights = st.radio("Weights", list(WEIGHT_CHOICES), format_func=WEIGHT_CHOICES.get,
                            label_visibility="collapsed", key="weights_choice")
         label, directory, problem = ("", None, None)
         if weights == "checkpoint":
             label, directory, problem = _checkpoint_choice()
-        seed("numbering_choice", qp_choice("numbering", list(NUMBERING), NUMBERING["0"], "0 or 1"), "0")
+        seed("numbering_choice", qp_choice("numbering", list(NUMBERING), NUMBERING["0"], "0 or 1"), "0",
+             session_wide=True)
         one_based = st.radio("Layer numbering", list(NUMBERING), format_func=NUMBERING.get,
                              key="numbering_choice") == "1"
         dev = device_name()

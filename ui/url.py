@@ -87,12 +87,15 @@ def arrived() -> bool:
     return bool(st.session_state.get(_ARRIVED, True))
 
 
-def seed(key: str, from_url: Any, default: Any) -> Any:
+def seed(key: str, from_url: Any, default: Any, session_wide: bool = False) -> Any:
     """Put a widget's starting value into session state: the URL's value on arrival (None: no value in the
-    URL), else what the session holds, else `default`. Returns the value now in session state."""
+    URL), else what the session holds, else `default`. Returns the value now in session state.
+    `session_wide` (the sidebar's choices): a bare address keeps the session's value even after Back or
+    Forward, since it is also what a click in the navigation opens, and that keeps the session's choices."""
+    bare = session_wide and not st.query_params.to_dict()
     if from_url is not None and arrived():
         st.session_state[key] = from_url
-    elif key not in st.session_state or url_moved():
+    elif key not in st.session_state or (url_moved() and not bare):
         st.session_state[key] = default
     return st.session_state[key]
 
