@@ -1,8 +1,8 @@
 """python -m bench.pages: every page's first draw for a new visitor, and its warm reruns, on a real app server.
 
 The server is started as the README starts it (bench/server.py, loopback only). One visit to the Start page
-loads the model (timed: the cold start a first visitor waits for). Then, for each page listed in app.py's
-SECTIONS, a fresh session (a new visitor) opens it over Streamlit's browser protocol (as bench.load does) and
+loads the model (timed: the cold start a first visitor waits for). Then, for each page of the
+navigation (ui.nav), a fresh session (a new visitor) opens it over Streamlit's browser protocol (as bench.load does) and
 the time to its `script_finished` is the page's first draw; `--reruns` reruns in the same session give its
 warm time (their median; the line reports the worst page). Goals: first draw <= 3 s with the model loaded,
 warm rerun <= 1 s.
@@ -57,7 +57,8 @@ async def _page(port: int, path: str, query: str, reruns: int) -> PageTimes:
 def measure(warmup: bool, reruns: int, query: str, log_dir: Path) -> tuple[list[PageTimes], float, float]:
     """(per-page times, cold start s, warm-up s) on a fresh server."""
     from bench import server as app_server
-    from ui.warmup import DONE_LINE, page_paths
+    from ui.nav import PAGES
+    from ui.warmup import DONE_LINE
 
     srv = app_server.start(log_dir / f"server-warmup-{int(warmup)}.log", env={"V41_WARMUP": "1" if warmup else "0"})
     try:
@@ -70,7 +71,7 @@ def measure(warmup: bool, reruns: int, query: str, log_dir: Path) -> tuple[list[
                 time.sleep(0.5)
             line = next((ln for ln in srv.log().splitlines() if DONE_LINE in ln), "")
             warm_s = float(line.rsplit("seconds=", 1)[1]) if line else float("nan")
-        rows = [asyncio.run(_page(srv.port, p, query, reruns)) for p in page_paths()]
+        rows = [asyncio.run(_page(srv.port, p, query, reruns)) for p in (p.url_path for p in PAGES)]
         print(f"  ({'with' if warmup else 'without'} warm-up: {time.perf_counter() - t0:.0f} s in all)")
     finally:
         srv.stop()

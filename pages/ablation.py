@@ -25,13 +25,15 @@ from lessons.inspect import load_samples
 from lessons.layers import bounded_note, map_line
 from lessons.prompts import encode_prompt
 from lessons.units import counted
-from ui.common import built, cached_with_progress, lead, page_header, require_model
+from ui import url
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel, weights_line_link
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
-from ui.text import plain, quoted
+from ui.text import lead, plain, quoted
+from ui.url import arrived, qp_get, qp_set, seed, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("Ablation lab", INTRO_LEAD)
@@ -67,24 +69,25 @@ if raw is not None:
                    f"{', '.join(map(quoted, bad[:5]))}; "
                    + ("showing the known ones." if asked else "showing every configuration."))
 seed("abl_configs", asked, names)
-seed("abl_topk", qp_int_or_none("topk", 1, topk_hi, f"showing {min(4, topk_hi)}"), min(4, topk_hi))
-seed("abl_stories", qp_choice("stories", STORIES, 30, "one of " + ", ".join(map(str, STORIES))), 30)
-seed("abl_natural", qp_choice("natural", NATURAL, 2048, "one of " + ", ".join(map(str, NATURAL))), 2048)
-seed("abl_cost", qp_int_or_none("cost", 0, max(0, len(samples) - 1), "showing the first long sample"), 0)
+TOPK = url.whole("topk", 1, topk_hi, min(4, topk_hi), f"showing {min(4, topk_hi)}")
+STORIES_P = url.choice("stories", STORIES, 30, "one of " + ", ".join(map(str, STORIES)))
+NATURAL_P = url.choice("natural", NATURAL, 2048, "one of " + ", ".join(map(str, NATURAL)))
+COST = url.whole("cost", 0, max(0, len(samples) - 1), 0, "showing the first long sample")
+url.seeded("abl_topk", TOPK)
 st.session_state["abl_topk"] = min(int(st.session_state["abl_topk"]), topk_hi)
-chosen = st.multiselect("Configurations", names, key="abl_configs", persist_state=KEEP)
+chosen = st.multiselect("Configurations", names, key="abl_configs", persist_state=url.KEEP)
+qp_set(configs=",".join(chosen) if chosen != names else None)
 c1, c2, c3 = st.columns(3)
-topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=KEEP,
+topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=url.KEEP,
                  help=f"The model reads {cfg.index_topk} entries per query.")
-stories = c2.selectbox("Stories per configuration", STORIES, key="abl_stories", persist_state=KEEP,
-                       help="Held-out stories, split evenly over the three distance buckets; 300 is the whole held-out "
-                            "set.")
-natural = c3.selectbox("Natural-text tokens", NATURAL, key="abl_natural", persist_state=KEEP,
-                       format_func=lambda n: "all" if n == 0 else f"{n:,}", help="Held-out natural text.")
-cost_sample = st.selectbox("Prompt (time and cache bytes)", range(len(samples)), key="abl_cost",
-                           persist_state=KEEP, format_func=lambda i: samples[i].name) if samples else None
-qp_set(configs=",".join(chosen) if chosen != names else None, topk=topk, stories=stories, natural=natural,
-       cost=cost_sample)
+url.to_link(TOPK, topk)
+stories = url.bound(c2.selectbox, "abl_stories", STORIES_P, "Stories per configuration", STORIES,
+                    help="Held-out stories, split evenly over the three distance buckets; 300 is the whole "
+                         "held-out set.")
+natural = url.bound(c3.selectbox, "abl_natural", NATURAL_P, "Natural-text tokens", NATURAL,
+                    format_func=lambda n: "all" if n == 0 else f"{n:,}", help="Held-out natural text.")
+cost_sample = url.bound(st.selectbox, "abl_cost", COST, "Prompt (time and cache bytes)", range(len(samples)),
+                        format_func=lambda i: samples[i].name) if samples else None
 cost_ids, problem = encode_prompt(model, samples[cost_sample].text if samples else "The key is in the blue box.")
 if problem:
     st.warning(problem)

@@ -19,15 +19,17 @@ from lessons.shares import (
     two_value_mix,
 )
 from lessons.units import counted
-from ui.common import built, page_header
+from ui import url
+from ui.cache import built
+from ui.common import page_header
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, LINK_LAYERS, qp_bool, qp_int_or_none, qp_set, seed, stop
 from ui.text import quoted
+from ui.url import stop
 
 sess = page_header("Same entries, new shares")
 
@@ -37,16 +39,14 @@ st.write(TOY_INTRO)
 results = []
 cols = st.columns(len(TOY_QUERIES))
 for col, (i, (name, default)) in zip(cols, enumerate(TOY_QUERIES)):
-    key = f"toy_{i}"
-    seed(key, qp_int_or_none(f"toy{i}", 0, 100, f"showing {round(default * 100)}"), round(default * 100))
+    toy = url.whole(f"toy{i}", 0, 100, round(default * 100), f"showing {round(default * 100)}")
     with col:
-        pct = st.slider(f"{name}: share given to {fmt(TOY_VALUES[0])} (%)", 0, 100, step=5, key=key,
-                        persist_state=KEEP)
+        pct = url.bound(st.slider, f"toy_{i}", toy, f"{name}: share given to {fmt(TOY_VALUES[0])} (%)", 0, 100,
+                        step=5)
         r = two_value_mix(pct)
         results.append((name, r))
         st.metric(f"{name} reads", fmt(r.result))
         st.caption(r.derivation())
-qp_set(**{f"toy{i}": st.session_state[f"toy_{i}"] for i in range(len(TOY_QUERIES))})
 parts = {f"{fmt(v)} x its share": [r.shares[k] * v for _, r in results] for k, v in enumerate(TOY_VALUES)}
 st.plotly_chart(built(stacked_bars, [n for n, _ in results], parts, title="What each query reads", axis_title="result",
                       text_fmt=fmt, height=220), key="toy_bars", config={"displayModeBar": False})
@@ -63,10 +63,11 @@ n_layers = len(tr.layers)
 heads = tr.layers[0].shares.window.shape[2]
 comp_layers = [r.spec.index for r in tr.layers if r.spec.compress_ratio]
 default_layer = comp_layers[0] if comp_layers else 0
-seed("sh_layer", qp_int_or_none("layer", 0, n_layers - 1, f"showing layer {sess.num(default_layer)}",
-                                unit=LINK_LAYERS), default_layer)
-seed("sh_head", qp_int_or_none("head", 0, heads - 1, "showing head 0"), 0)
-seed("sh_pos", qp_int_or_none("pos", 0, n_tok - 1, f"showing the last position, {n_tok - 1}"), n_tok - 1)
+LAYER = url.layer(n_layers, default_layer, f"showing layer {sess.num(default_layer)}")
+HEAD = url.whole("head", 0, heads - 1, 0, "showing head 0")
+POS = url.whole("pos", 0, n_tok - 1, n_tok - 1, f"showing the last position, {n_tok - 1}")
+for key, p in (("sh_layer", LAYER), ("sh_head", HEAD), ("sh_pos", POS)):
+    url.seeded(key, p)
 if st.session_state["sh_layer"] >= n_layers:    # another model with fewer layers
     st.session_state["sh_layer"] = default_layer
 if st.session_state["sh_head"] >= heads:
@@ -75,14 +76,15 @@ if st.session_state["sh_head"] >= heads:
 # otherwise start it at its minimum
 st.session_state["sh_pos"] = min(int(st.session_state["sh_pos"]), n_tok - 1)
 c = st.columns([2, 1, 3])
-layer = c[0].selectbox("Layer", list(range(n_layers)), key="sh_layer", persist_state=KEEP,
+layer = c[0].selectbox("Layer", list(range(n_layers)), key="sh_layer", persist_state=url.KEEP,
                        format_func=lambda i: f"layer {sess.num(i)}: {tr.layers[i].spec.role}")
-head = c[1].selectbox("Head (for the comparison)", list(range(heads)), key="sh_head", persist_state=KEEP)
+head = c[1].selectbox("Head (for the comparison)", list(range(heads)), key="sh_head", persist_state=url.KEEP)
 if n_tok > 1:
-    pos = c[2].slider("Query position", 0, n_tok - 1, key="sh_pos", persist_state=KEEP)
+    pos = c[2].slider("Query position", 0, n_tok - 1, key="sh_pos", persist_state=url.KEEP)
 else:
     pos = 0
-qp_set(layer=layer, head=head, pos=pos)
+for p, v in ((LAYER, layer), (HEAD, head), (POS, pos)):
+    url.to_link(p, v)
 view = share_view(tr, layer, pos, lt.tokens)
 st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(layer)} is "
            f"{tr.layers[layer].spec.role}; it read {counted(sum(k == 'window' for k in view.kinds), 'window row')} "
@@ -110,16 +112,16 @@ if not reuse_layers:
     st.info("This model has no Reuse layers.")
     reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
     stop()
-seed("sh_reuse", qp_int_or_none("reuse", 0, n_layers - 1, f"showing layer {sess.num(reuse_layers[0])}",
-                                unit=LINK_LAYERS), reuse_layers[0])
+REUSE = url.layer(n_layers, reuse_layers[0], f"showing layer {sess.num(reuse_layers[0])}", name="reuse")
+url.seeded("sh_reuse", REUSE)
 if st.session_state["sh_reuse"] not in reuse_layers:
     st.warning(f"Layer {sess.num(st.session_state['sh_reuse'])} is not a Reuse layer; showing layer "
                f"{sess.num(reuse_layers[0])}.")
     st.session_state["sh_reuse"] = reuse_layers[0]
-ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse", persist_state=KEEP,
+ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse", persist_state=url.KEEP,
                   format_func=lambda i: f"layer {sess.num(i)} "
                                         f"(keeps layer {sess.num(tr.layers[i].spec.index_source)}'s selection)")
-qp_set(reuse=ru)
+url.to_link(REUSE, ru)
 cmp = reuse_comparison(tr, ru, pos, head, lt.tokens)
 if not cmp.entry_ids:
     st.info(f"At position {pos} no compressed entry is visible yet (the first entry completes at position "
@@ -133,9 +135,7 @@ else:
 reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos, ru, head), "attention-shares")
 
 st.markdown(f"**Check the idea.** {CHECK_QUESTION}")
-seed("sh_answer", qp_bool("answer"), False)
-show_answer = st.toggle("Show the answer", key="sh_answer", persist_state=KEEP)
-qp_set(answer="1" if show_answer else None)
+show_answer = url.bound(st.toggle, "sh_answer", url.flag("answer", False), "Show the answer")
 if show_answer:
     st.success(check_answer([r.result for _, r in results]))
     st.write(CHECK_FOLLOWUP)

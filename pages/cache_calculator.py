@@ -30,7 +30,9 @@ from lessons.layers import map_line
 from lessons.units import counted, human_bytes, human_flops
 from lessons.workload import check_against_engine
 from model import V41Config, layer_map
-from ui.common import built, page_header
+from ui import url
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (
@@ -48,8 +50,8 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop, url_moved
 from ui.text import plain
+from ui.url import KEEP, arrived, qp_choice, qp_get, qp_set, seed, stop, url_moved
 
 P = "cc"
 CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens
@@ -171,9 +173,7 @@ with tabs[0]:
         chart(built(kind_bar, per, "Persistent cache per saved context (separate budget)"), f"{P}_kind_p", fmt,
               f"cache-{preset}-persistent")
 with tabs[1]:
-    seed(f"{P}_log", qp_bool("log"), True)
-    log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
-    qp_set(log=None if log else "0")
+    log = url.bound(st.toggle, f"{P}_log", url.flag("log", True), "Log scale")
 
     names = {i: layer_label(design, i, int(sess.one_based)) for i in hbm.by_layer}
     chart(built(layer_bar, hbm, names, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
@@ -206,11 +206,9 @@ with tabs[3]:
                     f"**{knobs.rollback}**, "
                     "then compares the bytes its cache holds (`cache.nbytes()`) with the same formula applied to its "
                     "config.")
-        seed(f"{P}_checkn", qp_int_or_none("checkn", 1, CHECK_TOKENS, "showing the session's value"),
-             min(knobs.context, 200))
-        n = st.number_input("Prompt length for the check (tokens)", 1, CHECK_TOKENS, step=1, key=f"{P}_checkn",
-                            persist_state=KEEP)
-        qp_set(checkn=int(n))
+        checkn = url.whole("checkn", 1, CHECK_TOKENS, min(knobs.context, 200), "showing the session's value")
+        n = url.bound(st.number_input, f"{P}_checkn", checkn, "Prompt length for the check (tokens)", 1, CHECK_TOKENS,
+                      step=1)
         chk = run_on_click("Run the check", f"{P}_check",
                            lambda progress: check_against_engine(model, int(n), knobs.mode, knobs.rollback, progress),
                            f"Prefilling {counted(int(n), 'token')} ...")
@@ -242,10 +240,9 @@ with tabs[4]:
     else:
         pc = param_counts("v4.1-flash")
         cfg = V41Config.preset("v4.1-flash")
-        seed(f"{P}_reuse", qp_choice("reuse", [1, 10, 100, 1000, 10000], 10, "1, 10, 100, 1000 or 10000"), 10)
-        reuse = st.select_slider("How often a saved context is reused as an input", [1, 10, 100, 1000, 10000],
-                                 key=f"{P}_reuse", persist_state=KEEP)
-        qp_set(reuse=reuse if reuse != 10 else None)
+        REUSE = url.choice("reuse", [1, 10, 100, 1000, 10000], 10, "1, 10, 100, 1000 or 10000")
+        reuse = url.bound(st.select_slider, f"{P}_reuse", REUSE, "How often a saved context is reused as an input",
+                          [1, 10, 100, 1000, 10000])
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse),
                              scans=decoder_scans(cfg), weights_read=(wread := replay_weight_bytes(cfg, knobs.context)))

@@ -19,13 +19,15 @@ from lessons.designs import (
     with_context,
 )
 from lessons.units import counted, human_bytes
-from ui.common import built, page_header
+from ui import url
+from ui.cache import built
+from ui.common import page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
-from ui.state import KEEP, arrived, qp_bool, qp_get, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain, quoted
 from ui.tour import shows
+from ui.url import KEEP, arrived, qp_get, qp_set, seed, stop
 
 P = "cd"
 
@@ -67,15 +69,14 @@ if raw is not None:
 CTX = 1 << 20
 c = st.columns([1, 1, 3])
 lo, hi = LIMITS["context"]
-seed(f"{P}_ctx", qp_int_or_none("ctx", lo, hi, f"showing {CTX:,}"), CTX)
-ctx = c[0].number_input("Context length (tokens)", lo, hi, key=f"{P}_ctx", persist_state=KEEP)
+ctx = url.bound(c[0].number_input, f"{P}_ctx", url.whole("ctx", lo, hi, CTX, f"showing {CTX:,}"),
+                "Context length (tokens)", lo, hi)
 lo, hi = LIMITS["batch"]
-seed(f"{P}_batch", qp_int_or_none("batch", lo, hi, "showing 1"), 1)
-batch = c[1].number_input("Batch (sequences)", lo, hi, key=f"{P}_batch", persist_state=KEEP)
+batch = url.bound(c[1].number_input, f"{P}_batch", url.whole("batch", lo, hi, 1, "showing 1"), "Batch (sequences)",
+                  lo, hi)
 seed(f"{P}_designs", chosen, list(COMPARE_DEFAULT))
 sel = c[2].multiselect("Designs", keys, format_func=lambda k: DESIGNS[k][0], key=f"{P}_designs", persist_state=KEEP)
-qp_set(ctx=ctx if ctx != CTX else None, batch=batch if batch != 1 else None,
-       designs=",".join(sel) if sel != list(COMPARE_DEFAULT) else None)
+qp_set(designs=",".join(sel) if sel != list(COMPARE_DEFAULT) else None)
 if not sel:
     st.info("Choose at least one design.")
     stop()
@@ -107,9 +108,7 @@ st.caption("'Added per token' is what the growing stores take per further token;
            "to the accelerator's.")
 
 fmt = chart_format(f"{P}_fmt")
-seed(f"{P}_log", qp_bool("log"), True)
-log = st.toggle("Log scale", key=f"{P}_log", persist_state=KEEP)
-qp_set(log=None if log else "0")
+log = url.bound(st.toggle, f"{P}_log", url.flag("log", True), "Log scale")
 chart(built(compare_bar, [(c.design.short or c.design.label, c.hbm) for c in calcs],
             f"Cache on the accelerator at {counted(int(ctx), 'token')}", log),
       f"{P}_bar", fmt, "compare-designs")

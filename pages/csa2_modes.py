@@ -21,8 +21,8 @@ from ui.common import page_header
 from ui.live import picked_trace
 from ui.mechanism import mechanism_view
 from ui.reproduce import reproduce
-from ui.state import stop
 from ui.tour import shows
+from ui.url import stop
 
 sess = page_header("CSA2: Full, Reuse, Reindex")
 if shows("csa2_intro"):

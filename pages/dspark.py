@@ -41,24 +41,17 @@ from model.inference import (
     speculative_start,
     verify_step,
 )
-from ui.common import built, cached_with_progress, lead, page_header, prompt_ids, require_model
+from ui import url
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
+from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.state import (
-    KEEP,
-    qp_choice,
-    qp_float_or_none,
-    qp_get,
-    qp_int_or_none,
-    qp_set,
-    sample_or_text,
-    seed,
-    stop,
-)
-from ui.text import plain
+from ui.text import lead, plain
+from ui.url import KEEP, qp_get, qp_set, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("DSpark: draft, then verify", INTRO_LEAD)
@@ -98,36 +91,32 @@ dl_opts = ["max", "auto"] + list(range(1, gmax))    # "max" is gmax: listed once
 if qp_get("draft") == str(gmax):                      # a link that names the longest draft by its number
     qp_set(draft="max")
 MAX_NEW, MAX_SEED = 128, 10_000
-seed("ds_rule", qp_choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"), "greedy")
-seed("ds_temp", qp_float_or_none("temp", 0.1, 2.0), 1.0)
-seed("ds_dl", qp_choice("draft", dl_opts, "max", f"a draft length here (max, auto or 1..{gmax})"), "max")
+DRAFT = url.choice("draft", dl_opts, "max", f"a draft length here (max, auto or 1..{gmax})")
+url.seeded("ds_dl", DRAFT)
 if st.session_state["ds_dl"] == gmax:                 # a session from before "max" stood for it
     st.session_state["ds_dl"] = "max"
-seed("ds_thr", qp_float_or_none("thr", 0.05, 0.95), 0.3)
-seed("ds_new", qp_int_or_none("gen", 1, MAX_NEW, "showing 24"), 24)
-seed("ds_seed", qp_int_or_none("seed", 0, MAX_SEED, "showing 0"), 0)
-seed("ds_mode", qp_choice("mode", MODES, "bounded", "a prefill mode (bounded or exact)"), "bounded")
 if st.session_state["ds_dl"] not in dl_opts:      # another drafter with a shorter block
     st.session_state["ds_dl"] = "max"
-rule = c1.radio("Verification rule", RULES, key="ds_rule", persist_state=KEEP)
-temperature = c1.slider("Temperature", 0.1, 2.0, step=0.1, key="ds_temp", disabled=rule == "greedy",
-                        persist_state=KEEP)
+rule = url.bound(c1.radio, "ds_rule", url.choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"),
+                 "Verification rule", RULES)
+temperature = url.bound(c1.slider, "ds_temp", url.decimal("temp", 0.1, 2.0, 1.0), "Temperature", 0.1, 2.0, step=0.1,
+                        disabled=rule == "greedy")
 draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl", persist_state=KEEP,
                             format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
                             "auto (confidence)" if v == "auto" else str(v))
-threshold = c2.slider("Confidence threshold (auto)", 0.05, 0.95, step=0.05, key="ds_thr",
-                      disabled=draft_length != "auto", help=AUTO_NOTE, persist_state=KEEP)
-max_new = c3.number_input("New tokens", 1, MAX_NEW, key="ds_new", persist_state=KEEP)
-draw_seed = c3.number_input("Seed", 0, MAX_SEED, key="ds_seed", disabled=rule == "greedy", persist_state=KEEP)
-mode = c4.radio("Prefill", MODES, key="ds_mode", persist_state=KEEP)
-qp_set(rule=rule if rule != "greedy" else None, temp=temperature if temperature != 1.0 else None,
-       draft=draft_length if draft_length != "max" else None, thr=threshold if threshold != 0.3 else None,
-       gen=int(max_new), seed=int(draw_seed) if draw_seed else None, mode=mode if mode != "bounded" else None)
+url.to_link(DRAFT, draft_length)
+threshold = url.bound(c2.slider, "ds_thr", url.decimal("thr", 0.05, 0.95, 0.3), "Confidence threshold (auto)", 0.05,
+                      0.95, step=0.05, disabled=draft_length != "auto", help=AUTO_NOTE)
+max_new = url.bound(c3.number_input, "ds_new", url.whole("gen", 1, MAX_NEW, 24, "showing 24"), "New tokens", 1,
+                    MAX_NEW)
+draw_seed = url.bound(c3.number_input, "ds_seed", url.whole("seed", 0, MAX_SEED, 0, "showing 0"), "Seed", 0,
+                      MAX_SEED, disabled=rule == "greedy")
+mode = url.bound(c4.radio, "ds_mode", url.PREFILL_MODE, "Prefill", url.PREFILL_MODES)
 room = cfg.max_position_embeddings - int(max_new) - drafter.block_size
 limit = max(1, min(DSPARK_TOKENS, room))
 why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.block_size} inside the model's "
        f"{cfg.max_position_embeddings:,} positions, this page" if room < DSPARK_TOKENS else "this page")
-ids = prompt_ids(model, "ds", text, limit, why)
+ids = prompt_ids(model, "ds", text, limit, why, LONG_PROMPT_CHARS)
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
 

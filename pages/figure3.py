@@ -12,27 +12,19 @@ from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
 from lessons.sources import ONE_BASED
 from model import V41Config
-from ui.common import built, page_header
+from ui import url
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.home import far_picture
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import (
-    KEEP,
-    LINK_LAYERS,
-    arrived,
-    fragment,
-    qp_choice,
-    qp_get,
-    qp_int_or_none,
-    qp_set,
-    seed,
-    stepper,
-)
+from ui.stepper import stepper
 from ui.text import plain, quoted
 from ui.tour import open_stop, shows
+from ui.url import KEEP, arrived, fragment, qp_get, qp_set, seed
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
@@ -49,17 +41,16 @@ def _full_cfg() -> V41Config:
 
 
 # ---- controls seeded from the URL --------------------------------------------------------------
-seed("fig3_config", qp_choice("config", list(CONFIGS), CONFIGS["full"], "a drawing here (full or running)"), "full")
-# compact by default: the whole drawing and the story share one screen
-seed("fig3_compact", {"1": True, "0": False}.get(qp_get("compact", "")) if qp_get("compact") is not None else None,
-     True)
+CONFIG = url.choice("config", list(CONFIGS), "full", "a drawing here (full or running)",
+                    instead=f"showing {CONFIGS['full']} instead")
+COMPACT = url.flag("compact", True)   # compact by default: the whole drawing and the story share one screen
 top = st.columns([3, 2, 2], vertical_alignment="center") if shows("fig3_controls") else None
 if top is not None:
     with top[0]:
-        which = st.radio("Draw", list(CONFIGS), format_func=CONFIGS.get, horizontal=True, key="fig3_config",
-                         persist_state=KEEP)
+        which = url.bound(st.radio, "fig3_config", CONFIG, "Draw", list(CONFIGS), format_func=CONFIGS.get,
+                          horizontal=True)
     with top[1]:
-        compact = st.toggle("Compact", key="fig3_compact", persist_state=KEEP,
+        compact = url.bound(st.toggle, "fig3_compact", COMPACT, "Compact",
                             help="Each repeated group drawn once, with its count; off, every layer has its own row.")
 else:       # a tour stop reads the release's compact drawing, with the stop's step and nothing else around it
     which, compact = "full", True
@@ -76,8 +67,8 @@ if top is not None:
     top[2].caption(f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
                    + (f"1 ({ONE_BASED})." if sess.one_based else "0."))
 
-url_step = qp_int_or_none("step", 1, len(story), "showing step 1")
-seed("fig3_step", None if url_step is None else url_step - 1, 0)
+STEP = url.ordinal("step", len(story), 0, "showing step 1")
+url.seeded("fig3_step", STEP)
 if st.session_state["fig3_step"] >= len(story):
     st.session_state["fig3_step"] = len(story) - 1
 tour_stop = open_stop()     # a tour stop opens the walkthrough at its own step
@@ -142,8 +133,8 @@ def walkthrough() -> None:
                 st.caption(notation(cfg, sess.one_based))
                 if which == "running":
                     st.caption(map_line(cfg, sess.one_based))
-    qp_set(config=which if which != "full" else None, compact=None if compact else "0", step=step_i + 1,
-           box=selected, at=None if selected is None or which != "running" else qp_get("at"))
+    url.to_link(STEP, step_i)
+    qp_set(box=selected, at=None if selected is None or which != "running" else qp_get("at"))
 
     with right:
         if shows("fig3_stepper"):       # on a tour stop the card's Back / Next step the story
@@ -249,12 +240,13 @@ def _pick_layer(box, selected: str, tr) -> int | None:
         layers = [s.spec.index for s in tr.layers if s.spec.stack == stack]
     if box.kind in ("attn", "moe", "engram", "mhc") and len(layers) > 1:
         at_key = "fig3_mhc" if box.kind == "mhc" else "fig3_copy"
-        seed(at_key, qp_int_or_none("at", 0, cfg.num_hidden_layers - 1, unit=LINK_LAYERS), layers[0])
+        at = url.layer(cfg.num_hidden_layers, layers[0], name="at")
+        url.seeded(at_key, at)
         if st.session_state[at_key] not in layers:
             st.session_state[at_key] = layers[0]
         layer = st.selectbox("Mixing at layer" if box.kind == "mhc" else "Which copy?", layers, key=at_key,
                              format_func=lambda i: f"layer {sess.num(i)}", persist_state=KEEP)
-        qp_set(at=layer)
+        url.to_link(at, layer)
         return layer
     qp_set(at=None)
     return layers[0] if box.kind in ("attn", "moe", "engram") else None

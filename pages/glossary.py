@@ -5,15 +5,14 @@ import streamlit as st
 
 from lessons.glossary import FIND_MAX, INTRO, find_terms, terms
 from lessons.sources import SOURCES_NOTE, footer_lines
+from ui import url
 from ui.common import page_header
 from ui.far_fact import weights_note_section
-from ui.state import KEEP, qp_get, qp_set, seed
 
 sess = page_header("Glossary", INTRO)
-seed("glossary_find", (qp_get("find") or "")[:FIND_MAX] or None, "")
-query = st.text_input("Find a term (words in its name or meaning)", key="glossary_find", max_chars=FIND_MAX,
-                      persist_state=KEEP, placeholder="e.g. indexer, window, FP4")
-qp_set(find=query or None)
+FIND = url.any_text("find", "", FIND_MAX)
+query = url.bound(st.text_input, "glossary_find", FIND, "Find a term (words in its name or meaning)",
+                  max_chars=FIND_MAX, placeholder="e.g. indexer, window, FP4")
 everything = terms()
 found = find_terms(query, everything)
 if not found:

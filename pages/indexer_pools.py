@@ -22,25 +22,18 @@ from lessons.pools import (
     trace_for_pools,
 )
 from model import V41Config, layer_map
-from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, prompt_ids, require_model
+from ui import url
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
+from ui.prompt import OWN_TEXT, prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.state import (
-    KEEP,
-    LINK_LAYERS,
-    OWN_TEXT,
-    qp_choice,
-    qp_int_or_none,
-    qp_set,
-    sample_or_text,
-    seed,
-    stop,
-)
-from ui.text import plain
+from ui.text import lead, plain
+from ui.url import KEEP, seed, stop
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
@@ -59,18 +52,15 @@ samples = load_samples()
 long_first = sorted(range(len(samples)), key=lambda i: samples[i].kind != "long")
 options = [i for i in long_first] + [OWN_TEXT]
 c1, c2 = st.columns([4, 1])
-seed("pool_mode", qp_choice("mode", ["exact", "bounded"], "exact", "a prefill mode (exact or bounded)"), "exact")
-mode = c2.radio("Prefill", ["exact", "bounded"], key="pool_mode", persist_state=KEEP,
-                help="Exact: every prompt token is a query of the decoder. Bounded: only the last "
-                     f"{cfg.sliding_window} prompt tokens are.")
-qp_set(mode="bounded" if mode == "bounded" else None)
+MODE = url.choice("mode", ["exact", "bounded"], "exact", "a prefill mode (exact or bounded)")
+mode = url.bound(c2.radio, "pool_mode", MODE, "Prefill", ["exact", "bounded"],
+                 help="Exact: every prompt token is a query of the decoder. Bounded: only the last "
+                      f"{cfg.sliding_window} prompt tokens are.")
 sample_i, text = sample_or_text("pool", samples, long_first[1] if len(long_first) > 1 else 0, LONG_PROMPT_CHARS,
                                 options=options, label="Prompt", text_label="Prompt text", columns=[c1])
-prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
-if problem:
-    st.warning(problem)
-    stop()
-ids = prompt_ids(model, "pool", prompt, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,")
+ids = prompt_ids(model, "pool", text, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,",
+                 LONG_PROMPT_CHARS)
+prompt = text
 
 
 def _compute(progress):
@@ -102,14 +92,17 @@ if inp.width <= pool_positions:
 s1, s2 = st.columns(2)
 nb_hi, k_hi = max(2, blocks_total), max(2, min(256, inp.width))
 nb_default, k_default = min(cfg.candidate_topk_blocks, blocks_total), min(cfg.index_topk, k_hi)
-seed("pool_nb", qp_int_or_none("pool", 1, nb_hi, f"showing {nb_default}"), nb_default)
-seed("pool_k", qp_int_or_none("k", 1, k_hi, f"showing {k_default}"), k_default)
+POOL = url.whole("pool", 1, nb_hi, nb_default, f"showing {nb_default}")
+K = url.whole("k", 1, k_hi, k_default, f"showing {k_default}")
+url.seeded("pool_nb", POOL)
+url.seeded("pool_k", K)
 st.session_state["pool_nb"] = min(max(1, int(st.session_state["pool_nb"])), nb_hi)   # a shorter prompt than before
 st.session_state["pool_k"] = min(max(1, int(st.session_state["pool_k"])), k_hi)
 nb = s1.slider("Pool size (blocks kept)", 1, nb_hi, key="pool_nb", persist_state=KEEP,
                help=f"Each block holds {inp.block_size} consecutive entries.")
 k = s2.slider("Top-k per query", 1, k_hi, key="pool_k", persist_state=KEEP)
-qp_set(pool=nb if nb != cfg.candidate_topk_blocks else None, k=k if k != cfg.index_topk else None)
+url.to_link(POOL, nb)
+url.to_link(K, k)
 results = reselect(inp, nb, k)
 if nb == cfg.candidate_topk_blocks and k == cfg.index_topk:
     same = all(r.matches_model for r in results.values())
@@ -135,8 +128,8 @@ reproduce(snippets.indexer_pools(sess.weights, prompt, mode, int(nb), int(k), se
 
 layers = list(results)
 default_layer = layers[0]
-ql = qp_int_or_none("layer", 0, cfg.num_hidden_layers - 1, f"showing layer {sess.num(default_layer)}",
-                    unit=LINK_LAYERS)
+LAYER = url.layer(cfg.num_hidden_layers, default_layer, f"showing layer {sess.num(default_layer)}")
+ql = LAYER.read()
 if ql is not None and ql not in layers:
     st.warning(f"URL parameter layer = {ql} (layer {sess.num(ql)}) is not a Reindex layer; showing layer "
                f"{sess.num(default_layer)}.")
@@ -154,7 +147,8 @@ st.plotly_chart(built(recall_rows_figure, pos_list, {"recall": res.recall.tolist
                       f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
 
 # ---- one query row ---------------------------------------------------------------------------------------------
-qt = qp_int_or_none("token", pos_list[0], pos_list[-1], f"showing the last query row, {pos_list[-1]}")
+TOKEN = url.whole("token", pos_list[0], pos_list[-1], pos_list[-1], f"showing the last query row, {pos_list[-1]}")
+qt = TOKEN.read()
 if qt is not None and qt not in pos_list:
     st.warning(f"URL parameter token = {qt} is not a query row of the decoder in this run; showing the last one.")
     qt = pos_list[-1]
@@ -162,7 +156,8 @@ seed("pool_token", qt, pos_list[-1])
 if st.session_state["pool_token"] not in pos_list:
     st.session_state["pool_token"] = pos_list[-1]
 pos = st.select_slider("Query token (position)", options=pos_list, key="pool_token", persist_state=KEEP)
-qp_set(layer=layer, token=pos)
+url.to_link(LAYER, layer)
+url.to_link(TOKEN, pos)
 row = pos_list.index(pos)
 tokens = [model.decode([i]) for i in ids]
 st.code(show_token(tokens[pos]), language=None)

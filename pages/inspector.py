@@ -29,7 +29,9 @@ from lessons.inspect import (
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
-from ui.common import built, cached_with_progress, clean_prompt, page_header, prompt_ids, require_model
+from ui import url
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -44,21 +46,11 @@ from ui.figures_run import (
 )
 from ui.limits import LONG_PROMPT_CHARS
 from ui.pair import far_pair, selection_pair
+from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
-from ui.state import (
-    KEEP,
-    LINK_LAYERS,
-    arrived,
-    qp_bool,
-    qp_choice,
-    qp_int_or_none,
-    qp_set,
-    sample_or_text,
-    seed,
-    stepper,
-    stop,
-)
+from ui.stepper import stepper
 from ui.text import plain
+from ui.url import KEEP, arrived, stop
 from ui.vision_panel import draw_image_prompt, image_input
 
 sess = page_header("Prompt inspector", INTRO)
@@ -85,8 +77,6 @@ def vision_section(prompt: str) -> None:
 # live in one expander under the controls, so after a run the first thing beside the prompt is the picture.
 samples = load_samples()
 ctl, right = st.columns([1, 2.4], gap="medium")
-seed("insp_mode", qp_choice("mode", ["bounded", "exact"], "bounded", "a prefill mode (bounded or exact)"), "bounded")
-seed("insp_gen", qp_int_or_none("gen", 0, MAX_NEW_TOKENS, "showing 4"), 4)
 # a long story by default: hundreds of entries, so the top-k really chooses (a short prompt's selection keeps them all)
 first_long = next((i for i, s in enumerate(samples) if s.kind == "long"), 0)
 with ctl:
@@ -95,19 +85,16 @@ with ctl:
                                          "at the end, far past the attention window.")
     c2, c3 = st.columns(2)
     with c2:
-        mode = st.radio("Prefill", ["bounded", "exact"], key="insp_mode", horizontal=True, persist_state=KEEP)
+        mode = url.bound(st.radio, "insp_mode", url.PREFILL_MODE, "Prefill", url.PREFILL_MODES, horizontal=True)
     with c3:
-        n_new = st.number_input("Generate tokens", 0, MAX_NEW_TOKENS, key="insp_gen", persist_state=KEEP,
+        n_new = url.bound(st.number_input, "insp_gen", url.whole("gen", 0, MAX_NEW_TOKENS, 4, "showing 4"),
+                          "Generate tokens", 0, MAX_NEW_TOKENS,
                                 help="Generated tokens are inspected like prompt tokens.")
-qp_set(mode=mode if mode != "bounded" else None, gen=int(n_new))
 
 with ctl:
-    prompt, problem = clean_prompt(text, max_chars=LONG_PROMPT_CHARS)
-    if problem:
-        st.warning(problem)
-        stop()
-    ids = prompt_ids(model, "insp", prompt, MAX_PROMPT_TOKENS,
-                     "the inspector, which records every layer for every token,")
+    ids = prompt_ids(model, "insp", text, MAX_PROMPT_TOKENS,
+                     "the inspector, which records every layer for every token,", LONG_PROMPT_CHARS)
+    prompt = text
     try:
         run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
                                    lambda progress: run_prompt(model, ids, mode, int(n_new), progress=progress),
@@ -137,12 +124,13 @@ with ctl:
 # ---- layer and token steppers beside their chart ------------------------------------------------------------
 roles = [r.spec.role for r in run.trace.layers]
 first_layer = min(cfg.decoder_start, n_layers - 1)
-seed("insp_layer", qp_int_or_none("layer", 0, n_layers - 1, f"showing layer {sess.num(first_layer)}",
-                                  unit=LINK_LAYERS), first_layer)
+LAYER = url.layer(n_layers, first_layer, f"showing layer {sess.num(first_layer)}")
+url.seeded("insp_layer", LAYER)
 if not 0 <= int(st.session_state["insp_layer"]) < n_layers:  # another model with fewer layers was chosen
     st.session_state["insp_layer"] = first_layer
 run_key = (tuple(ids), mode, int(n_new))
-url_token = qp_int_or_none("token", 0, max(0, run.n - 1), f"showing the last prompt token, {run.n_prompt - 1}")
+TOKEN = url.whole("token", 0, max(0, run.n - 1), run.n_prompt - 1, f"showing the last prompt token, {run.n_prompt - 1}")
+url_token = TOKEN.read()
 if url_token is not None and arrived():
     st.session_state["insp_token"] = url_token
 elif "insp_token" not in st.session_state or st.session_state.get("insp_run_key") != run_key:
@@ -150,8 +138,10 @@ elif "insp_token" not in st.session_state or st.session_state.get("insp_run_key"
 st.session_state["insp_run_key"] = run_key
 st.session_state["insp_token"] = min(int(st.session_state["insp_token"]), run.n - 1)
 head_names = ["mean over heads"] + [f"head {h}" for h in range(cfg.num_attention_heads)]
-url_head = qp_int_or_none("head", 0, cfg.num_attention_heads - 1, "showing the mean over heads")
-seed("insp_head", None if url_head is None else head_names[url_head + 1], head_names[0])
+HEAD_NO = url.whole("head", 0, cfg.num_attention_heads - 1, None, "showing the mean over heads")
+HEAD = url.Param("head", head_names[0], lambda raw: head_names[HEAD_NO.parse(raw) + 1],   # the link: its number
+                 write=lambda name: name.split()[1], instead=HEAD_NO.instead)
+url.seeded("insp_head", HEAD)
 if st.session_state["insp_head"] not in head_names:
     st.session_state["insp_head"] = head_names[0]
 
@@ -171,7 +161,8 @@ with right:
     with tc3:
         head_opt = st.selectbox("Heads", head_names, key="insp_head", persist_state=KEEP)
 head = None if head_opt.startswith("mean") else int(head_opt.split()[1])
-qp_set(layer=layer, token=pos, head=head)
+for p, v in ((LAYER, layer), (TOKEN, pos), (HEAD, head_opt)):
+    url.to_link(p, v)
 
 kind = "generated" if pos >= run.n_prompt else "prompt"
 view = layer_view(run, layer, pos, cfg, head=head, num=sess.num)
@@ -265,10 +256,9 @@ st.subheader("Whole-prompt overview")
 qnames = list(QUANTITIES)
 # bounded prefill: which rows each layer ran (the decoder only the last ones; the lens would be blank elsewhere);
 # exact prefill: the logit lens, where along the depth each token's final prediction forms
-seed("insp_quantity", qp_choice("quantity", qnames, None, "a quantity here"),
-     "processed" if mode == "bounded" else "lens prob. of final prediction")
-quantity = st.selectbox("Quantity", qnames, key="insp_quantity", persist_state=KEEP)
-qp_set(quantity=quantity)
+QUANTITY = url.choice("quantity", qnames, "processed" if mode == "bounded" else "lens prob. of final prediction",
+                      "a quantity here", instead="the page's own choice is shown")
+quantity = url.bound(st.selectbox, "insp_quantity", QUANTITY, "Quantity", qnames)
 st.caption(QUANTITIES[quantity])
 mat = overview(run, quantity)
 st.plotly_chart(built(overview_figure, mat, run.tokens, [str(sess.num(i)) for i in range(n_layers)], roles,
@@ -283,9 +273,7 @@ st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells ("
 st.subheader("Downloads")
 d1, d2, d3 = st.columns(3)
 with d1:
-    seed("insp_heavy", qp_bool("scores"), run.n <= 512)
-    heavy = st.checkbox("Include index scores (large)", key="insp_heavy", persist_state=KEEP)
-    qp_set(scores="1" if heavy else "0")
+    heavy = url.bound(st.checkbox, "insp_heavy", url.flag("scores", run.n <= 512), "Include index scores (large)")
     st.download_button("Trace (JSON)", data=lambda: trace_to_json(run.trace, run.tokens, include_scores=heavy),
                        file_name="trace.json", mime="application/json", key="insp_dl_trace")
 with d2:

@@ -7,9 +7,10 @@ import streamlit as st
 from lessons.figure3 import notation
 from lessons.layers import bounded_note, count_table, engram_sentence, layer_rows, reference_numbers, role_counts
 from model import V41Config, layer_map
-from ui.common import built, page_header
+from ui import url
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import layer_map_figure
-from ui.state import KEEP, LINK_LAYERS, qp_choice, qp_int_or_none, qp_set, seed
 
 sess = page_header("Layer map")
 st.write("Every layer of the backbone, derived from the config (never typed in): which stack it belongs to, "
@@ -28,7 +29,8 @@ if sess.model is not None:
 
 n_max = max(c.num_hidden_layers for _, c in configs.values())
 NO_LAYER = -1
-seed("lm_layer", qp_int_or_none("layer", 0, n_max - 1, "no layer is highlighted", unit=LINK_LAYERS), NO_LAYER)
+LAYER = url.layer(n_max, NO_LAYER, "no layer is highlighted")
+url.seeded("lm_layer", LAYER)
 st.plotly_chart(built(layer_map_figure, [(name, layer_map(c)) for name, c in configs.values()], sess.one_based,
                       st.session_state["lm_layer"] if st.session_state["lm_layer"] >= 0 else None),
                 key="lm_strip", config={"displayModeBar": False})
@@ -64,18 +66,20 @@ with st.expander("Reference numbers behind the map"):
     st.caption(bounded_note(_full_cfg(), "the full-size DeepSeek-V4.1-Flash"))
 
 st.subheader("Per layer")
-seed("lm_table", qp_choice("table", list(configs), "the released config", f"one of {', '.join(configs)}"), "full")
+TABLE = url.choice("table", list(configs), "full", f"one of {', '.join(configs)}",
+                   instead="showing the released config instead")
+url.seeded("lm_table", TABLE)
 if st.session_state["lm_table"] not in configs:     # a checkpoint failed to load since
     st.session_state["lm_table"] = "full"
 table = st.radio("Table for", list(configs), format_func=lambda k: configs[k][0], horizontal=True, key="lm_table",
-                 persist_state=KEEP)
+                 persist_state=url.KEEP)
 cfg = configs[table][1]
 rows = layer_rows(cfg, sess.one_based)
 df = pd.DataFrame(rows)
 options = [-1] + list(range(cfg.num_hidden_layers))
 if st.session_state["lm_layer"] not in options:
     st.session_state["lm_layer"] = -1
-layer = st.selectbox("Highlight a layer", options, key="lm_layer", persist_state=KEEP,
+layer = st.selectbox("Highlight a layer", options, key="lm_layer", persist_state=url.KEEP,
                      format_func=lambda i: "(none)" if i < 0 else f"layer {sess.num(i)}: {rows[i]['role']}")
 numbering = "1-based" if sess.one_based else "0-based"
 st.caption(f"KV source and index source are given {numbering}, like the numbering chosen in the sidebar.")
@@ -83,4 +87,5 @@ if layer >= 0:
     st.info(f"Layer {sess.num(layer)} ({rows[layer]['stack']}, {rows[layer]['role']}): "
             f"{rows[layer]['what it does']}.")
 st.dataframe(df, hide_index=True, height=min(40 + 35 * len(rows), 1450), key="lm_table_df")
-qp_set(table=table if table != "full" else None, layer=layer if layer >= 0 else None)
+url.to_link(TABLE, table)
+url.to_link(LAYER, layer)

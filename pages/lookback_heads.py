@@ -32,14 +32,17 @@ from lessons.lookback_heads import (
     reach_sweep,
 )
 from model.heldout import heldout_natural_tokens
-from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, require_model, sentences
+from ui import url
+from ui.cache import built, cached_with_progress
+from ui.common import page_header, require_model
 from ui.far_fact import session_record
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
+from ui.prompt import typed_prompt
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, arrived, prompt_to_url, qp_choice, qp_get, qp_int_or_none, qp_set, seed, stop
-from ui.text import plain
+from ui.text import lead, plain, sentences
+from ui.url import KEEP, qp_set, stop
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
 
@@ -68,26 +71,24 @@ if n_passages < 1:
 
 # ---- the row: which span, how far apart ----------------------------------------------------------------------------
 SOURCES = {"passage": "A held-out passage", "own": "Your own text"}
-seed("lb_source", qp_choice("source", list(SOURCES), None, "a source (passage or own)"), "passage")
-seed("lb_passage", qp_int_or_none("passage", 1, n_passages, "showing passage 1"), 1)
-seed("lb_span", qp_int_or_none("span", SPAN_MIN, SPAN_MAX, f"showing {SPAN_DEFAULT} tokens"), SPAN_DEFAULT)
-seed("lb_gap", qp_int_or_none("gap", 0, GAP_MAX, "showing a gap of 4"), 4)
-seed("lb_text", qp_get("prompt") if arrived() else None, "")
 c = st.columns([2, 1, 2, 3])
-source = c[0].radio("Span", list(SOURCES), key="lb_source", persist_state=KEEP, format_func=lambda s: SOURCES[s])
-passage = c[1].number_input("Passage", 1, n_passages, key="lb_passage", persist_state=KEEP,
-                            help="Also supplies the text before the first copy and between the copies.")
-span = c[2].slider("Span length (tokens)", SPAN_MIN, SPAN_MAX, key="lb_span", persist_state=KEEP)
-gap = c[3].slider("Other tokens between the copies", 0, GAP_MAX, key="lb_gap", persist_state=KEEP,
-                  help=f"The window holds {window} rows: with span + gap <= {window} the token to copy is still "
-                       "inside it.")
-qp_set(source="own" if source == "own" else None, passage=passage if passage != 1 else None,
-       span=span if span != SPAN_DEFAULT else None, gap=gap)
+source = url.bound(c[0].radio, "lb_source",
+                   url.choice("source", list(SOURCES), "passage", "a source (passage or own)",
+                              instead="the page's own choice is shown"),
+                   "Span", list(SOURCES), format_func=lambda s: SOURCES[s])
+passage = url.bound(c[1].number_input, "lb_passage", url.whole("passage", 1, n_passages, 1, "showing passage 1"),
+                    "Passage", 1, n_passages,
+                    help="Also supplies the text before the first copy and between the copies.")
+span = url.bound(c[2].slider, "lb_span",
+                 url.whole("span", SPAN_MIN, SPAN_MAX, SPAN_DEFAULT, f"showing {SPAN_DEFAULT} tokens"),
+                 "Span length (tokens)", SPAN_MIN, SPAN_MAX)
+gap = url.bound(c[3].slider, "lb_gap", url.whole("gap", 0, GAP_MAX, 4, "showing a gap of 4"),
+                "Other tokens between the copies", 0, GAP_MAX,
+                help=f"The window holds {window} rows: with span + gap <= {window} the token to copy is still "
+                     "inside it.")
 lead_ids, span_ids, filler = passage_parts(tokens, passage - 1, span, gap)
 if source == "own":
-    text = st.text_area("Your text (its first tokens are the span)", key="lb_text", height=80, persist_state=KEEP)
-    prompt_to_url(text)
-    own, problem = clean_prompt(text, OWN_CHARS)
+    own, problem = typed_prompt("lb_text", "", OWN_CHARS, "Your text (its first tokens are the span)", samples=True)
     if problem:
         st.warning(problem)
         stop()
@@ -144,9 +145,10 @@ for sentence in explain(lb, sess.num):       # what the maps show, in words, und
 # ---- one head's pattern --------------------------------------------------------------------------------------------
 st.subheader("One head, query by query")
 n_layers = len(trace.layers)
-seed("lb_layer", qp_int_or_none("layer", 0, n_layers - 1, "showing the strongest head's layer", unit=LINK_LAYERS),
-     best.layer)
-seed("lb_head", qp_int_or_none("head", 0, lb.n_heads - 1, "showing the strongest head"), best.head)
+LAYER = url.layer(n_layers, best.layer, "showing the strongest head's layer")
+HEAD = url.whole("head", 0, lb.n_heads - 1, best.head, "showing the strongest head")
+url.seeded("lb_layer", LAYER)
+url.seeded("lb_head", HEAD)
 if st.session_state["lb_layer"] not in lb.layers:       # another model, or a layer without shares
     st.session_state["lb_layer"] = best.layer
 if st.session_state["lb_head"] >= lb.n_heads:
@@ -162,7 +164,8 @@ layer = h[0].selectbox("Layer", lb.layers, key="lb_layer", persist_state=KEEP,
                        format_func=lambda i: f"layer {sess.num(i)}: {trace.layers[i].spec.role}")
 head = h[1].selectbox("Head", list(range(lb.n_heads)), key="lb_head", persist_state=KEEP)
 h[2].button("Strongest look-back head", on_click=_to_best, key="lb_best")
-qp_set(layer=layer, head=head)
+url.to_link(LAYER, layer)
+url.to_link(HEAD, head)
 hp = head_pattern(trace, layout, layer, head)
 first_tokens = [show_token(model.decode([i])) for i in span_ids]
 queries = [f"{k}: {label(t, 16)}" for k, t in enumerate(first_tokens[:-1])]

@@ -22,13 +22,15 @@ from lessons.workload import (
     measure_round,
 )
 from model import V41Config
-from ui.common import built, page_header, require_model
+from ui import url
+from ui.cache import built
+from ui.common import page_header, require_model
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed, stop
 from ui.text import plain
 from ui.tour import shows
+from ui.url import stop
 
 P = "pd"
 sess = page_header("Prefill vs decode")
@@ -43,20 +45,20 @@ def _apply_workload() -> None:
     st.session_state[f"{P}_read"], st.session_state[f"{P}_written"] = r, w
 
 
-seed(f"{P}_workload", qp_choice("workload", list(WORKLOADS), WORKLOADS["agent"][0], "a workload here"), "agent")
-workload = st.radio("Workload", list(WORKLOADS), format_func=lambda k: WORKLOADS[k][0], horizontal=True,
-                    key=f"{P}_workload", on_change=_apply_workload, persist_state=KEEP)
+WORKLOAD = url.choice("workload", list(WORKLOADS), "agent", "a workload here",
+                      instead=f"showing {WORKLOADS['agent'][0]} instead")
+workload = url.bound(st.radio, f"{P}_workload", WORKLOAD, "Workload", list(WORKLOADS),
+                     format_func=lambda k: WORKLOADS[k][0], horizontal=True, on_change=_apply_workload)
 _, w_read, w_written = WORKLOADS[workload]
 c = st.columns(3)
 MAX_ROUND_TOKENS, MAX_ROUNDS = 10_000_000, 100_000
-seed(f"{P}_read", qp_int_or_none("read", 1, MAX_ROUND_TOKENS, f"showing {w_read:,}"), w_read)
-seed(f"{P}_written", qp_int_or_none("written", 1, MAX_ROUND_TOKENS, f"showing {w_written:,}"), w_written)
-seed(f"{P}_rounds", qp_int_or_none("rounds", 1, MAX_ROUNDS, "showing 1"), 1)
-read = c[0].number_input("Tokens read per round", 1, MAX_ROUND_TOKENS, key=f"{P}_read", persist_state=KEEP)
-written = c[1].number_input("Tokens written per round", 1, MAX_ROUND_TOKENS, key=f"{P}_written", persist_state=KEEP)
-rounds = c[2].number_input("Rounds", 1, MAX_ROUNDS, key=f"{P}_rounds", persist_state=KEEP)
-qp_set(read=read if read != w_read else None, written=written if written != w_written else None,
-       rounds=rounds if rounds != 1 else None, workload=workload if workload != "agent" else None)
+read = url.bound(c[0].number_input, f"{P}_read", url.whole("read", 1, MAX_ROUND_TOKENS, w_read, f"showing {w_read:,}"),
+                 "Tokens read per round", 1, MAX_ROUND_TOKENS)
+written = url.bound(c[1].number_input, f"{P}_written",
+                    url.whole("written", 1, MAX_ROUND_TOKENS, w_written, f"showing {w_written:,}"),
+                    "Tokens written per round", 1, MAX_ROUND_TOKENS)
+rounds = url.bound(c[2].number_input, f"{P}_rounds", url.whole("rounds", 1, MAX_ROUNDS, 1, "showing 1"), "Rounds", 1,
+                   MAX_ROUNDS)
 
 pc = param_counts("v4.1-flash")
 try:
@@ -118,14 +120,11 @@ st.markdown(MEASURE_TEXT)
 model = require_model(sess)
 c = st.columns(3)
 MEASURE_READ, MEASURE_WRITTEN = 8192, 512     # the measured round's limits (seconds on CPU)
-seed(f"{P}_tread", qp_int_or_none("tread", 1, MEASURE_READ, "showing 500"), 500)
-seed(f"{P}_twritten", qp_int_or_none("twritten", 1, MEASURE_WRITTEN, "showing 5"), 5)
-seed(f"{P}_mode", qp_choice("mode", ["bounded", "exact"], "bounded", "a prefill mode (bounded or exact)"), "bounded")
-t_read = c[0].number_input("Tokens read", 1, MEASURE_READ, key=f"{P}_tread", persist_state=KEEP)
-t_written = c[1].number_input("Tokens written", 1, MEASURE_WRITTEN, key=f"{P}_twritten", persist_state=KEEP)
-mode = c[2].radio("Prefill mode", ["bounded", "exact"], horizontal=True, key=f"{P}_mode", persist_state=KEEP)
-qp_set(tread=t_read if t_read != 500 else None, twritten=t_written if t_written != 5 else None,
-       mode=mode if mode != "bounded" else None)
+t_read = url.bound(c[0].number_input, f"{P}_tread", url.whole("tread", 1, MEASURE_READ, 500, "showing 500"),
+                   "Tokens read", 1, MEASURE_READ)
+t_written = url.bound(c[1].number_input, f"{P}_twritten", url.whole("twritten", 1, MEASURE_WRITTEN, 5, "showing 5"),
+                      "Tokens written", 1, MEASURE_WRITTEN)
+mode = url.bound(c[2].radio, f"{P}_mode", url.PREFILL_MODE, "Prefill mode", url.PREFILL_MODES, horizontal=True)
 res = run_on_click("Measure one round", f"{P}_measure",
                    lambda progress: measure_round(model, int(t_read), int(t_written), mode, progress),
                    f"Prefill {counted(int(t_read), 'token')}, then decode {int(t_written):,} ...")

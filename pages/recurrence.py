@@ -17,11 +17,13 @@ from lessons.recurrence import (
     storage_check,
 )
 from model import layer_map
-from ui.common import built, page_header, require_model
+from ui import url
+from ui.cache import built
+from ui.common import page_header, require_model
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
-from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed, stop
+from ui.url import stop
 
 sess = page_header("Is this recurrence?", INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")
@@ -32,15 +34,15 @@ reuse = [s.index for s in specs if s.role == "Reuse"]
 if not reuse:
     st.info("This model has no Reuse layers to check.")
     stop()
-seed("rec_layer", qp_int_or_none("layer", 0, len(specs) - 1, f"showing layer {sess.num(reuse[0])}",
-                                unit=LINK_LAYERS), reuse[0])
+LAYER = url.layer(len(specs), reuse[0], f"showing layer {sess.num(reuse[0])}")
+url.seeded("rec_layer", LAYER)
 if st.session_state["rec_layer"] not in reuse:
     st.warning(f"Layer {sess.num(st.session_state['rec_layer'])} is not a Reuse layer; "
                f"showing layer {sess.num(reuse[0])}.")
     st.session_state["rec_layer"] = reuse[0]
-layer = st.selectbox("Reuse layer", reuse, key="rec_layer", persist_state=KEEP,
+layer = st.selectbox("Reuse layer", reuse, key="rec_layer", persist_state=url.KEEP,
                      format_func=lambda i: f"layer {sess.num(i)} (entries from layer {sess.num(specs[i].kv_source)})")
-qp_set(layer=layer)
+url.to_link(LAYER, layer)
 spec = specs[layer]
 st.plotly_chart(built(layer_map_figure, [(model.cfg.name, specs)], sess.one_based, highlight=layer), key="rec_strip",
                 config={"displayModeBar": False})

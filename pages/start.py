@@ -5,16 +5,18 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.start import RANDOM_NOTE
-from ui.common import built, clean_prompt, page_header
+from ui.cache import built
+from ui.common import page_header
 from ui.figures import top_tokens_bar
 from ui.home import draw_limits, opening
 from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
+from ui.prompt import typed_prompt
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, fragment, note_own_text, offer_own_text, prompt_to_url, qp_get, seed, stop
 from ui.text import plain
 from ui.tour import shows
+from ui.url import fragment, stop
 
 sess = page_header("V4.1 Explorer")
 opening(sess)
@@ -28,12 +30,7 @@ DEFAULT_PROMPT = "The key is in the blue box. The box is"
 def live_part() -> None:
     """The prompt and its next-token scores. A fragment: editing the prompt reruns only this part, so a
     classroom of visitors typing at once costs the server the chart, not the whole page, per edit."""
-    seed("start_prompt", qp_get("prompt"), DEFAULT_PROMPT)
-    prompt = st.text_area("Prompt", height=80, key="start_prompt", persist_state=KEEP)
-    note_own_text(prompt if prompt != DEFAULT_PROMPT else None, "start")
-    offer_own_text(prompt, PROMPT_CHARS, lambda own: st.session_state.update(start_prompt=own), "start_use_own")
-    prompt_to_url(prompt, DEFAULT_PROMPT)
-    text, problem = clean_prompt(prompt, PROMPT_CHARS, samples=False)
+    text, problem = typed_prompt("start_prompt", DEFAULT_PROMPT, PROMPT_CHARS)
     if problem:
         st.warning(problem)
         return

@@ -22,10 +22,10 @@ from lessons.time_goes import (
     ROOF_TEXT,
     draft_choices,
 )
-from ui.common import lead, page_header, require_model
+from ui.common import page_header, require_model
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
-from ui.state import KEEP, qp_choice, qp_set, seed
+from ui.text import lead
 from ui.time_goes import (
     bounds,
     chips,
@@ -42,6 +42,7 @@ from ui.time_goes import (
     roofline,
     round_bounds,
 )
+from ui.url import KEEP, qp_choice, qp_set, seed
 
 P = "wt"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 from pathlib import Path
 
@@ -87,6 +86,20 @@ def random_tiny(seed: int = 0):
     return m.bind_tokenizer(tok)
 
 
+@pytest.fixture(scope="session")
+def tiny_random():
+    """random_tiny(0), built once for the whole run: tests read it and never change it."""
+    return random_tiny(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_trained():
+    """The shipped trained tiny weights on the CPU, loaded once for the whole run; tests never change them."""
+    from model import load
+
+    return load(ROOT / "data" / "weights" / "tiny", device="cpu")
+
+
 def run_page(page: str, timeout: int = 240, **params):
     """AppTest of pages/<page>.py on random tiny weights with these URL parameters, run once."""
     from streamlit.testing.v1 import AppTest
@@ -96,12 +109,3 @@ def run_page(page: str, timeout: int = 240, **params):
     for k, v in params.items():
         at.query_params[k] = str(v)
     return at.run()
-
-
-def listed_pages() -> list[tuple[str, str]]:
-    """(file, title) of every page app.py's navigation lists (its SECTIONS literal)."""
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            return [(f, t) for pages in ast.literal_eval(node.value).values() for f, t, *_ in pages]
-    raise AssertionError("app.py has no SECTIONS literal")

@@ -28,15 +28,15 @@ from lessons.far_weights import ShippedFacts, weights_line
 from lessons.how_trained import training_clause
 from model import Ablation, shipped_weights
 from ui import weights
+from ui.cache import built, cached_with_progress
 from ui.checkpoints import find_checkpoints
-from ui.common import built, cached_with_progress
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
 from ui.reproduce import reproduce
 from ui.sources import page_link
-from ui.state import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.text import plain
+from ui.url import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
 from ui.weights import training_record
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")

@@ -82,7 +82,7 @@ def kind_bar(res: CacheResult, title: str) -> go.Figure:
 
 def layer_bar(res: CacheResult, labels: Mapping[int, str], title: str, log: bool = False) -> go.Figure:
     """Bytes per layer holding a stored copy, stacked by kind; `labels` names each layer (a mapping, not a function,
-    so that `ui.common.built` keys the figure by the names it shows)."""
+    so that `ui.cache.built` keys the figure by the names it shows)."""
     layers = list(res.by_layer)
     xs = [labels[i] for i in layers]
     fig = go.Figure()

@@ -18,7 +18,8 @@ from lessons.start import scale_rows
 from lessons.whats_new import HEADLINE, knows_no_facts, points
 from model import V41Config
 from ui import weights
-from ui.common import Session, built
+from ui.cache import built
+from ui.common import Session
 from ui.far_fact import far_fact_figure
 from ui.figures import diagram_figure
 from ui.pair import MISSING, far_reading

@@ -15,11 +15,12 @@ import streamlit as st
 from lessons.far_compare import TITLES, learned_line
 from lessons.mechanism import MechanismPicture, mechanism_picture
 from ui import weights
-from ui.common import Session, built
+from ui.cache import built
+from ui.common import Session
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace
 from ui.pair import MISSING, pair_sessions, pair_toggle
-from ui.state import KEEP, qp_choice, qp_set, seed
+from ui.url import KEEP, qp_choice, qp_set, seed
 
 ENTRY_COLOURS = ("#9ecae1", "#3182bd")       # alternate entries, so a pair of tokens packed together shows
 READ_SCALE = [[0, "#c7e9c0"], [1, "#00441b"]]  # a read entry is always visible, darker with more attention

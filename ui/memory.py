@@ -22,10 +22,11 @@ from lessons.calculator import (
 )
 from lessons.design_inputs import combination_note, digits_note, knob_tooltip, range_note, what_moved
 from model import V41Config, count_params
+from ui import url
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
-from ui.state import KEEP, arrived, qp_choice, qp_get, qp_set, seed
 from ui.text import plain
+from ui.url import KEEP, arrived, qp_get, qp_set
 
 
 def _numbers(pc) -> dict:
@@ -50,12 +51,12 @@ def chart(fig, key: str, fmt: str, filename: str) -> None:
     st.plotly_chart(fig, width="stretch", key=key, config=chart_config(fmt, filename))
 
 
+FMT = url.choice("fmt", ["png", "svg"], "png", "png or svg", instead="showing PNG instead")
+
+
 def chart_format(key: str) -> str:
-    seed(key, qp_choice("fmt", ["png", "svg"], "PNG", "png or svg"), "png")
-    fmt = st.radio("Chart download format (camera button above each chart)", ["png", "svg"], horizontal=True,
-                   key=key, format_func=str.upper, persist_state=KEEP)
-    qp_set(fmt=fmt if fmt != "png" else None)
-    return fmt
+    return url.bound(st.radio, key, FMT, "Chart download format (camera button above each chart)", ["png", "svg"],
+                     horizontal=True, format_func=str.upper)
 
 
 def derivation_table(calc: Calculation) -> pd.DataFrame:
@@ -76,7 +77,7 @@ def downloads(calc: Calculation, stem: str, key: str) -> None:
 # ---- knobs mirrored in the URL -------------------------------------------------------------------
 
 def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = False) -> list[str]:
-    """Seed every knob's widget value (ui.state rule: the URL's value on arrival, validated, then the session's,
+    """Seed every knob's widget value (ui.url rule: the URL's value on arrival, validated, then the session's,
     then the design's default; `force`: the defaults, after a change of design; `fresh`: a link to another design
     than the session's, whose URL leaves out the inputs at that design's defaults, so a missing one is its default,
     not the session's value for the previous design). Returns the URL's problems.

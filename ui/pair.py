@@ -18,12 +18,13 @@ import streamlit as st
 
 from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
 from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line
-from lessons.prompts import encode_prompt
 from ui import weights
-from ui.common import Session, built, cached_with_progress
+from ui.cache import built, cached_with_progress
+from ui.common import Session
 from ui.far_fact import far_fact_figure
 from ui.figures_run import selection_figure
-from ui.state import KEEP, qp_bool, qp_set, seed
+from ui.prompt import prompt_problem
+from ui.url import KEEP, qp_bool, qp_set, seed
 
 TOGGLE = "Recall checkpoints beside the text model"
 TOGGLE_HELP = ("On: this view runs on the shipped sets of trained weights, side by side, whatever the sidebar "
@@ -82,7 +83,7 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
         with col:
             st.markdown(f"**{TITLES[kind]}**")
             st.caption(learned_line(kind, weights.record(kind), side.model.cfg.sliding_window))
-            ids, problem = encode_prompt(side.model, prompt, MAX_PROMPT_TOKENS)
+            ids, problem = prompt_problem(side.model, prompt, MAX_PROMPT_TOKENS)
             if problem:
                 st.caption(problem)
                 continue

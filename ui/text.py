@@ -11,6 +11,8 @@ even when escaped (`https://`, `www.`, `name@host`) with an invisible word joine
 other control characters into spaces (no headings, lists or code blocks can start), and shortens the
 result to `MAX_CHARS` characters of the
 original text, so a 6,000-character URL value costs one line.
+
+Also our own text cut into sentences (`sentences`, `lead`: the lead a page shows, the rest its fine print).
 """
 
 from __future__ import annotations
@@ -47,3 +49,19 @@ def quoted(value: object, limit: int = MAX_CHARS) -> str:
 def as_shown(markdown: str) -> str:
     """What a reader sees of a message built with `plain`: escapes and joiners removed (for tests and logs)."""
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace(JOINER, "")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"*(])")
+
+
+def sentences(text: str) -> list[str]:
+    """A paragraph's sentences (it is our own text: a sentence ends at . ! or ? before a capital)."""
+    return _SENTENCE_END.split(text.strip())
+
+
+def lead(text: str, n: int = 1) -> tuple[str, str]:
+    """A paragraph cut after its first `n` sentences: (the lead a page shows beside its view, the rest it puts in
+    its fine print). A reader takes in the first sentence of a block, so the lead is written to carry the point;
+    the rest is kept word for word, only moved."""
+    parts = sentences(text)
+    return " ".join(parts[:n]), " ".join(parts[n:])

@@ -30,7 +30,7 @@ from lessons.time_goes import (
     workload_bounds,
 )
 from model import V41Config
-from ui.common import built
+from ui.cache import built
 from ui.figures_cost import roofline_figure
 from ui.figures_memory import chart_config
 

@@ -37,7 +37,7 @@ def tour(num: Callable[[int], int] | None = None) -> list[Stop]:
 
 
 # ---- the stop in the URL ---------------------------------------------------------------------------------------
-# Only the URL holds the stop (not the session, as ui.state.link_value would): the tour's links carry it, and a
+# Only the URL holds the stop (not the session, as ui.url.link_value would): the tour's links carry it, and a
 # link without it (Home, Finish, the sidebar) leaves the tour.
 def url_stop() -> str | None:
     """The stop the URL names, or None (after a message quoting it when it names no stop)."""

@@ -35,9 +35,10 @@ from model.inference import (
     trace_with_image,
 )
 from model.scenes import draw_scene, sample_scenes
+from ui import url
 from ui.axes import share_axis
-from ui.state import KEEP, qp_choice, qp_int_or_none, qp_set, seed
 from ui.text import plain, quoted
+from ui.url import KEEP, qp_set
 
 KIND_COLORS = {"text": "#d9dde3", "image_start": "#2ca02c", "image": "#1f77b4", "image_newline": "#9467bd",
                "image_end": "#d62728"}
@@ -167,20 +168,16 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
     The chosen sample's caption is kept in `st.session_state[f"{key}_caption"]` (None for uploads)."""
     options = (["none"] if allow_none else []) + ["sample", "upload"]
     names = {"none": "No picture", "sample": "Generated sample", "upload": "Upload PNG/JPEG"}
-    seed(f"{key}_source", qp_choice("img", options, names[options[0]], " or ".join(options)), options[0])
-    choice = st.radio(label, options, format_func=names.get, horizontal=True, key=f"{key}_source",
-                      persist_state=KEEP)
-    qp_set(img=choice if choice != options[0] else None)
+    img = url.choice("img", options, options[0], " or ".join(options), instead=f"showing {names[options[0]]} instead")
+    choice = url.bound(st.radio, f"{key}_source", img, label, options, format_func=names.get, horizontal=True)
     st.session_state[f"{key}_caption"] = None
     if choice != "sample":
         qp_set(imgsample=None)
     if choice == "none":
         return None
     if choice == "sample":
-        seed(f"{key}_sample", qp_int_or_none("imgsample", 0, 3, "showing sample 1"), 0)
-        i = st.selectbox("Sample", range(4), format_func=lambda j: f"Sample {j + 1}: {sample_caption(j)}",
-                         key=f"{key}_sample", persist_state=KEEP)
-        qp_set(imgsample=int(i) if i else None)
+        i = url.bound(st.selectbox, f"{key}_sample", url.whole("imgsample", 0, 3, 0, "showing sample 1"), "Sample",
+                      range(4), format_func=lambda j: f"Sample {j + 1}: {sample_caption(j)}")
         png, caption = _sample_png(int(i))
         st.session_state[f"{key}_caption"] = caption
         image = load_image(png)

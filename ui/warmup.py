@@ -1,9 +1,9 @@
 """First visits: every page drawn once at its defaults by the server itself, as soon as the default model is loaded.
 
 What a visitor sees first is each page at its defaults (the default prompt, sample, mode and settings), and
-most of it is cached server-wide (st.cache_data / st.cache_resource, ui.common.cached_with_progress,
+most of it is cached server-wide (st.cache_data / st.cache_resource, ui.cache.cached_with_progress,
 ui.live.forward). So once per process, when the default weights are first loaded, a background thread opens
-one session per page of app.py's navigation over Streamlit's own websocket protocol on the loopback port
+one session per page of the navigation (ui.nav) over Streamlit's own websocket protocol on the loopback port
 (what a browser sends: rerun_script with the page's URL path) and waits for each run to finish. Every
 visitor after that finds the defaults ready: the page's frame draws at once and its live part is a cache
 hit. A visitor who comes while the warm-up still runs a page waits for that same computation (the caches
@@ -15,14 +15,12 @@ at the end (`Warm-up done: ...`), which bench.load and bench.pages wait for.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import gc
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import streamlit as st
 import websockets
@@ -30,7 +28,8 @@ from streamlit.logger import get_logger
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-ROOT = Path(__file__).resolve().parents[1]
+from ui.nav import PAGES
+
 DONE_LINE = "Warm-up done:"
 PAGE_TIMEOUT_S = 300.0
 
@@ -47,15 +46,9 @@ class Warmup:
         return self.seconds is not None
 
 
-def page_paths(app: Path = ROOT / "app.py") -> list[str]:
-    """The URL path of every page in app.py's SECTIONS whose file exists ("" for the default page)."""
-    tree = ast.parse(app.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            sections = ast.literal_eval(node.value)
-            return ["" if default else Path(f).stem for pages in sections.values() for f, _, _, default in pages
-                    if (ROOT / f).exists()]
-    return []
+def page_paths() -> list[str]:
+    """The URL path of every page of the navigation (ui.nav; "" for the default page)."""
+    return [p.url_path for p in PAGES]
 
 
 async def visit(port: int, path: str, query: str, timeout: float = PAGE_TIMEOUT_S) -> tuple[float, str]:

@@ -53,7 +53,7 @@ def captions(at: AppTest) -> str:
 
 
 def step(at: AppTest, key: str, delta: int) -> AppTest:
-    """One click on a stepper's Back (-1) or Next (+1) arrow (ui.state.stepper, a pagination widget)."""
+    """One click on a stepper's Back (-1) or Next (+1) arrow (ui.url.stepper, a pagination widget)."""
     p = next(w for w in at.get("pagination") if w.key == key)
     return p.set_value(p.value + delta).run()
 
@@ -72,6 +72,7 @@ ODD = {
 }
 
 
+@pytest.mark.slow
 def test_start_empty_whitespace_and_huge_prompts_keep_the_session():
     at = app("start")
     ok(at)
@@ -111,6 +112,7 @@ def test_start_url_prompt_with_markup_is_shown_as_text():
     assert at.text_area(key="start_prompt").value == ODD["markup"]
 
 
+@pytest.mark.slow
 def test_inspector_bad_prompts_keep_the_chosen_layer():
     at = app("inspector", gen=0)
     ok(at)
@@ -134,7 +136,9 @@ def test_inspector_markup_and_control_prompt_is_shown_as_tokens():
     assert at.code and not any("<script>" in m.value for m in at.markdown)
 
 
-@pytest.mark.parametrize("page,key", [("dspark", "ds_prompt"), ("indexer_pools", "pool_prompt")])
+# DSpark's run takes a while on a CPU: the same rule (prompt_ids) is checked fast on Indexer pools
+@pytest.mark.parametrize("page,key", [pytest.param("dspark", "ds_prompt", marks=pytest.mark.slow),
+                                      ("indexer_pools", "pool_prompt")])
 def test_run_pages_reject_whitespace_prompts(page, key):
     at = app(page)
     ok(at)

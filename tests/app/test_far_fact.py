@@ -94,6 +94,7 @@ STORY = "Tom put the coin in the red bag. Anna walked to the park. Where is the 
 TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")
 @pytest.mark.parametrize("own", [False, True, "nearest"])
 def test_far_fact_snippet_prints_what_the_panel_shows(tmp_path, own):

@@ -8,9 +8,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
+from ui.nav import stems
 from ui.text import as_shown
 
-PAGES = ["figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]
+PAGES = stems(section="Figure 3")
 
 
 def app(page: str, **params) -> AppTest:

@@ -1,4 +1,4 @@
-"""ui.state.link_value: a page value that no widget holds (a guided tour's stop) follows the widgets' URL rules.
+"""ui.url.link_value: a page value that no widget holds (a guided tour's stop) follows the widgets' URL rules.
 
 A small page run by AppTest: the URL's value on arrival, a quoted plain-text warning for a bad one, the value
 written back into the URL (left out at its default), and a change from a button's callback.
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def _tour_page():
     import streamlit as st
 
-    from ui.state import begin_run, link_value, set_link_value, url_batch
+    from ui.url import begin_run, link_value, set_link_value, url_batch
 
     def parse(raw: str) -> int | None:
         return int(raw) if raw.isdigit() and 1 <= int(raw) <= 5 else None

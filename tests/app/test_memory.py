@@ -212,3 +212,15 @@ def test_memory_charts_read_bytes_in_binary_units_and_keep_legends_clear():
     colors = {**ROLE_COLORS, **EXTRA_ROLE_COLORS}
     roles = sorted({r for _, fn, k in DESIGNS.values() for r in fn(k).roles})
     assert len({colors[r].lower() for r in roles}) == len(roles)     # one colour per role in the strip's legend
+
+
+def test_compare_designs_block_layers_follow_the_numbering():
+    from lessons.designs import DESIGNS, build, with_context
+    from ui.figures_memory import role_strip
+
+    looped = [k for k in DESIGNS if any(r.startswith("Block layer") for r in build(k, with_context(k, 1024, 1)).roles)]
+    assert looped
+    d = build(looped[0], with_context(looped[0], 1024, 1))
+    names0 = {t.name for t in role_strip([d], False).data}
+    names1 = {t.name for t in role_strip([d], True).data}
+    assert "Block layer 0" in names0 and "Block layer 0" not in names1 and "Block layer 1" in names1

@@ -1,27 +1,21 @@
-"""The navigation (app.py): every page it lists is a file of pages/, and a missing page file stops the app with
-a message naming it instead of leaving a hole in the navigation."""
+"""The navigation (app.py, its list in ui.nav): every page it lists is a file of pages/, and a missing page file
+stops the app with a message naming it instead of leaving a hole in the navigation."""
 
 from __future__ import annotations
 
-import ast
 import shutil
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
+from ui.nav import PAGES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def _listed_pages() -> list[str]:
-    tree = ast.parse((ROOT / "app.py").read_text())
-    sections = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "SECTIONS")
-    return [entry[0] for pages in ast.literal_eval(sections).values() for entry in pages]
-
-
 def test_every_listed_page_is_a_file_and_every_page_file_is_listed():
-    listed = _listed_pages()
+    listed = [p.file for p in PAGES]
     assert listed and all((ROOT / f).is_file() for f in listed)
     assert sorted(listed) == sorted(f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py"))
 

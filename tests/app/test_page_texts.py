@@ -7,11 +7,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import run_page
+from ui.nav import stems
 
-ALL_PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-             "prefill_decode", "where_time_goes",
-             "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
-             "glossary"]
+ALL_PAGES = stems()
 INTERNAL = ("brief §", "reference-brief", "ARCHITECTURE", "docs/design", "[3P", "[DOC", "[INF", "[REC")
 
 

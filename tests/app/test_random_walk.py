@@ -19,16 +19,13 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from ui.limits import URL_PROMPT_CHARS
+from ui.nav import stems
 from ui.text import as_shown
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning")]
 
-PAGES = ["start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-         "prefill_decode", "where_time_goes",
-         "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
-         "glossary"]
-PAGES = [p for p in PAGES if (ROOT / "pages" / f"{p}.py").exists()]
+PAGES = stems()
 SESSION_KEYS = ("weights_choice", "numbering_choice")
 KINDS = ("radio", "selectbox", "multiselect", "slider", "select_slider", "number_input", "text_area", "toggle",
          "checkbox", "pagination")

@@ -72,6 +72,7 @@ def frame(at: AppTest, column: str):
     raise AssertionError(f"no dataframe with a {column!r} column")
 
 
+@pytest.mark.slow
 def test_cache_calculator_snippet(tmp_path):
     at = app("cache_calculator", preset="v4.1-flash", context=65536, batch=2)
     out = run_snippet(snippet(at), tmp_path)
@@ -81,6 +82,7 @@ def test_cache_calculator_snippet(tmp_path):
     assert out["Persistent, per context"].split(" (")[0] == m["Persistent, per context"]
 
 
+@pytest.mark.slow
 def test_compare_designs_snippet(tmp_path):
     at = app("compare_designs", ctx=8192)
     out = run_snippet(snippet(at), tmp_path)
@@ -90,6 +92,7 @@ def test_compare_designs_snippet(tmp_path):
         assert printed.startswith(f"{int(hbm)} bytes") and f"added per token {added:.1f} B" in printed
 
 
+@pytest.mark.slow
 def test_prefill_decode_snippet(tmp_path):
     at = app("prefill_decode", read=5000, written=300, rounds=2)
     out = run_snippet(snippet(at), tmp_path)
@@ -98,6 +101,7 @@ def test_prefill_decode_snippet(tmp_path):
         assert f"{item}: {value}" in out.lines, item
 
 
+@pytest.mark.slow
 def test_csa2_modes_snippet(tmp_path):
     at = app("csa2_modes")
     out = run_snippet(snippet(at), tmp_path)
@@ -108,6 +112,7 @@ def test_csa2_modes_snippet(tmp_path):
         assert line == "; ".join(f"{k}: {v}" for k, v in row.items())
 
 
+@pytest.mark.slow
 def test_attention_shares_snippet(tmp_path):
     at = app("attention_shares", layer=3, pos=30)
     out = run_snippet(snippet(at), tmp_path)
@@ -123,6 +128,7 @@ def test_attention_shares_snippet(tmp_path):
     assert ("(checked)" in body) == (same == "True")
 
 
+@pytest.mark.slow
 def test_recurrence_snippet(tmp_path):
     at = app("recurrence")
     out = run_snippet(snippet(at), tmp_path)
@@ -139,6 +145,7 @@ def test_recurrence_snippet(tmp_path):
     assert f"{out['parameters of this layer']} parameters of its own" in body
 
 
+@pytest.mark.slow
 def test_figure3_live_snippet(tmp_path):
     at = app("figure3", config="running", box="attn:2")
     out = run_snippet(snippet(at), tmp_path)
@@ -150,6 +157,7 @@ def test_figure3_live_snippet(tmp_path):
     assert f"window {w}, selected entries {e}, sink {s}." in body
 
 
+@pytest.mark.slow
 def test_figure3_other_boxes_snippets(tmp_path):
     from model import V41Config
 
@@ -169,6 +177,7 @@ def test_figure3_other_boxes_snippets(tmp_path):
         assert out[f"from {k}"] == ", ".join(f"{v:.3f}" for v in row.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head", [None, 1])
 def test_inspector_snippet(tmp_path, head):
     at = app("inspector", sample=0, layer=7, token=5, gen=2)
@@ -184,6 +193,7 @@ def test_inspector_snippet(tmp_path, head):
     assert repr(gen[len("Generated: "):]) == out["Generated"]
 
 
+@pytest.mark.slow
 def test_start_snippet(tmp_path):
     import json
 
@@ -242,6 +252,7 @@ def test_ablation_snippet(tmp_path):
 @pytest.mark.parametrize("params", [dict(gap=20, passage=2, layer=4, head=1),
                                     dict(source="own", prompt="The red fox ran past the old mill and over the hill.",
                                          span=8, gap=6)])
+@pytest.mark.slow
 def test_lookback_heads_snippet(tmp_path, params):
     at = app("lookback_heads", **params)
     out = run_snippet(snippet(at), tmp_path)
@@ -271,6 +282,7 @@ def test_checkpoint_snippets_name_no_path():
     assert snippets.CHECKPOINT_PLACEHOLDER in code and str(ROOT) not in code
 
 
+@pytest.mark.slow
 def test_where_time_goes_snippet(tmp_path):
     at = app("where_time_goes", gpu="h200", batch=64, context=100000, drafts=3)
     out = run_snippet(snippet(at), tmp_path)

@@ -1,5 +1,5 @@
 """Warm reruns: a page run again with nothing changed reuses its figures instead of building them again
-(ui.common.built: pure builders memoised server-wide by the value of their arguments)."""
+(ui.cache.built: pure builders memoised server-wide by the value of their arguments)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui import common
-from ui.common import Session, built
+from ui import cache
+from ui.cache import built
+from ui.common import Session
+from ui.nav import stems
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,12 +40,12 @@ def test_built_names_frames_arrays_tensors_and_dataclasses_by_value():
     frame = pd.DataFrame({"position": [1, 2], "rate": [0.5, 0.25]})
     values = [frame, frame["rate"], np.arange(3.0), torch.arange(3), NextTokens(["a"], [1], [0.5], 2)]
     for v in values:
-        assert common._fingerprint(v) is not None, type(v)
-    assert common._fingerprint(frame) == common._fingerprint(frame.copy())
-    assert common._fingerprint(frame) != common._fingerprint(frame.assign(rate=[0.5, 0.3]))
-    assert common._fingerprint(torch.arange(3)) != common._fingerprint(torch.arange(4))
+        assert cache._fingerprint(v) is not None, type(v)
+    assert cache._fingerprint(frame) == cache._fingerprint(frame.copy())
+    assert cache._fingerprint(frame) != cache._fingerprint(frame.assign(rate=[0.5, 0.3]))
+    assert cache._fingerprint(torch.arange(3)) != cache._fingerprint(torch.arange(4))
     a, b = NextTokens(["a"], [1], [0.5], 2), NextTokens(["b"], [1], [0.5], 2)
-    assert common._fingerprint(a) != common._fingerprint(b)
+    assert cache._fingerprint(a) != cache._fingerprint(b)
 
 
 def test_built_names_a_session_by_its_choices_and_builds_unpicklable_arguments_every_time():
@@ -62,17 +64,14 @@ def test_built_names_a_session_by_its_choices_and_builds_unpicklable_arguments_e
 
 
 def test_built_keeps_a_bounded_number_of_results(monkeypatch):
-    monkeypatch.setattr(common, "BUILT_KEPT", 3)
+    monkeypatch.setattr(cache, "BUILT_KEPT", 3)
     first = built(_bar, [0], title="bounded")
     for i in range(1, 5):
         built(_bar, [i], title="bounded")
     assert built(_bar, [0], title="bounded") is not first  # the oldest was dropped
 
 
-@pytest.mark.parametrize("page", ["start", "figure3", "layer_map", "attention_shares", "recurrence", "cache_calculator",
-                                  "prefill_decode", "where_time_goes",
-                                  "compare_designs", "inspector", "indexer_pools", "lookback_heads",
-                                  "ablation"])
+@pytest.mark.parametrize("page", stems(charts=True))
 def test_a_warm_rerun_builds_no_figure(page, monkeypatch):
     from plotly.basedatatypes import BaseFigure
 

@@ -31,7 +31,7 @@ def markup_texts(at: AppTest) -> list[str]:
 
 
 def step(at: AppTest, key: str, delta: int) -> AppTest:
-    """One click on a stepper's Back (-1) or Next (+1) arrow (ui.state.stepper, a pagination widget)."""
+    """One click on a stepper's Back (-1) or Next (+1) arrow (ui.url.stepper, a pagination widget)."""
     p = next(w for w in at.get("pagination") if w.key == key)
     return p.set_value(p.value + delta).run()
 

@@ -32,6 +32,7 @@ from ui.checkpoints import (
     find_checkpoints,
     resolve_choice,
 )
+from ui.nav import stems
 from ui.text import MAX_CHARS, as_shown, plain
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -177,7 +178,7 @@ PARAMS = ["weights", "ckpt", "numbering", "box", "designs", "preset", "mode", "c
           "sample", "layer", "token", "step", "compact", "head", "pos", "reuse", "toy0", "context", "batch", "bits",
           "window", "ratio", "read", "written", "rounds", "tread", "twritten", "ctx", "gen", "pool", "k", "rule",
           "keepwin", "configs", "topk", "stories", "natural", "cost"]
-PAGES = sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+PAGES = stems()
 UNSAFE = [re.compile(p) for p in (r"(?<!\\)\]\(", r"(?<!\\)!\[", r"(?<!\\):red\[", r"(?<!\\):material/",
                                    r"(?<!\\)\$x", r"(?<!\\)<b>", r"(?<!\\)<img", r"(?<!\\)https?:/", r"(?<!\\)www\.")]
 
@@ -189,7 +190,8 @@ def _markdown_texts(at) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("page", PAGES)
+# Home reads the 6,000-character prompt through the model (slow on a CPU); its text is checked in the slow tier
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p == "start" else p for p in PAGES])
 def test_markdown_in_every_url_parameter_is_text(page):
     at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
     for p in PARAMS:
@@ -270,6 +272,7 @@ def test_store_loads_once_when_many_sessions_ask_at_once():
     assert len(calls) == 1 and len({id(g) for g in got}) == 1
 
 
+@pytest.mark.slow
 def test_thirty_checkpoint_urls_hold_at_most_max_models(tmp_path, monkeypatch):
     """30 URLs: 6 checkpoint directories, each spelled 5 ways. One load per directory while it is held,
     and never more than MAX_MODELS models alive in the process (counted by the garbage collector)."""

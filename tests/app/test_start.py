@@ -9,8 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT, run_page
+from ui.nav import stems
 
-PAGES = ["figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence"]   # the pages that need a model
+PAGES = stems(section="Figure 3")   # a model's pages: the Figure 3 section
 
 
 def no_errors(at: AppTest) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import listed_pages
+from ui.nav import stems
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PARAGRAPH = 120      # words
@@ -39,7 +39,7 @@ def run_page(page: str, **params):
 
 
 def page_stems() -> list[str]:
-    return [Path(f).stem for f, _ in listed_pages()]
+    return stems()
 
 
 def words(text: str) -> int:

@@ -17,18 +17,6 @@ def test_without_a_gpu_it_says_so_and_measures_nothing(capsys):
     assert last == "cuda: available=0"
 
 
-def test_device_choice_follows_v41_device(monkeypatch):
-    from model import default_device
-
-    monkeypatch.setenv("V41_DEVICE", "cpu")
-    assert default_device().type == "cpu"
-    monkeypatch.setenv("V41_DEVICE", "auto")
-    assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
-    monkeypatch.setenv("V41_DEVICE", "tpu")
-    with pytest.raises(ValueError, match="cpu, cuda or auto"):
-        default_device()
-
-
 @pytest.mark.slow
 def test_parity_part_reads_the_golden_fixture():
     from bench.cuda import parity

@@ -58,8 +58,8 @@ def wait_content(ui, selector: str, pattern: str) -> None:
 
 
 def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_across_pages(ui):
-    """The text model's panel offers the recall checkpoints; the click loads the guided one (sidebar, URL and weights line follow),
-    the choice survives moving to another page that shows the panel, and the panel's other button goes back."""
+    """The text model's panel offers the recall checkpoints; the click loads the guided one (sidebar, URL and weights
+    line follow), the choice survives moving to another page that shows the panel, and the other button goes back."""
     from tests.browser.test_state_browser import checked, nav_to, params
 
     ui.open("attention_shares", weights="trained")

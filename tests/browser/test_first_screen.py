@@ -8,11 +8,9 @@ boxes, icons and the bodies of closed expanders are not prose a reader has to re
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import listed_pages
+from ui.nav import stems
 
 MAX_WORDS = 200
 EXCEPTED = {"glossary"}          # a reference list, read by search, not a first screen
@@ -64,7 +62,7 @@ FIRST_SCREEN_WORDS = """() => {
 
 
 def page_stems() -> list[str]:
-    return [Path(f).stem for f, _ in listed_pages()]
+    return stems()
 
 
 def first_screen_words(ui) -> list[str]:

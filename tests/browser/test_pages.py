@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import listed_pages
+from ui.nav import PAGES
 
 pytestmark = pytest.mark.browser
 
@@ -21,15 +21,14 @@ def heading(ui, pattern: str) -> str:
     return ui.wait_text('[data-testid="stMain"] h3, [data-testid="stMain"] h2', pattern)
 
 
-COVERED = {"start", "figure3", "layer_map", "csa2_modes", "attention_shares", "recurrence", "cache_calculator",
-           "prefill_decode", "where_time_goes",
-           "compare_designs", "inspector", "indexer_pools", "lookback_heads", "dspark", "ablation",
-           "glossary"}
+def covered() -> set[str]:
+    """The pages this module has a test for: a test named `test_<page stem>` or `test_<page stem>_...`."""
+    names = [n for n in globals() if n.startswith("test_")]
+    return {p.stem for p in PAGES if any(n == f"test_{p.stem}" or n.startswith(f"test_{p.stem}_") for n in names)}
 
 
 def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
-    pages = listed_pages()
-    missing = {f.split("/")[-1][:-3] for f, _ in pages} - COVERED
+    missing = {p.stem for p in PAGES} - covered()
     assert not missing, f"pages without a browser test: {missing}"
     ui.open()
     nav = ui.page.locator('[data-testid="stSidebarNav"]')
@@ -38,10 +37,10 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
     if more.count():
         more.click()                              # wait until the list has grown
         ui.page.wait_for_function("n => document.querySelectorAll('[data-testid=\"stSidebarNavLink\"]').length >= n",
-                                  arg=len(pages))
+                                  arg=len(PAGES))
     links = [re.sub(r"^\S+\n+", "", t).strip()
              for t in nav.locator('[data-testid="stSidebarNavLink"]').all_inner_texts()]
-    assert [t for _, t in pages] == links
+    assert [p.title for p in PAGES] == links
     # a click in the sidebar opens the page (client-side navigation, no reload)
     nav.locator('[data-testid="stSidebarNavLink"]', has_text="Layer map").click()
     ui.page.wait_for_url(re.compile(r"/layer_map"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 
@@ -41,6 +42,7 @@ def test_probe_accuracy_reads_what_the_features_hold_and_no_more():
     assert probe_accuracy(noise, labels, train) < 0.3                      # chance 1/8
 
 
+@pytest.mark.slow
 def test_entry_reads_reports_both_reads_with_their_chance_on_a_model():
     from lab.corpus.stories import TRAIN_CAST
     from lab.training import entry_reads

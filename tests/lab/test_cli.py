@@ -45,6 +45,7 @@ def test_python_dash_m_lab_runs_a_command():
     assert r.returncode == 0 and r.stdout.startswith("--- seed 3")
 
 
+@pytest.mark.slow
 def test_train_writes_weights_and_the_phase_record(tmp_path, monkeypatch):
     # quick_eval (held-out stories and copies) takes minutes on a shared CPU; its maths is tested in test_train.
     monkeypatch.setattr(training_run, "quick_eval", lambda m, tok, seq_len, **kw: {"heldout_loss": 1.0})

@@ -273,7 +273,7 @@ def test_clean_shakespeare_snippet():
 # ----------------------------------------------------------------------------- downloaded cache (optional)
 
 needs_cache = pytest.mark.skipif(not (CACHE / "manifest.json").is_file(),
-                                 reason="corpus cache absent (run `python -m model corpus build`)")
+                                 reason="corpus cache absent (run `python -m lab corpus build`)")
 
 
 @needs_cache
@@ -297,7 +297,7 @@ def test_cached_corpus_clean():
 def test_cached_token_stream(tok):
     path = CACHE / "tokens_train.npy"
     if not path.is_file():
-        pytest.skip("token stream not built (run `python -m model dataset build`)")
+        pytest.skip("token stream not built (run `python -m lab dataset build`)")
     ts = dataset.TokenStream.load(path)
     assert ts.tokens.dtype == np.uint16 and len(ts) == ts.manifest["n_tokens"]
     assert ts.manifest["tokenizer_sha256"] == tk.sha256_file(TOK_PATH)

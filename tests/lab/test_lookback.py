@@ -68,17 +68,6 @@ def test_compressed_branch_learns_far_recall():
     assert acc_w < 0.1, acc_w      # the window alone cannot see the value
 
 
-def test_fake_quant_disabled_is_scoped():
-    from model.quant import fake_latent, fake_quant_disabled
-
-    x = torch.randn(2, 32, generator=torch.Generator().manual_seed(0))
-    q = fake_latent(x)
-    assert not torch.equal(q, x)
-    with fake_quant_disabled():
-        assert torch.equal(fake_latent(x), x)
-    assert torch.equal(fake_latent(x), q)
-
-
 def test_readout_bench_hands_each_second_copy_row_the_token_after_its_match():
     """lab.probes.readout: `said_twice` says a span, other text, the span again; `copy_target` points each row of the
     second copy (but its last) at the position after its match in the first, with the forcing at 1 by default."""

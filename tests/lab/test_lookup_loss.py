@@ -50,6 +50,7 @@ def three_far_answers():
     return m, x, sources
 
 
+@pytest.mark.slow
 def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_and_training_on_it_does():
     """The lookup loss leaves the forward unchanged; it is -log P(some ratio-1 head reads the source's entry) -
     log(the source's share of the attention on it and its rivals, the row's other sources), recomputed here from the
@@ -93,6 +94,7 @@ def test_lookup_loss_asks_some_head_to_read_each_answers_source_over_its_rivals_
     assert lookup_target(torch.full((1, 8), -1), 2) is None
 
 
+@pytest.mark.slow
 def test_inside_the_window_the_lookup_loss_reads_every_layers_window_share_on_the_source_and_trains_it():
     """`inside`: rows whose source lies inside the window are asked too, through the window slot that holds the
     source in every layer (window-only layers included; in a ratio-1 layer plus the source's own entry), recomputed
@@ -168,6 +170,7 @@ def test_lookup_reads_counts_an_answer_read_when_its_source_gets_more_attention_
     assert lookup_reads(m, rows)[0] == 0.0
 
 
+@pytest.mark.slow
 def test_entry_probe_reads_the_object_said_just_before_each_source_and_training_on_it_moves_the_model():
     """The entry probe's targets are the sources (positions some answer reads), each with the nearest object id in
     the 5 tokens before it; a source with none that near is left out. Its loss is the cross entropy of a linear
@@ -271,6 +274,7 @@ def test_the_entry_probe_gradient_is_clipped_on_its_own():
     assert float(model_norm) > 0.9e-3                    # the model's step is the full clip, not shared with the probe
 
 
+@pytest.mark.slow
 def test_selection_loss_asks_the_indexers_to_rank_each_answers_source_first_and_training_on_it_does():
     """The selection loss leaves the forward unchanged; it is the cross entropy of each selecting ratio-1 layer's
     index scores at the answer row (every visible entry) against the source's entry, recomputed here from the
@@ -367,6 +371,7 @@ def test_rival_positions_are_the_other_facts_colours_and_never_the_asked_one():
         assert said == {c for _, c, _ in r["distractors"]}
 
 
+@pytest.mark.slow
 def test_rival_reads_count_the_top_k_and_the_index_order_of_the_asked_fact_against_its_rivals(monkeypatch):
     """With index scores that grow with the entry's position, the top-k holds only the latest entries (never a far
     fact), and at the candidate source the asked fact outranks its rivals exactly when it was said after all of them
@@ -476,6 +481,7 @@ def test_readout_forcing_on_a_share_of_the_rows_leaves_the_others_to_the_heads()
         lookup_target(sources, 2, forcing=1.0, forcing_rows=-0.1)
 
 
+@pytest.mark.slow
 def test_every_head_lookup_asks_each_ratio1_head_for_the_source_not_just_one():
     """`every_head`: the read term becomes the mean over the ratio-1 heads of -log their share on the source,
     recomputed here from the attention; the rival term is unchanged; and a few steps on it raise the weakest

@@ -38,6 +38,7 @@ def _run(tc, m, opt, stream, start, stop):
     return losses
 
 
+@pytest.mark.slow
 def test_a_few_steps_lower_the_loss_and_train_the_indexer():
     stream = _stream()
     tc, m, opt = _setup(steps=30)
@@ -81,6 +82,7 @@ def test_pool_kl_trains_the_candidate_source_on_the_summed_attention_of_the_laye
     assert len(seen) == 1 and torch.equal(sparse_a.indexer_loss, sparse_pool.indexer_loss(sparse_b))
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted(tmp_path):
     stream = _stream()
     tc, a, opt_a = _setup(steps=6)
@@ -292,6 +294,7 @@ def test_stages_pick_the_last_started_value_and_reject_garbage():
         staged("0:8,x:16", 1, 0)
 
 
+@pytest.mark.slow
 def test_a_stage_of_key_value_rows_without_copies_is_gated_on_lookups(tmp_path, monkeypatch):
     """A stage that drills key-value rows and no copies probes lookups (kv_probe); a copy stage the copies."""
     import lab.training.run as run_mod
@@ -390,6 +393,7 @@ def test_train_only_freezes_every_other_parameter():
         freeze_except(m, "no-such-name")
 
 
+@pytest.mark.slow
 def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_them(tmp_path):
     """A stage whose gate is 0 passes at its first probe; each passed stage leaves bf16 weights a new run
     loads strictly; after the last stage the run ends early and training.json records the stages."""
@@ -505,6 +509,7 @@ def test_attention_on_reads_a_positions_window_slot_or_its_selected_entry():
     assert got.tolist() == pytest.approx([0.75, 0.75, 0.75, 0.0, 0.0, 0.0])
 
 
+@pytest.mark.slow
 def test_pair_reads_scores_the_attended_fact_colour_and_the_answer_apart():
     """On a random tiny model: every format is read, both shares lie in [0, 1], and the texts are those of
     pair_formats (the same answers scored the same way)."""

@@ -13,7 +13,7 @@ from model import Ablation, LayerSpec
 from model.heldout import load_heldout_stories, story_eval_batches
 from model.inference import LayerRecord, Shares, Trace
 from model.tokenizer import EOS_ID, load_tokenizer
-from tests.conftest import ROOT, random_tiny
+from tests.conftest import ROOT
 
 INF = float("inf")
 
@@ -250,8 +250,8 @@ def test_the_panel_view_holds_each_pages_table_in_percent():
 # ---- the live analysis ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny():
-    return random_tiny(0)
+def tiny(tiny_random):
+    return tiny_random
 
 
 def test_analyse_matches_the_model_on_and_off(tiny):
@@ -367,12 +367,10 @@ def test_the_attention_mean_is_given_per_stack_and_names_its_layers():
 
 @pytest.mark.skipif(not (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists(),
                     reason="the shipped tiny weights are not present")
-def test_shipped_text_model_far_sample_is_not_presented_as_recall():
+def test_shipped_text_model_far_sample_is_not_presented_as_recall(tiny_trained):
     """On the shipped text weights the default far story's colours are close to even: whatever colour comes out
     on top, the panel must not read as the global branch recalling the fact."""
-    from model import load
-
-    m = load(ROOT / "data" / "weights" / "tiny")
+    m = tiny_trained
     s = fs.far_sample(m.tokenizer, m.cfg.sliding_window)
     res = ff.analyse(m, s.story, s.tokens)
     on = res.answers[0]

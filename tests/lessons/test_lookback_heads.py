@@ -171,12 +171,12 @@ def test_explain_says_where_the_match_lies_and_when_no_head_looks_back():
     assert "inside the 8-row window" in said and "layer 1, head 0" in said and "gives 1.00" in said
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")
-def test_shipped_text_model_looks_back_inside_its_window_and_not_beyond():
-    from model import load
+def test_shipped_text_model_looks_back_inside_its_window_and_not_beyond(tiny_trained):
     from model.heldout import heldout_natural_tokens
 
-    m = load(str(ROOT / "data" / "weights" / "tiny"))
+    m = tiny_trained
     tokens = heldout_natural_tokens(m.tokenizer)
     for passage in (0, 1):
         near = look_back(m.trace([copy_row(*passage_parts(tokens, passage, 12, 4))[0]]), CopyLayout(40, 12, 4))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lessons.mechanism import mechanism_picture
-from model import layer_map, load
+from model import layer_map
 from tests.conftest import ROOT
 
 TINY = ROOT / "data" / "weights" / "tiny"
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(not (TINY / "model.safetensors").exists(), reaso
 
 
 @pytest.fixture(scope="module")
-def model():
-    return load(TINY, device="cpu")
+def model(tiny_trained):
+    return tiny_trained
 
 
 def _long_prompt() -> str:

@@ -15,8 +15,8 @@ import torch
 from lessons import ablation as abl, inspect as ins, pools, prompts
 from model import Ablation, layer_map
 from model.arch import Mix
-from model.inference import LayerRecord, Shares, Trace
-from tests.conftest import random_model, random_tiny
+from model.inference import LayerRecord, Shares, Trace, speculative as ds
+from tests.conftest import random_model
 
 INF = float("inf")
 
@@ -125,8 +125,8 @@ def test_layer_view_absent_and_out_of_range():
     assert "no token 9" in ins.layer_view(run, 0, 9, cfg=None)
 
 
-def test_encode_prompt_messages():
-    m = random_tiny()
+def test_encode_prompt_messages(tiny_random):
+    m = tiny_random
     assert "empty" in prompts.encode_prompt(m, "  \n")[1]
     assert "tokens long" in prompts.encode_prompt(m, "word " * 50, max_tokens=10)[1]
     ids, problem = prompts.encode_prompt(m, "<script>alert(1)</script>\x07\u202e ünï 🙂 **bold**")
@@ -134,8 +134,8 @@ def test_encode_prompt_messages():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return random_tiny()
+def tiny(tiny_random):
+    return tiny_random
 
 
 def test_run_prompt_bounded_records_and_generation(tiny):
@@ -270,7 +270,6 @@ def test_reindex_inputs_need_full_detail():
 # ---- DSpark statistics as the page reads them -------------------------------------------------------------
 
 def test_spec_statistics_from_a_hand_made_log():
-    ds = pytest.importorskip("model.inference.speculative")
 
     def step(rules, drafted, conf):
         acc = rules.count("accept") if "reject" not in rules else rules.index("reject")

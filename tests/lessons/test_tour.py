@@ -4,26 +4,18 @@ the self-check's questions link to stops that exist; layer numbers follow the re
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from lessons.figure3 import steps
 from lessons.tour import CARD_WORDS, CHECK, DEEPER, FAR_FACT, FIGURE3, HOME, index_of, neighbours, self_check, stops
 from model import V41Config
+from ui.nav import PAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def app_pages() -> set[str]:
-    tree = ast.parse((ROOT / "app.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SECTIONS" for t in node.targets):
-            return {f for pages in ast.literal_eval(node.value).values() for f, *_ in pages}
-    raise AssertionError("app.py has no SECTIONS literal")
-
-
 def test_every_stop_and_every_deeper_link_is_a_page_of_the_app():
-    listed = app_pages()
+    listed = {p.file for p in PAGES}
     for s in stops():
         assert s.page in listed and (ROOT / s.page).is_file(), s.key
     for page, title, _ in DEEPER:

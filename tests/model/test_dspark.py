@@ -229,6 +229,7 @@ def test_greedy_speculative_equals_plain_greedy_with_the_real_drafter(pair, mode
 
 @pytest.mark.parametrize("mode,prompts", [("bounded", 4), pytest.param("exact", 4, marks=SLOW),
                                           pytest.param("bounded", 12, marks=SLOW)])
+@pytest.mark.slow
 def test_greedy_speculative_equals_plain_with_accepting_drafts(pair, mode, prompts, monkeypatch):
     m, d = pair
     accepted = bonus = 0
@@ -422,6 +423,7 @@ class _Stream:
         return x[:, :-1], x[:, 1:]
 
 
+@pytest.mark.slow
 def test_train_drafter_lowers_the_loss_and_leaves_the_target_frozen():
     m = random_model("micro", seed=1)
     before = {k: v.clone() for k, v in m.state_dict().items()}
@@ -441,34 +443,8 @@ def test_train_drafter_lowers_the_loss_and_leaves_the_target_frozen():
 
 
 # ------------------------------------------------------------------------------------------------
-# lessons/dspark.py: golden numbers worked by hand
+# lessons/dspark.py on a real run (its formulas and simulation: tests/lessons/test_dspark.py)
 # ------------------------------------------------------------------------------------------------
-
-def test_lesson_formulas():
-    from lessons import dspark as L
-
-    assert L.acceptance(P, Q[0]) == pytest.approx(0.5)   # 0.05 + 0.10 + 0.15 + 0.10 + 0.06 + 0.04
-    # p - q = [.35, .15, 0, -.1, -.14, -.26] -> keep the positive part, divide by its sum 0.5
-    assert L.leftover(P, Q[0]).tolist() == pytest.approx([0.7, 0.3, 0, 0, 0, 0])
-    assert L.expected_tokens(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)   # 3.3616
-    assert L.walltime_factor(0.5, 3, 0.1) == pytest.approx(1.875 / 1.3)
-    assert L.survival([0.9, 0.5, 0.8]) == pytest.approx([0.9, 0.45, 0.36])
-    assert L.auto_length([0.9, 0.5, 0.8], 0.4) == 2 and L.auto_length([0.2], 0.3) == 0
-    rows = L.formula_table(0.5, [1, 2])
-    assert [r["tokens_per_pass"] for r in rows] == pytest.approx([1.5, 1.75])
-
-
-def test_lesson_simulation_shows_the_rule_is_lossless():
-    from lessons import dspark as L
-
-    sim = L.simulate(P.tolist(), Q[0].tolist(), n=3000, seed=1)
-    n = 3000
-    for emp, p in zip(sim.empirical, P.tolist()):
-        assert abs(emp - p) < 4 * math.sqrt(p * (1 - p) / n) + 1e-9
-    assert abs(sim.acceptance - 0.5) < 4 * math.sqrt(0.25 / n) and sim.predicted_acceptance == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        L.simulate([0.5, 0.5], [1.0], n=10)
-
 
 def test_lesson_rows_from_a_run(pair, monkeypatch):
     from lessons import dspark as L

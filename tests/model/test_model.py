@@ -315,3 +315,26 @@ def test_tokenizer_vocab_mismatch_rejected(micro):
     tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
     with pytest.raises(InputError, match="vocab_size"):
         V41Model(V41Config.preset("micro")).bind_tokenizer(tok)
+
+
+def test_device_choice_follows_v41_device(monkeypatch):
+    from model import default_device
+
+    monkeypatch.setenv("V41_DEVICE", "cpu")
+    assert default_device().type == "cpu"
+    monkeypatch.setenv("V41_DEVICE", "auto")
+    assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("V41_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="cpu, cuda or auto"):
+        default_device()
+
+
+def test_fake_quant_disabled_is_scoped():
+    from model.quant import fake_latent, fake_quant_disabled
+
+    x = torch.randn(2, 32, generator=torch.Generator().manual_seed(0))
+    q = fake_latent(x)
+    assert not torch.equal(q, x)
+    with fake_quant_disabled():
+        assert torch.equal(fake_latent(x), x)
+    assert torch.equal(fake_latent(x), q)

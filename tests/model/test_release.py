@@ -30,6 +30,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model import CheckpointError, load
+from model.arch import drafter as dspark, vision
 from model.checkpoint import INDEX, MappedEngramTable, parse_bytes, parts, read_header, save_checkpoint, write_release
 from model.cli.release_layout import main
 from model.quant import (
@@ -345,9 +346,7 @@ def test_mtp_and_vision_tensors_that_cannot_be_built_are_skipped_with_a_note(tmp
     assert m.mtp is None and m.vision is None
 
 
-def test_drafter_and_vision_load_when_their_modules_exist(tmp_path):
-    dspark = pytest.importorskip("model.arch.drafter")
-    vision = pytest.importorskip("model.arch.vision")
+def test_drafter_and_vision_parts_survive_export_and_load(tmp_path):
     base = random_model("micro")
     vision.attach_vision(base, seed=0)
     base.set_part("mtp", dspark.Drafter(base.cfg))

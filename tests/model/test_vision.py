@@ -513,7 +513,7 @@ def test_panel_figures(micro_v):
 
 
 # ------------------------------------------------------------------------------------------------
-# Trained weights (slow; skipped until python -m model train-vision has run)
+# Trained weights (slow; skipped until python -m lab train-vision has run)
 # ------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -524,7 +524,7 @@ def test_trained_vision_answers_above_chance():
     from model.checkpoint import shard_map
 
     if not any(k.startswith("vision.") for k in shard_map(tiny)):
-        pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m model train-vision)")
+        pytest.skip("the trained tiny weights carry no vision tensors yet (run python -m lab train-vision)")
     from lab.training import evaluate_vision
 
     torch.set_num_threads(2)
