@@ -48,7 +48,7 @@ if missing:
 nav = {section: [st.Page(str(HERE / f), title=t, icon=i, default=d) for f, t, i, d in pages]
        for section, pages in SECTIONS.items()}
 files = {p.url_path: f for pages, items in zip(SECTIONS.values(), nav.values()) for (f, *_), p in zip(pages, items)}
-page = st.navigation(nav)
+page = st.navigation(nav, expanded=True)   # every section shown, no "View N more"
 st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from Home")
 st.session_state[PAGE_FILE] = files.get(page.url_path, "")   # the tour finds its stops by page file
 with app_frame():

@@ -26,6 +26,7 @@ from lessons.inspect import (
     one_line,
     overview,
     run_prompt,
+    too_short_to_choose,
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
@@ -216,8 +217,12 @@ with right:
                 c[0].metric("Visible entries", sel.visible)
                 c[1].metric("Selected", len(sel.selected))
                 c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
-                st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"), width="stretch",
-                                key="insp_sel")
+                short = too_short_to_choose(sel)
+                if short is not None:      # a sentence, not a solid block
+                    st.caption(short)
+                else:
+                    st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"),
+                                    width="stretch", key="insp_sel")
         with tabs[2]:
             r = view.router
             st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "

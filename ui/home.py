@@ -55,10 +55,10 @@ def hero_figure(ff, num) -> go.Figure:
     fig = go.Figure(far_fact_figure(ff, num, title=""))
     rows = [f"{num(lf.layer)} {lf.role}" for lf in ff.layers]
     fig.update_traces(y=rows, selector=dict(type="heatmap"))
-    fig.update_traces(y=rows, selector=dict(type="scatter"))
-    fig.update_xaxes(title="position in the story (red: the fact; blue: the window)")
+    fig.update_traces(y=rows, selector=dict(type="scatter", name="fact entry"))   # not the legend's keys
+    fig.update_xaxes(title="position in the story")
     fig.update_traces(colorbar=dict(title="", tickvals=[0, 0.5, 1], tickformat=".0%"), selector=dict(type="heatmap"))
-    fig.update_layout(height=110 + 26 * len(ff.layers), margin=dict(l=10, r=10, t=20, b=40))
+    fig.update_layout(height=150 + 26 * len(ff.layers), margin=dict(l=10, r=10, t=40, b=40))
     return fig
 
 

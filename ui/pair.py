@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
-from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line
+from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line, too_short_to_choose
 from lessons.prompts import encode_prompt
 from ui import weights
 from ui.common import Session, built, cached_with_progress
@@ -98,8 +98,12 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
             if isinstance(view, str) or view.selection is None:
                 st.caption(view if isinstance(view, str) else "No compressed branch at this layer.")
                 continue
-            st.plotly_chart(built(selection_figure, view.selection, "Index scores, pool and picks"), width="stretch",
-                            key=f"{key}_{kind}", config={"displayModeBar": False})
+            short = too_short_to_choose(view.selection)
+            if short is not None:       # a sentence, not a solid block
+                st.caption(short)
+            else:
+                st.plotly_chart(built(selection_figure, view.selection, "Index scores, pool and picks"),
+                                width="stretch", key=f"{key}_{kind}", config={"displayModeBar": False})
             st.write(selection_line(view, run.tokens))
     return True
 
@@ -107,11 +111,11 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
 def compact_far_figure(ff, num) -> go.Figure:
     """The far-fact picture (ui.far_fact.far_fact_figure) cut to fit half a screen's width."""
     fig = go.Figure(far_fact_figure(ff, num, title=""))
-    fig.update_xaxes(title="token position (fact red, window blue)")
+    fig.update_xaxes(title="token position")
     # one scale for both sides (0-100%): the text model's faint shares must not be stretched to look strong
     fig.update_traces(zmin=0, zmax=1, colorbar=dict(title="share", tickformat=".0%", thickness=10, len=0.9),
                       selector=dict(type="heatmap"))
-    fig.update_layout(height=90 + 20 * max(1, len(ff.layers)), margin=dict(l=10, r=10, t=10, b=40),
+    fig.update_layout(height=130 + 20 * max(1, len(ff.layers)), margin=dict(l=10, r=10, t=40, b=40),
                       font=dict(size=11))
     return fig
 
