@@ -25,7 +25,7 @@ from model import V41Config, layer_map
 from ui.common import built, cached_with_progress, clean_prompt, lead, page_header, prompt_ids, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
-from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
+from ui.figures_run import block_scores_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
 from ui.reproduce import reproduce
@@ -40,6 +40,7 @@ from ui.state import (
     seed,
     stop,
 )
+from ui.step_pair import pool_pair
 from ui.text import plain
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
@@ -73,13 +74,18 @@ if problem:
 ids = prompt_ids(model, "pool", prompt, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,")
 
 
-def _compute(progress):
-    tr = trace_for_pools(model, ids, mode, progress=lambda f, m: progress(0.9 * f, m))
+def _compute_for(m, token_ids, prefill, progress):
+    """One set's full-detail trace and Reindex re-run (this page's recipe, used for the side-by-side too)."""
+    tr = trace_for_pools(m, token_ids, prefill, progress=lambda f, msg: progress(0.9 * f, msg))
     progress(0.9, "re-running the Reindex layers' queries on the recorded states")
-    inp = reindex_inputs(model, tr)
+    inp = reindex_inputs(m, tr)
     progress(0.97, "selecting at the configured pool size and k")
     reselect(inp)
     return inp
+
+
+def _compute(progress):
+    return _compute_for(model, ids, mode, progress)
 
 
 try:
@@ -174,8 +180,10 @@ m[2].metric("Indexer mass dropped", f"{d.indexer_mass:.1%}")
 m[3].metric("Attention mass dropped", f"{d.attention_mass:.1%}")
 st.plotly_chart(built(block_scores_figure, d, inp.block_size, f"Broad scan at layer {sess.num(inp.candidate_layer)}: "
                       "block scores"), width="stretch", key="pool_blocks")
-st.plotly_chart(built(pool_strip_figure, d, f"Layer {sess.num(layer)}: pool, choices and dropped entries"),
-                width="stretch", key="pool_strip")
+# the strip beside a recall checkpoint's for the same prompt, layer and row, the fact's entry outlined in both
+st.caption(f"Layer {sess.num(layer)}: pool, choices and dropped entries, one row per stage.")
+pool_pair(sess, ids, prompt, mode, int(nb), int(k), layer, pos, inp, d,
+          lambda m, i, progress: _compute_for(m, i, mode, progress))
 if d.dropped:
     li = inp.layers[layer]
     share = li.would_share[row].mean(0)

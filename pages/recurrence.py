@@ -22,6 +22,7 @@ from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
 from ui.state import KEEP, LINK_LAYERS, qp_int_or_none, qp_set, seed, stop
+from ui.step_pair import reuse_pair
 
 sess = page_header("Is this recurrence?", INTRO)
 st.dataframe(pd.DataFrame(CONTRAST), hide_index=True, key="rec_contrast")
@@ -86,3 +87,6 @@ reproduce(snippets.recurrence(sess.weights, lt.text, layer), "recurrence")
 picker = sess.num(rf.index_source)
 st.write(f"{shares_sentence(rf, picker)} And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "
          f"the top logit-lens token after this layer differs from the one after layer {picker}.")
+# the same Reuse layer on a recall checkpoint, whose entries carry weight: the same picks, its own shares
+st.markdown(f"**Layer {sess.num(layer)} beside a recall checkpoint's, at the last token**")
+reuse_pair(sess, lt, layer)

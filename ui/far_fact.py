@@ -15,10 +15,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.fact_steps import folded_title
 from lessons.far_fact import (
+    CHANCE,
     OWN_HELP,
     about,
     checkpoints_offer,
+    far_recall_of,
     read_panel,
     weights_note,
 )
@@ -231,6 +234,24 @@ def weights_note_section(sess) -> None:
                                for k in kinds))       # our own text, from the records
 
 
+def panel_title(sess) -> str:
+    """The folded panel's title, stating its result for the sidebar's weights: from the one far reading of the
+    shipped sets (computed once per server) and the set's training record; a neutral title for other weights."""
+    kind = weights.kind_of(sess)
+    name = weights.title(kind) if kind else sess.label
+    best, far = None, None
+    if kind is not None:
+        far = far_recall_of(weights.record(kind))
+        try:
+            from ui.pair import far_reading  # the pair module draws with this one's figure: imported late
+            pair = far_reading(sess)
+        except Exception:  # no reading: the title says what it can from the record
+            pair = None
+        if pair is not None and any(s.kind == kind for s in pair.sides):
+            best = pair.decoder_best(kind)
+    return folded_title(name, best, far, CHANCE)
+
+
 @fragment
 def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
                    pair: Callable[[], bool] | None = None) -> None:
@@ -239,11 +260,17 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
     the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
     the pools' tables). `note=False` leaves out what the weights do on far recall, for a page that says it at its
     top already. `pair`: draws the same story on both shipped checkpoints side by side first (the page passes
-    ui.pair.far_pair, which draws with this module's figure), True when it drew; then the sidebar's weights."""
-    model = sess.model
+    ui.pair.far_pair, which draws with this module's figure), True when it drew. The sidebar's weights' own
+    reading is folded under a title that states its result: the side-by-side above it is the page's summary."""
     st.subheader("Far fact: does the answer reach back?")
-    if pair is not None and pair():
-        st.markdown("**On the weights chosen in the sidebar**")
+    if pair is not None:
+        pair()
+    with st.expander(panel_title(sess), expanded=False):
+        _panel_body(sess, key, focus, note)
+
+
+def _panel_body(sess, key: str, focus: str, note: bool) -> None:
+    model = sess.model
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return
