@@ -62,11 +62,11 @@ def hero_figure(ff, num) -> go.Figure:
     return fig
 
 
-def far_picture(sess: Session, key: str, title: bool = True) -> None:
+def far_picture(sess: Session, key: str, title: bool = True, pair=None) -> None:
     """The far-fact picture on each shipped recall checkpoint (plain training first, then the one shown where to
     look), each with what it read, answered and was trained with; the text model's reading of the same story in an
-    expander (a message instead when the checkpoints are not offered)."""
-    pair = far_pair_reading(sess)
+    expander (a message instead when the checkpoints are not offered). `pair`: the reading, when the caller has it."""
+    pair = pair if pair is not None else far_pair_reading(sess)
     if pair is None:
         return
     recalls = [s for s in pair.sides if s.kind != "text"]
@@ -86,10 +86,20 @@ def far_picture(sess: Session, key: str, title: bool = True) -> None:
                        "branch show every set side by side.")
 
 
+HERO_HEIGHT = 560      # px: the headline, the line above, two pictures and their captions at 1400 px wide
+
+
 def draw_hero(sess: Session) -> None:
-    """The far-fact picture with its headline, in a container the tour outlines (key home_hero)."""
+    """The far-fact picture with its headline, in a container the tour outlines (key home_hero). While the reading is
+    computed (a server without stored readings, before its warm-up has read the story), a box of the picture's
+    size holds the progress, so the page does not jump when the picture arrives."""
     with st.container(key="home_hero"):
-        far_picture(sess, "home_far_fig")
+        slot = st.empty()
+        with slot.container(height=HERO_HEIGHT, border=False):
+            pair = far_pair_reading(sess)
+        if pair is not None:
+            with slot.container():
+                far_picture(sess, "home_far_fig", pair=pair)
 
 
 def draw_whats_new(sess: Session) -> None:
