@@ -14,6 +14,13 @@ the class). The per-page ratio is what the warm-up saves on this machine now.
 
 Ends with one line: `pages: worst_first_s=... worst_warm_s=... worst_first_no_warmup_s=... warmup_s=...
 cold_start_s=... worst_page=... n_pages=... pages_with_errors=...`.
+
+`--home` instead measures the home page alone, on servers run side by side: as it is, with its far-fact picture
+left out (V41_HERO=0: the baseline), and optionally an earlier checkout (`--before DIR`, e.g. a `git archive` of
+an older commit). Each server's first visit is its cold first draw; after every warm-up is done, `--rounds` fresh
+visitors per server, interleaved, give the median first draw. Goal: with the picture within 1.1x of without.
+Last line: `pages: home_first_s=... home_no_hero_s=... home_ratio=... home_cold_s=... home_cold_no_hero_s=...
+[home_before_s=... home_cold_before_s=...] load=...`.
 """
 
 from __future__ import annotations
@@ -77,11 +84,48 @@ def measure(warmup: bool, reruns: int, query: str, log_dir: Path) -> tuple[list[
     return rows, cold, warm_s
 
 
+def home(query: str, log_dir: Path, before: Path | None, rounds: int) -> None:
+    """The home page's first draw with and without its picture (and on an earlier checkout), one run."""
+    from bench import server as app_server
+    from ui.warmup import DONE_LINE
+
+    variants = [("hero", ROOT, {}), ("no_hero", ROOT, {"V41_HERO": "0"})]
+    if before is not None:
+        variants.append(("before", before, {}))
+    servers, cold = {}, {}
+    try:
+        for name, root, env in variants:
+            srv = servers[name] = app_server.start(log_dir / f"server-home-{name}.log", env=env, root=root)
+            cold[name] = asyncio.run(_page(srv.port, "", query, 0)).first    # the first visitor of a fresh server
+            deadline = time.monotonic() + 900
+            while DONE_LINE not in srv.log() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            print(f"  {name:8s} cold first draw {cold[name]:6.2f} s (load {os.getloadavg()[0]:.1f})")
+        firsts: dict[str, list[float]] = {name: [] for name in servers}
+        for _ in range(rounds):                  # interleaved, so the machine's load falls on every variant alike
+            for name, srv in servers.items():
+                firsts[name].append(asyncio.run(_page(srv.port, "", query, 0)).first)
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    med = {name: statistics.median(v) for name, v in firsts.items()}
+    for name, v in firsts.items():
+        print(f"  {name:8s} first draw median {med[name]:5.2f} s over {len(v)} visitors: "
+              + " ".join(f"{x:.2f}" for x in v))
+    extra = (f" home_before_s={med['before']:.2f} home_cold_before_s={cold['before']:.2f}" if "before" in med else "")
+    print(f"pages: home_first_s={med['hero']:.2f} home_no_hero_s={med['no_hero']:.2f} "
+          f"home_ratio={med['hero'] / med['no_hero']:.2f} home_cold_s={cold['hero']:.2f} "
+          f"home_cold_no_hero_s={cold['no_hero']:.2f}{extra} load={os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", default=None, help="trained | random (default: trained if shipped, else random)")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--no-compare", action="store_true", help="only the server with the warm-up")
+    ap.add_argument("--home", action="store_true", help="only the home page, with and without its picture")
+    ap.add_argument("--before", type=Path, default=None, help="with --home: an earlier checkout to serve beside")
+    ap.add_argument("--rounds", type=int, default=5, help="with --home: fresh visitors per server")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.server import default_weights
@@ -89,6 +133,9 @@ def main() -> None:
     query = f"weights={args.weights}" if args.weights else ("" if default_weights() is None else "weights=random")
     log_dir = Path(tempfile.mkdtemp(prefix="v41-pages-"))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {query or 'default weights'}")
+    if args.home:
+        home(query, log_dir, args.before, args.rounds)
+        return
     before = None
     if not args.no_compare:
         before, _, _ = measure(False, args.reruns, query, log_dir)

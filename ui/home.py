@@ -2,11 +2,14 @@
 on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the limits of the weights running here.
 
 The far-fact reading is one story traced on both shipped checkpoints, the same reading the pages' side-by-side
-panels draw (ui.pair.far_reading: computed once per server), so the page draws in about a second once the server's
-warm-up has drawn it. The points come from lessons/whats_new.py, the sizes against the release from lessons/start.py.
+panels draw (ui.pair.far_reading: stored with the weights, else computed once per server), so the page loads and runs
+no recall checkpoint to draw it. The points come from lessons/whats_new.py, the sizes against the release from
+lessons/start.py.
 """
 
 from __future__ import annotations
+
+import os
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -92,7 +95,10 @@ HERO_HEIGHT = 560      # px: the headline, the line above, two pictures and thei
 def draw_hero(sess: Session) -> None:
     """The far-fact picture with its headline, in a container the tour outlines (key home_hero). While the reading is
     computed (a server without stored readings, before its warm-up has read the story), a box of the picture's
-    size holds the progress, so the page does not jump when the picture arrives."""
+    size holds the progress, so the page does not jump when the picture arrives. V41_HERO=0 in the server's
+    environment leaves the picture out: bench.pages' baseline for what the picture costs a first visit."""
+    if os.environ.get("V41_HERO", "1") == "0":
+        return
     with st.container(key="home_hero"):
         slot = st.empty()
         with slot.container(height=HERO_HEIGHT, border=False):
