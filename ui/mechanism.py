@@ -106,7 +106,7 @@ def mechanism_figure(pic: MechanismPicture, tokens: list[str], step: int, num=la
                       line=dict(color=FACT, width=2, dash="dash"))
     fig.update_yaxes(categoryorder="array", categoryarray=rows, range=[-0.5, len(rows) - 0.5], tickfont=dict(size=11),
                      automargin=True)
-    fig.update_xaxes(title="token position (dotted: the query" + ("; dashed: the fact)" if fact else ")"),
+    fig.update_xaxes(title="position (dotted: query" + ("; dashed: fact)" if fact else ")"),
                      range=[-0.5, n - 0.5])
     fig.update_layout(height=60 + 26 * len(names), margin=dict(l=10, r=10, t=10, b=40), plot_bgcolor="white")
     return fig

@@ -1,12 +1,14 @@
-"""The inspector's layer-by-layer attention chart on two sets of weights side by side: the session's weights (the
-text model by default) and a shipped recall checkpoint (plain training by default, the guided one on request),
-same prompt, layer and token, the fact's entry of a recall prompt outlined in both, with what each layer did with
-it (picked, kept in the pool, dropped) and a button that steps the page's layer to the first decoder layer that
-reaches the fact.
+"""Step to the fact: the views a learner steps through, on the session's weights (the text model by default) beside a
+shipped recall checkpoint (plain training by default, the guided one on request: `other_kind`, which the ablation
+run uses too), same prompt, the fact of a recall prompt marked in both. The inspector's layer chart (`attention_pair`:
+the fact's entry outlined, what each layer did with it, a button that steps the page's layer to the first decoder
+layer that reaches the fact), the pools strip (`pool_pair`: the fact's entry outlined through pool, top-k and
+dropped rows) and the Reuse comparison (`reuse_pair`: the fact's entry named in the bars). Every recall side keeps
+its training clause beside it.
 
-The other side's run is the inspector's own cached run of that set (namespace "inspector", as ui/pair.py's
-selection view uses), so a layer step reads traces already made. A prompt longer than EAGER_TOKENS runs on the
-other set only when the reader asks. Numbers from lessons/fact_steps.py; the chart is ui/figures_run.py's.
+The other side's runs are the pages' own caches of that set (the inspector's "inspector" runs, the pools page's
+"pools" traces, the live trace), so a layer step reads traces already made. A prompt longer than EAGER_TOKENS runs
+on the other set only when the reader asks. Numbers from lessons/fact_steps.py; the charts are ui/figures_run.py's.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def marked_attention_figure(view, tokens: list[str], pos: int, title: str, span:
         fig.add_vrect(x0=span[0] - 0.5, x1=span[1] - 0.5, fillcolor="rgba(0,0,0,0)", layer="above",
                       line=dict(color=FACT, width=2, dash="dash"), annotation_text="fact",
                       annotation_position="top left")
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=40, b=10))
+    # half a screen is too narrow for a label per token: positions on the axis, each token's text on hover
+    fig.update_xaxes(tickmode="auto", tickvals=None, ticktext=None, nticks=8, tickangle=0, title="token position")
+    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=70),
+                      legend=dict(orientation="h", y=-0.32, yanchor="top", font=dict(size=10)))
     return fig
 
 
