@@ -191,25 +191,26 @@ with right:
         tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"], key="insp_tab",
                        on_change="rerun")
         with tabs[0]:
-            a = view.attention
-            # beside a recall checkpoint on the same prompt, the fact's entry outlined in both (ui/step_pair.py)
-            if not attention_pair(sess, run, prompt, mode, int(n_new), layer, pos, head):
-                st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
-                                width="stretch", key="insp_attn")
-                m1, m2, m3 = st.columns(3)
-                m1.metric("Window rows", f"{a.window_total:.1%}")
-                m2.metric("Compressed entries", f"{a.entries_total:.1%}")
-                m3.metric("Sink", f"{a.sink:.1%}")
-            reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
-            if a.entry_ids:
-                st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); "
-                           "its bar spans them.")
-                df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
-                                   "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
-                                            for s, e in a.entry_spans], "share": a.entry_share})
-                st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
-            elif a.ratio == 0:
-                st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
+            if tabs[0].open is not False:
+                a = view.attention
+                # beside a recall checkpoint on the same prompt, the fact's entry outlined in both (ui/step_pair.py)
+                if not attention_pair(sess, run, prompt, mode, int(n_new), layer, pos, head):
+                    st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
+                                    width="stretch", key="insp_attn")
+                    m1, m2, m3 = st.columns(3)
+                    m1.metric("Window rows", f"{a.window_total:.1%}")
+                    m2.metric("Compressed entries", f"{a.entries_total:.1%}")
+                    m3.metric("Sink", f"{a.sink:.1%}")
+                reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
+                if a.entry_ids:
+                    st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); "
+                               "its bar spans them.")
+                    df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
+                                       "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
+                                                for s, e in a.entry_spans], "share": a.entry_share})
+                    st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
+                elif a.ratio == 0:
+                    st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
         with tabs[1]:
             if tabs[1].open is not False:
                 sel = view.selection
