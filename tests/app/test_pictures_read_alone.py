@@ -57,6 +57,8 @@ def test_a_short_prompt_s_selection_is_a_sentence_not_a_solid_block():
     long = SelectionView(True, None, 307, list(range(16)), list(range(64)), [0.0] * 307, "")
     assert too_short_to_choose(long) is None
     at = run_page("inspector", prompt="The key is in the blue box. The box is", layer=8, selpair="0")
+    at.session_state["insp_tab"] = "Selected entries"       # a closed tab computes nothing
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert "insp_sel" not in specs(at)
     assert any("Too short to choose much" in c.value for c in at.caption)
