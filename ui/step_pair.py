@@ -38,6 +38,7 @@ from ui.far_fact import FACT
 from ui.figures import grouped_bars
 from ui.figures_run import attention_figure, pool_strip_figure
 from ui.live import live_trace
+from ui.pair import pair_toggle
 from ui.state import KEEP, qp_choice, qp_set, seed
 
 EAGER_TOKENS = 1024       # longer prompts run on the other set only when the reader asks: a trace costs seconds
@@ -117,7 +118,9 @@ def _go_to(layer: int) -> None:
 def attention_pair(sess: Session, run: Run, prompt: str, mode: str, new_tokens: int, layer: int, pos: int,
                    head: int | None, key: str = "insp_step") -> bool:
     """The session's chart beside the other set's, the fact outlined in both; True when the pair was drawn (else the
-    page draws its own chart alone)."""
+    page draws its own chart alone: the reader turned the side-by-side off, `steppair=0` in the link)."""
+    if not pair_toggle(key, "steppair"):
+        return False
     kind = other_kind(sess, key)
     if kind is None:
         return False
