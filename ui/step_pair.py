@@ -38,7 +38,6 @@ from ui.far_fact import FACT
 from ui.figures import grouped_bars
 from ui.figures_run import attention_figure, pool_strip_figure
 from ui.live import live_trace
-from ui.pair import pair_toggle
 from ui.state import KEEP, qp_choice, qp_set, seed
 
 EAGER_TOKENS = 1024       # longer prompts run on the other set only when the reader asks: a trace costs seconds
@@ -59,24 +58,34 @@ def marked_attention_figure(view, tokens: list[str], pos: int, title: str, span:
     return fig
 
 
-def other_kind(sess: Session, key: str) -> str | None:
+NONE = "none"
+
+
+def other_kind(sess: Session, key: str, off: bool = False) -> str | None:
     """The set drawn beside the session's: a recall checkpoint (the reader's choice, plain training first) beside
-    the text model or any other weights; the text model beside a recall checkpoint. None when none is offered."""
+    the text model or any other weights; the text model beside a recall checkpoint. None when none is offered, or
+    when the reader chose nothing (`off`: the choice offers it; `beside=none` in the link)."""
     own = weights.kind_of(sess)
-    if own in RECALL_KINDS:
-        return "text" if weights.offered("text") else None
-    kinds = [k for k in RECALL_KINDS if weights.offered(k)]
+    kinds = (["text"] if own in RECALL_KINDS and weights.offered("text") else
+             [] if own in RECALL_KINDS else [k for k in RECALL_KINDS if weights.offered(k)])
     if not kinds:
         return None
-    if len(kinds) == 1:
+    options = kinds + ([NONE] if off else [])
+    if len(options) == 1:
         return kinds[0]
-    seed(f"{key}_kind", qp_choice("beside", kinds, None, "a recall checkpoint (unaided or recall)"), kinds[0])
-    kind = st.segmented_control("Beside it", kinds, key=f"{key}_kind", format_func=lambda k: TITLES[k],
-                                persist_state=KEEP, help="Plain training learned far recall from the answers alone; "
-                                "the other was also shown where to look. Each side says how it was trained.")
-    kind = kind if kind in kinds else kinds[0]
+    seed(f"{key}_kind", qp_choice("beside", options, None, "what to draw beside (" + ", ".join(options) + ")"),
+         kinds[0])
+    # one row: a word, then the choice (a page's first screen keeps its chart in view)
+    said, choice = st.columns([1, 6], vertical_alignment="center")
+    said.markdown("**Beside it**")
+    with choice:
+        kind = st.segmented_control("Beside it", options, key=f"{key}_kind", label_visibility="collapsed",
+                                    format_func=lambda k: "nothing" if k == NONE else TITLES[k], persist_state=KEEP,
+                                    help="Plain training learned far recall from the answers alone; the other was "
+                                         "also shown where to look. Each side says how it was trained.")
+    kind = kind if kind in options else kinds[0]
     qp_set(beside=None if kind == kinds[0] else kind)
-    return kind
+    return None if kind == NONE else kind
 
 
 def _other_run(side: Session, prompt: str, mode: str, new_tokens: int) -> tuple[Run | None, str | None]:
@@ -118,10 +127,8 @@ def _go_to(layer: int) -> None:
 def attention_pair(sess: Session, run: Run, prompt: str, mode: str, new_tokens: int, layer: int, pos: int,
                    head: int | None, key: str = "insp_step") -> bool:
     """The session's chart beside the other set's, the fact outlined in both; True when the pair was drawn (else the
-    page draws its own chart alone: the reader turned the side-by-side off, `steppair=0` in the link)."""
-    if not pair_toggle(key, "steppair"):
-        return False
-    kind = other_kind(sess, key)
+    page draws its own chart alone: the reader chose nothing beside it, `beside=none` in the link)."""
+    kind = other_kind(sess, key, off=True)
     if kind is None:
         return False
     fact = _fact(sess, prompt, run)

@@ -171,7 +171,7 @@ def test_figure3_other_boxes_snippets(tmp_path):
 
 @pytest.mark.parametrize("head", [None, 1])
 def test_inspector_snippet(tmp_path, head):
-    at = app("inspector", sample=0, layer=7, token=5, gen=2, steppair=0)     # the session's chart alone
+    at = app("inspector", sample=0, layer=7, token=5, gen=2, beside="none")   # the session's chart alone
     if head is not None:
         at.selectbox(key="insp_head").set_value(f"head {head}").run()
     out = run_snippet(snippet(at), tmp_path)

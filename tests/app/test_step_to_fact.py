@@ -73,6 +73,10 @@ def test_inspector_steps_to_the_decoder_layer_that_reaches_the_fact():
     at.segmented_control(key="insp_step_kind").set_value("recall").run()    # the guided one, on request
     ok(at)
     assert training_clause(record("recall"), short=True) in " ".join(c.value for c in at.caption)
+    at.segmented_control(key="insp_step_kind").set_value("none").run()      # or nothing: the chart alone
+    ok(at)
+    assert "insp_attn" in specs(at) and "insp_step_other" not in specs(at)
+    assert at.query_params.get("beside") in ("none", ["none"])
 
 
 def test_inspector_runs_the_other_set_on_a_long_prompt_only_when_asked():
