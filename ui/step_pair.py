@@ -59,6 +59,8 @@ def marked_attention_figure(view, tokens: list[str], pos: int, title: str, span:
 
 
 NONE = "none"
+SHORT = {"unaided": "recall, plain training", "recall": "recall, shown where to look", "text": "text model",
+         NONE: "nothing"}       # the choice's labels: one row beside "Beside it"
 
 
 def other_kind(sess: Session, key: str, off: bool = False) -> str | None:
@@ -80,7 +82,7 @@ def other_kind(sess: Session, key: str, off: bool = False) -> str | None:
     said.markdown("**Beside it**")
     with choice:
         kind = st.segmented_control("Beside it", options, key=f"{key}_kind", label_visibility="collapsed",
-                                    format_func=lambda k: "nothing" if k == NONE else TITLES[k], persist_state=KEEP,
+                                    format_func=SHORT.get, persist_state=KEEP,
                                     help="Plain training learned far recall from the answers alone; the other was "
                                          "also shown where to look. Each side says how it was trained.")
     kind = kind if kind in options else kinds[0]
