@@ -5,7 +5,9 @@ the pool, passed over by a top-k with no pool, or not made yet (the query cannot
 
 Read off an inspector Run (lessons/inspect.py) and a PromptFact (lessons/fact_in_prompt.py); nothing is recomputed.
 A page steps a layer and draws one row; `reach` lists every layer once per run and query (memoised on the run,
-which is read-only). It does not know which weights made the run, nor anything of Streamlit.
+which is read-only). Also the same question for one query row of the pools page (`in_pool_row`), the head a Reuse
+comparison shows and the fact named in its bars (`busiest_head`, `mark_fact`), and the title that states a far-fact
+panel's result (`folded_title`). It does not know which weights made the run, nor anything of Streamlit.
 """
 
 from __future__ import annotations
