@@ -24,7 +24,7 @@ if missing:
 nav = navigation_pages(HERE)
 files = {page.url_path: spec.file for pages, items in zip(sections().values(), nav.values())
          for spec, page in zip(pages, items)}
-page = st.navigation(nav)
+page = st.navigation(nav, expanded=True)   # every section shown, no "View N more"
 st.session_state[PAGE_TITLE] = page.title   # pages name each other in sentences ("your text from Home")
 st.session_state[PAGE_FILE] = files.get(page.url_path, "")   # the tour finds its stops by page file
 with app_frame():

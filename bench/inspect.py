@@ -7,7 +7,11 @@ Measures, in one run on the tiny model (trained weights when shipped, else rando
   quantity, pool re-selection) and as whole page reruns through Streamlit's AppTest (step a layer,
   move the token, change the overview quantity, move the pool slider), which is what the reader waits for;
 - the one-time costs around them (the pools page's full-detail trace and re-run, the trace JSON).
-Last line: `inspect: trace_2k_s=… worst_interaction_s=…` (worst = slowest cached page rerun).
+- a warm layer step (Next layer, the run cached) on the 307-token default prompt and on the long prompt, with the
+  recall checkpoint's side beside it (asked for on the long prompt, as a reader does) and with the "Selected
+  entries" tab open: what a reader waits for when stepping layer by layer to the fact (`--steps-only`: only this).
+Last line: `inspect: trace_2k_s=… worst_interaction_s=… step_default_s=… step_long_s=…` (worst = slowest cached
+page rerun; a step figure is the median of its warm steps, `_worst_s` the slowest).
 Timings are wall-clock on this machine's CPU and include whatever else it is running (load shown).
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -59,11 +64,45 @@ def timed(fn, *a, repeat: int = 1, **kw):
     return best, out
 
 
+def layer_steps(kind: str, text: str | None, steps: int = 4, n_layers: int = 12) -> tuple[float, float]:
+    """(median, slowest) of 2 x `steps` warm Next-layer steps on the inspector (AppTest), from the first decoder
+    layer on: the run is cached after the first draw. The recall checkpoint's side is asked for where the page
+    offers a button (a long prompt), and the steps are timed once on the Attention tab and once with "Selected
+    entries" open."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "inspector.py"), default_timeout=900)
+    at.query_params["weights"] = kind
+    if text is not None:
+        at.query_params["prompt"] = text
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    ask = next((b for b in at.button if b.key == "insp_step_ask"), None)
+    if ask is not None:                      # a long prompt: the reader asks for the other side
+        ask.click().run()
+    at.run()                                 # warm: every run of this prompt is cached now
+    times: list[float] = []
+    for tab in ("Attention", "Selected entries"):
+        if "insp_tab" in at.session_state:
+            at.session_state["insp_tab"] = tab
+            at.run()
+        for _ in range(steps):
+            step = next(w for w in at.get("pagination") if w.key == "insp_layer_step")
+            t0 = time.perf_counter()
+            step.set_value(min(step.value + 1, n_layers)).run()         # 1-based pages: layer + 1
+            times.append(time.perf_counter() - t0)
+            assert not at.exception, [e.value for e in at.exception]
+        step = next(w for w in at.get("pagination") if w.key == "insp_layer_step")
+        step.set_value(n_layers - steps).run()  # back, for the next tab
+    return statistics.median(times), max(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.inspect")
     ap.add_argument("--weights", choices=["auto", "trained", "random"], default="auto")
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--no-pages", action="store_true", help="skip the AppTest page reruns")
+    ap.add_argument("--steps-only", action="store_true", help="only the warm layer steps (default and long prompt)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # as the app does on CPU (ui.common): one intra-op thread per session
 
@@ -74,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = model.cfg
     print(f"tiny model ({kind} weights), prompt {len(ids)} tokens, {torch.get_num_threads()} threads, "
           f"load average {os.getloadavg()[0]:.1f}")
+    if a.steps_only:
+        (d, dw), (lo, low) = (layer_steps(kind, t, n_layers=cfg.num_hidden_layers) for t in (None, text))
+        print(f"inspect: step_default_s={d:.3f} step_default_worst_s={dw:.3f} step_long_s={lo:.3f} "
+              f"step_long_worst_s={low:.3f} long_tokens={len(ids)} load={os.getloadavg()[0]:.1f}")
+        return 0
     rows: list[tuple[str, float]] = []
 
     t_b, run = timed(ins.run_prompt, model, ids, "bounded")
@@ -145,8 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in page:
             print(f"{name:62} {t:8.3f}")
     worst = max(t for _, t in (page or lesson))
+    steps = ""
+    if not a.no_pages:
+        (d, dw), (lo, low) = (layer_steps(kind, t, n_layers=cfg.num_hidden_layers) for t in (None, text))
+        steps = (f" step_default_s={d:.3f} step_default_worst_s={dw:.3f} step_long_s={lo:.3f} "
+                 f"step_long_worst_s={low:.3f}")
     print(f"inspect: trace_2k_s={t_b:.2f} trace_2k_exact_s={t_e:.2f} worst_interaction_s={worst:.3f} "
-          f"worst_lesson_s={max(t for _, t in lesson):.3f} load={os.getloadavg()[0]:.1f}")
+          f"worst_lesson_s={max(t for _, t in lesson):.3f}{steps} load={os.getloadavg()[0]:.1f}")
     return 0
 
 

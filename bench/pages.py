@@ -14,6 +14,15 @@ the class). The per-page ratio is what the warm-up saves on this machine now.
 
 Ends with one line: `pages: worst_first_s=... worst_warm_s=... worst_first_no_warmup_s=... warmup_s=...
 cold_start_s=... worst_page=... n_pages=... pages_with_errors=...`.
+
+`--home` instead measures the home page alone, on servers run side by side: as it is, with its far-fact picture
+left out (V41_HERO=0: the baseline), and optionally an earlier checkout (`--before DIR`, e.g. a `git archive` of
+an older commit). Cold: the first visit of `--colds` fresh servers per variant, taken in turn. Warm: after every
+warm-up is done, `--rounds` fresh visitors per server, interleaved, each with 2 reruns. A first draw is never under
+ui/state.ARRIVAL_WAIT_S (an arrival run waits that long before it writes the URL), so the rerun (no arrival) shows
+what the page itself costs. Goal: with the picture within 1.1x of without. Last line: `pages: home_first_s=...
+home_no_hero_s=... home_ratio=... home_rerun_s=... home_rerun_no_hero_s=... home_cold_s=... home_cold_no_hero_s=...
+home_cold_ratio=... [home_before_s=... home_rerun_before_s=... home_cold_before_s=...] load=...`.
 """
 
 from __future__ import annotations
@@ -78,11 +87,64 @@ def measure(warmup: bool, reruns: int, query: str, log_dir: Path) -> tuple[list[
     return rows, cold, warm_s
 
 
+def home(query: str, log_dir: Path, before: Path | None, rounds: int, colds: int) -> None:
+    """The home page's first draw with and without its picture (and on an earlier checkout), one run."""
+    from bench import server as app_server
+    from ui.warmup import DONE_LINE
+
+    variants = [("hero", ROOT, {}), ("no_hero", ROOT, {"V41_HERO": "0"})]
+    if before is not None:
+        variants.append(("before", before, {}))
+    cold: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    for i in range(colds):                   # cold: a fresh server's first visitor, servers taken in turn
+        for name, root, env in variants:
+            srv = app_server.start(log_dir / f"server-home-{name}-cold{i}.log", env=env, root=root)
+            try:
+                cold[name].append(asyncio.run(_page(srv.port, "", query, 0)).first)
+            finally:
+                srv.stop()
+    servers = {}
+    try:
+        for name, root, env in variants:
+            srv = servers[name] = app_server.start(log_dir / f"server-home-{name}.log", env=env, root=root)
+            asyncio.run(_page(srv.port, "", query, 0))
+            deadline = time.monotonic() + 900
+            while DONE_LINE not in srv.log() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        firsts: dict[str, list[float]] = {name: [] for name in servers}
+        reruns: dict[str, list[float]] = {name: [] for name in servers}
+        for _ in range(rounds):                  # interleaved, so the machine's load falls on every variant alike
+            for name, srv in servers.items():
+                t = asyncio.run(_page(srv.port, "", query, 2))
+                firsts[name].append(t.first)
+                reruns[name].append(t.warm)
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    med = {name: statistics.median(v) for name, v in firsts.items()}
+    again = {name: statistics.median(v) for name, v in reruns.items()}
+    cmed = {name: statistics.median(v) for name, v in cold.items()}
+    for name in servers:
+        print(f"  {name:8s} cold {cmed[name]:6.2f} s ({' '.join(f'{x:.2f}' for x in cold[name])}); first draw "
+              f"{med[name]:5.2f} s; rerun {again[name]:5.2f} s (medians)")
+    extra = (f" home_before_s={med['before']:.2f} home_rerun_before_s={again['before']:.2f} "
+             f"home_cold_before_s={cmed['before']:.2f}" if "before" in med else "")
+    print(f"pages: home_first_s={med['hero']:.2f} home_no_hero_s={med['no_hero']:.2f} "
+          f"home_ratio={med['hero'] / med['no_hero']:.2f} home_rerun_s={again['hero']:.2f} "
+          f"home_rerun_no_hero_s={again['no_hero']:.2f} home_cold_s={cmed['hero']:.2f} "
+          f"home_cold_no_hero_s={cmed['no_hero']:.2f} home_cold_ratio={cmed['hero'] / cmed['no_hero']:.2f}{extra} "
+          f"load={os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", default=None, help="trained | random (default: trained if shipped, else random)")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--no-compare", action="store_true", help="only the server with the warm-up")
+    ap.add_argument("--home", action="store_true", help="only the home page, with and without its picture")
+    ap.add_argument("--before", type=Path, default=None, help="with --home: an earlier checkout to serve beside")
+    ap.add_argument("--rounds", type=int, default=5, help="with --home: fresh visitors per server")
+    ap.add_argument("--colds", type=int, default=3, help="with --home: fresh servers per variant (cold first draws)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.server import default_weights
@@ -90,6 +152,9 @@ def main() -> None:
     query = f"weights={args.weights}" if args.weights else ("" if default_weights() is None else "weights=random")
     log_dir = Path(tempfile.mkdtemp(prefix="v41-pages-"))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {query or 'default weights'}")
+    if args.home:
+        home(query, log_dir, args.before, args.rounds, args.colds)
+        return
     before = None
     if not args.no_compare:
         before, _, _ = measure(False, args.reruns, query, log_dir)

@@ -97,9 +97,10 @@ class Server:
 
 
 def start(log_path: Path, port: int | None = None, timeout: float = 300.0, extra: list[str] | None = None,
-          env: dict[str, str] | None = None) -> Server:
+          env: dict[str, str] | None = None, root: Path = ROOT) -> Server:
     """Start `streamlit run app.py` on a free port and wait until /_stcore/health answers "ok" (`env`: extra
-    environment variables for the server, e.g. the batch worker's V41_BATCH_ROWS)."""
+    environment variables for the server, e.g. the batch worker's V41_BATCH_ROWS; `root`: another checkout's
+    app.py, e.g. an earlier version extracted for a before/after comparison)."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")
@@ -107,7 +108,7 @@ def start(log_path: Path, port: int | None = None, timeout: float = 300.0, extra
            "--server.headless", "true", "--browser.gatherUsageStats", "false", *(extra or [])]
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     srv = Server(port, proc, log_path, _log=log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -333,6 +333,19 @@ def selection_line(view: LayerView, tokens: list[str]) -> str:
     return f"{kept}; they get {share} of its attention{top}."
 
 
+def too_short_to_choose(sel: SelectionView | None) -> str | None:
+    """A sentence in place of the selection chart when the prompt is too short for the top-k to choose: it keeps at
+    least half of the visible entries (and any pool holds them all), so a chart would be one solid block. None when
+    the chart shows a real choice."""
+    if sel is None or sel.visible == 0:
+        return None
+    pooled = sel.pool is None or len(sel.pool) >= sel.visible
+    if not (pooled and 2 * len(sel.selected) >= sel.visible):
+        return None
+    return (f"Too short to choose much: {sel.visible} entries are visible and the top-k keeps {len(sel.selected)} "
+            "of them, so there is no chart of the choice here. A prompt of a few hundred tokens shows a real one.")
+
+
 def engram_view(model_cfg, run: Run, rec: LayerRecord, pos: int, row: int) -> EngramView | None:
     if rec.engram_gate is None or rec.engram_hash is None:
         return None

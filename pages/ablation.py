@@ -20,18 +20,20 @@ from lessons.ablation import (
     reading,
     run_config,
 )
+from lessons.far_compare import TITLES, learned_line
 from lessons.far_fact import CHANCE
 from lessons.inspect import load_samples
 from lessons.layers import bounded_note, map_line
 from lessons.prompts import encode_prompt
 from lessons.units import counted
-from ui import url
+from ui import url, weights
 from ui.cache import built, cached_with_progress
 from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel, weights_line_link
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
+from ui.step_pair import other_kind
 from ui.text import lead, plain, quoted
 from ui.url import arrived, qp_get, qp_set, seed, stop
 
@@ -96,53 +98,72 @@ if not chosen:
     st.info("Pick at least one configuration.")
     stop()
 
-budget = (sess.label, stories, natural, tuple(cost_ids))
+# the run on the sidebar's weights and, beside it, on a recall checkpoint (plain training unless the reader picks the
+# guided one): what switching the global branch off costs a model that uses it, next to one that does not
+other = other_kind(sess, "abl_step")
+sides = [(weights.kind_of(sess), sess)] + ([] if other is None else [(other, weights.session_for(other, sess))])
 
 
-def _run(name: str, progress):
-    return run_config(model, name, cost_ids, topk=topk if name == "smaller top-k" else None, max_stories=stories,
-                      max_natural_tokens=natural or None, progress=progress)
+def _run(side_model, side_ids, name: str, progress):
+    return run_config(side_model, name, side_ids, topk=topk if name == "smaller top-k" else None,
+                      max_stories=stories, max_natural_tokens=natural or None, progress=progress)
 
 
 run_col, note_col = st.columns([1, 3], vertical_alignment="center")
 go = run_col.button("Run the selected configurations", type="primary", key="abl_run")
-rows, missing = [], []
-for name in chosen:
-    key = budget + (name, topk if name == "smaller top-k" else None)
-    if go or ("abl_done" in st.session_state and key in st.session_state["abl_done"]):
-        try:
-            rows.append(cached_with_progress("ablation", key, lambda p, n=name: _run(n, p),
-                                             f"Evaluating: {label(name, topk)} ...", max_entries=64))
-            st.session_state.setdefault("abl_done", set()).add(key)
-        except Exception as e:  # a failing configuration becomes a message; the others still show
-            st.error(f"{label(name, topk)} failed: {plain(e)}")
-    else:
-        missing.append(label(name, topk))
+tables, missing = [], []
+for kind, side in sides:
+    side_ids = cost_ids if side is sess else encode_prompt(side.model, samples[cost_sample].text if samples else
+                                                           "The key is in the blue box.")[0]
+    budget = (side.label, stories, natural, tuple(side_ids))
+    rows = []
+    for name in chosen:
+        key = budget + (name, topk if name == "smaller top-k" else None)
+        if go or ("abl_done" in st.session_state and key in st.session_state["abl_done"]):
+            try:
+                rows.append(cached_with_progress("ablation", key,
+                                                 lambda p, n=name, m=side.model, i=side_ids: _run(m, i, n, p),
+                                                 f"Evaluating: {label(name, topk)} ...", max_entries=64))
+                st.session_state.setdefault("abl_done", set()).add(key)
+            except Exception as e:  # a failing configuration becomes a message; the others still show
+                st.error(f"{label(name, topk)} failed: {plain(e)}")
+        elif side is sess:
+            missing.append(label(name, topk))
+    if rows:
+        tables.append((kind, side, ablation_table(rows)))
 if missing:     # beside the button: every one chosen is named only when some have run
     said = counted(len(missing), "configuration") if len(missing) == len(chosen) else ", ".join(missing)
-    note_col.caption(f"Not run yet: {said} (seconds to minutes each on CPU; results are kept).")
+    note_col.caption(f"Not run yet: {said}" + (f", on {len(sides)} sets of weights" if len(sides) > 1 else "")
+                     + " (seconds to minutes each on CPU; results are kept).")
 
-if rows:   # the results right under the button; the one-story panel after them
-    table = ablation_table(rows)
-    df = pd.DataFrame(table)
+if tables:   # the results right under the button, one column per set; the one-story panel after them
     st.subheader("Side by side")
-    st.dataframe(df, hide_index=True, column_config={
-        "loss": st.column_config.NumberColumn("loss (nats/token)", format="%.3f"),
-        "recall_inside": st.column_config.NumberColumn("recall inside window", format="%.2f"),
-        "recall_just_past": st.column_config.NumberColumn("recall just past", format="%.2f"),
-        "recall_far": st.column_config.NumberColumn("recall far", format="%.2f"),
-        "prefill_s": st.column_config.NumberColumn("prefill s", format="%.3f"),
-        "decode_ms_per_token": st.column_config.NumberColumn("decode ms/token", format="%.1f"),
-        "cache_bytes": st.column_config.NumberColumn("cache bytes", format="%d"),
-    })
-    st.download_button("Table (CSV)", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv",
-                       key="abl_dl")
-    st.plotly_chart(built(ablation_figure, table, [("loss", "held-out loss"), ("recall_far", "far recall"),
-                                                   ("prefill_s", "prefill seconds"), ("cache_bytes", "cache bytes")],
-                          f"Same prompt ({len(cost_ids)} tokens), same budget", chance=CHANCE), width="stretch",
-                    key="abl_chart")
-    for line in reading(table):
-        st.write(line)
+    for col, (kind, side, table) in zip(st.columns(len(tables)), tables):
+        with col:
+            name = TITLES.get(kind, side.label) if kind else side.label
+            st.markdown(f"**{name}**")
+            if kind not in (None, "text"):      # a recall checkpoint's behaviour keeps its training clause beside it
+                st.caption(learned_line(kind, weights.record(kind), side.model.cfg.sliding_window))
+            df = pd.DataFrame(table)
+            st.dataframe(df, hide_index=True, key=f"abl_table_{kind or 'own'}", column_config={
+                "loss": st.column_config.NumberColumn("loss (nats/token)", format="%.3f"),
+                "recall_inside": st.column_config.NumberColumn("recall inside window", format="%.2f"),
+                "recall_just_past": st.column_config.NumberColumn("recall just past", format="%.2f"),
+                "recall_far": st.column_config.NumberColumn("recall far", format="%.2f"),
+                "prefill_s": st.column_config.NumberColumn("prefill s", format="%.3f"),
+                "decode_ms_per_token": st.column_config.NumberColumn("decode ms/token", format="%.1f"),
+                "cache_bytes": st.column_config.NumberColumn("cache bytes", format="%d"),
+            })
+            st.download_button("Table (CSV)", df.to_csv(index=False), file_name=f"ablation_{kind or 'weights'}.csv",
+                               mime="text/csv", key=f"abl_dl_{kind or 'own'}")
+            st.plotly_chart(built(ablation_figure, table, [("loss", "held-out loss"), ("recall_far", "far recall"),
+                                                           ("prefill_s", "prefill seconds"),
+                                                           ("cache_bytes", "cache bytes")],
+                                  f"Same prompt ({len(cost_ids)} tokens), same budget", chance=CHANCE),
+                            width="stretch", key=f"abl_chart_{kind or 'own'}")
+            for line in reading(table):
+                st.write(line)
+    table = tables[0][2]
     same_bytes = len({r["cache_bytes"] for r in table}) == 1
     st.caption(("Cache bytes are the same in every configuration: the trained model still writes its compressed "
                 "entries when a switch stops it from reading them, the selection size does not change what is "

@@ -27,11 +27,12 @@ from ui.cache import built, cached_with_progress
 from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
-from ui.figures_run import block_scores_figure, pool_strip_figure, recall_rows_figure
+from ui.figures_run import block_scores_figure, recall_rows_figure
 from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
 from ui.prompt import OWN_TEXT, prompt_ids, sample_or_text
 from ui.reproduce import reproduce
+from ui.step_pair import pool_pair
 from ui.text import lead, plain
 from ui.url import KEEP, seed, stop
 
@@ -63,13 +64,18 @@ ids = prompt_ids(model, "pool", text, MAX_TOKENS, "this page, which keeps attent
 prompt = text
 
 
-def _compute(progress):
-    tr = trace_for_pools(model, ids, mode, progress=lambda f, m: progress(0.9 * f, m))
+def _compute_for(m, token_ids, prefill, progress):
+    """One set's full-detail trace and Reindex re-run (this page's recipe, used for the side-by-side too)."""
+    tr = trace_for_pools(m, token_ids, prefill, progress=lambda f, msg: progress(0.9 * f, msg))
     progress(0.9, "re-running the Reindex layers' queries on the recorded states")
-    inp = reindex_inputs(model, tr)
+    inp = reindex_inputs(m, tr)
     progress(0.97, "selecting at the configured pool size and k")
     reselect(inp)
     return inp
+
+
+def _compute(progress):
+    return _compute_for(model, ids, mode, progress)
 
 
 try:
@@ -169,8 +175,10 @@ m[2].metric("Indexer mass dropped", f"{d.indexer_mass:.1%}")
 m[3].metric("Attention mass dropped", f"{d.attention_mass:.1%}")
 st.plotly_chart(built(block_scores_figure, d, inp.block_size, f"Broad scan at layer {sess.num(inp.candidate_layer)}: "
                       "block scores"), width="stretch", key="pool_blocks")
-st.plotly_chart(built(pool_strip_figure, d, f"Layer {sess.num(layer)}: pool, choices and dropped entries"),
-                width="stretch", key="pool_strip")
+# the strip beside a recall checkpoint's for the same prompt, layer and row, the fact's entry outlined in both
+st.caption(f"Layer {sess.num(layer)}: pool, choices and dropped entries, one row per stage.")
+pool_pair(sess, ids, prompt, mode, int(nb), int(k), layer, pos, inp, d,
+          lambda m, i, progress: _compute_for(m, i, mode, progress))
 if d.dropped:
     li = inp.layers[layer]
     share = li.would_share[row].mean(0)

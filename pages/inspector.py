@@ -26,6 +26,7 @@ from lessons.inspect import (
     one_line,
     overview,
     run_prompt,
+    too_short_to_choose,
     trace_to_json,
 )
 from lessons.layers import bounded_note, map_line
@@ -48,6 +49,7 @@ from ui.limits import LONG_PROMPT_CHARS
 from ui.pair import far_pair, selection_pair
 from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
+from ui.step_pair import attention_pair
 from ui.stepper import stepper
 from ui.text import plain
 from ui.url import KEEP, arrived, stop
@@ -176,80 +178,95 @@ with right:
         st.write(f"This layer {view.description}." + (" A generated token runs through every layer of both "
                                                        "halves, whatever the prefill mode."
                                                        if kind == "generated" else ""))
-        tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"])
+        # a tab's content runs only while it is open: the side-by-side of "Selected entries" costs nothing unseen
+        tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"], key="insp_tab",
+                       on_change="rerun")
         with tabs[0]:
-            a = view.attention
-            st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
-                            width="stretch", key="insp_attn")
-            m1, m2, m3 = st.columns(3)
-            m1.metric("Window rows", f"{a.window_total:.1%}")
-            m2.metric("Compressed entries", f"{a.entries_total:.1%}")
-            m3.metric("Sink", f"{a.sink:.1%}")
-            reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
-            if a.entry_ids:
-                st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); "
-                           "its bar spans them.")
-                df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
-                                   "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
-                                            for s, e in a.entry_spans], "share": a.entry_share})
-                st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
-            elif a.ratio == 0:
-                st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
+            if tabs[0].open is not False:
+                a = view.attention
+                # beside a recall checkpoint on the same prompt, the fact's entry outlined in both (ui/step_pair.py)
+                if not attention_pair(sess, run, prompt, mode, int(n_new), layer, pos, head):
+                    st.plotly_chart(built(attention_figure, a, run.tokens, pos, "Where this token's attention went"),
+                                    width="stretch", key="insp_attn")
+                    m1, m2, m3 = st.columns(3)
+                    m1.metric("Window rows", f"{a.window_total:.1%}")
+                    m2.metric("Compressed entries", f"{a.entries_total:.1%}")
+                    m3.metric("Sink", f"{a.sink:.1%}")
+                reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
+                if a.entry_ids:
+                    st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); "
+                               "its bar spans them.")
+                    df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
+                                       "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
+                                                for s, e in a.entry_spans], "share": a.entry_share})
+                    st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
+                elif a.ratio == 0:
+                    st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
         with tabs[1]:
-            sel = view.selection
-            if sel is None:
-                st.write("This layer has no compressed branch, so it selects nothing.")
-            else:
-                # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
-                selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
-                st.write(sel.note)
-                c = st.columns(3)
-                c[0].metric("Visible entries", sel.visible)
-                c[1].metric("Selected", len(sel.selected))
-                c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
-                st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"), width="stretch",
-                                key="insp_sel")
+            if tabs[1].open is not False:
+                sel = view.selection
+                if sel is None:
+                    st.write("This layer has no compressed branch, so it selects nothing.")
+                else:
+                    # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
+                    selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
+                    st.write(sel.note)
+                    c = st.columns(3)
+                    c[0].metric("Visible entries", sel.visible)
+                    c[1].metric("Selected", len(sel.selected))
+                    c[2].metric("Candidate pool", "none" if sel.pool is None else len(sel.pool))
+                    short = too_short_to_choose(sel)
+                    if short is not None:      # a sentence, not a solid block
+                        st.caption(short)
+                    else:
+                        st.plotly_chart(built(selection_figure, sel, "Index scores of the visible entries"),
+                                        width="stretch", key="insp_sel")
         with tabs[2]:
-            r = view.router
-            st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
-                     f"{len(r.scores)} routed experts, weighted by their normalised scores.")
-            st.plotly_chart(built(router_figure, r, "Router scores (chosen experts in green, with their weights)"),
-                            width="stretch", key="insp_router")
-            st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts],
-                                       "weight": [1.0] + r.weights}), hide_index=True, key="insp_router_df")
+            if tabs[2].open is not False:
+                r = view.router
+                st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
+                         f"{len(r.scores)} routed experts, weighted by their normalised scores.")
+                st.plotly_chart(built(router_figure, r, "Router scores (chosen experts in green, with their weights)"),
+                                width="stretch", key="insp_router")
+                st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts],
+                                           "weight": [1.0] + r.weights}), hide_index=True, key="insp_router_df")
         with tabs[3]:
-            e = view.engram
-            if e is None:
-                st.write("No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(
-                    str(sess.num(i)) for i in cfg.engram_layer_ids) + ")." if cfg.engram_layer_ids else "."))
-            else:
-                st.write("Engram hashes the n-grams ending at this token (each order with several hash heads) into "
-                         "table rows, and a gate per residual stream decides how much of the looked-up value to add.")
-                st.dataframe(pd.DataFrame({"n": [g["order"] for g in e.ngrams],
-                                           "head": [g["head"] for g in e.ngrams],
-                                           "table row": [g["row"] for g in e.ngrams],
-                                           "n-gram": [" | ".join(show_token(t) for t in g["tokens"])
-                                                      for g in e.ngrams]}),
-                             hide_index=True, key="insp_engram_df")
-                st.plotly_chart(built(small_bar, e.gate, [f"stream {i}" for i in range(len(e.gate))],
-                                      "Engram gate per stream"), width="stretch", key="insp_engram_gate")
+            if tabs[3].open is not False:
+                e = view.engram
+                if e is None:
+                    st.write("No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(
+                        str(sess.num(i)) for i in cfg.engram_layer_ids) + ")." if cfg.engram_layer_ids else "."))
+                else:
+                    st.write("Engram hashes the n-grams ending at this token (each order with several hash heads) "
+                             "into table rows, and a gate per residual stream decides how much of the looked-up "
+                             "value to add.")
+                    st.dataframe(pd.DataFrame({"n": [g["order"] for g in e.ngrams],
+                                               "head": [g["head"] for g in e.ngrams],
+                                               "table row": [g["row"] for g in e.ngrams],
+                                               "n-gram": [" | ".join(show_token(t) for t in g["tokens"])
+                                                          for g in e.ngrams]}),
+                                 hide_index=True, key="insp_engram_df")
+                    st.plotly_chart(built(small_bar, e.gate, [f"stream {i}" for i in range(len(e.gate))],
+                                          "Engram gate per stream"), width="stretch", key="insp_engram_gate")
         with tabs[4]:
-            if view.hc is None:
-                st.write("No mHC record.")
-            else:
-                st.write(f"{cfg.hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns "
-                         f"to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and column sums to "
-                         "about 1.")
-                st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
-                df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
-                df.index = [f"stream {i}" for i in range(len(df))]
-                df["RMS after layer"] = view.stream_norms
-                st.dataframe(df, key="insp_hc_df")
+            if tabs[4].open is not False:
+                if view.hc is None:
+                    st.write("No mHC record.")
+                else:
+                    st.write(f"{cfg.hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns "
+                             f"to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and column sums to "
+                             "about 1.")
+                    st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
+                    df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
+                    df.index = [f"stream {i}" for i in range(len(df))]
+                    df["RMS after layer"] = view.stream_norms
+                    st.dataframe(df, key="insp_hc_df")
         with tabs[5]:
-            st.write("The logit lens: the model's own final norm and output head applied to this layer's "
-                     "streams, as if the model stopped here.")
-            st.plotly_chart(built(lens_figure, view.lens, "Top next tokens after this layer"), width="stretch",
-                            key="insp_lens")
+            if tabs[5].open is not False:
+                st.write("The logit lens: the model's own final norm and output head applied to this layer's "
+                         "streams, as if the model stopped here.")
+                st.plotly_chart(built(lens_figure, view.lens, "Top next tokens after this layer"), width="stretch",
+                                key="insp_lens")
 
 # ---- whole-prompt overview -----------------------------------------------------------------------------------
 st.subheader("Whole-prompt overview")

@@ -23,6 +23,7 @@ from ui.common import page_header, require_model
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
+from ui.step_pair import reuse_pair
 from ui.url import stop
 
 sess = page_header("Is this recurrence?", INTRO)
@@ -88,3 +89,6 @@ reproduce(snippets.recurrence(sess.weights, lt.text, layer), "recurrence")
 picker = sess.num(rf.index_source)
 st.write(f"{shares_sentence(rf, picker)} And its update is its own: on {rf.lens_differs} of {lt.n_tokens} rows, "
          f"the top logit-lens token after this layer differs from the one after layer {picker}.")
+# the same Reuse layer on a recall checkpoint, whose entries carry weight: the same picks, its own shares
+st.markdown(f"**Layer {sess.num(layer)} beside a recall checkpoint's, at the last token**")
+reuse_pair(sess, lt, layer)

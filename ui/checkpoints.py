@@ -31,12 +31,13 @@ import torch
 from model import V41Config
 from model.accounting import human, resident_footprint
 from model.checkpoint import available_memory, parse_bytes
+from model.shipped import WEIGHTS_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOTS = "V41_CHECKPOINT_ROOTS"
 ENV_BUDGET = "V41_MODEL_BUDGET"
 SECRETS = ROOT / ".streamlit" / "secrets.toml"
-DEFAULT_ROOTS = (ROOT / "data" / "weights",)
+DEFAULT_ROOTS = (WEIGHTS_ROOT,)          # the shipped sets (model/shipped.py)
 MAX_MODELS = 4               # distinct models held by the server at once (the shipped sets and one more)
 FAILURE_TTL_S = 60.0         # a failed load is answered from memory this long
 BUDGET_SHARE = 0.25          # default budget per model: this share of the memory available at start

@@ -22,7 +22,7 @@ from streamlit.logger import get_logger
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lessons.sources import ONE_BASED
-from model import default_device, load, random_tiny
+from model import default_device, load, random_tiny, shipped_weights
 from ui.checkpoints import (
     MAX_MODELS,
     NOT_OFFERED,
@@ -46,7 +46,7 @@ if default_device().type == "cpu":
     torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_DIR = ROOT / "data" / "weights" / "tiny"
+TINY_DIR = shipped_weights("text")      # model/shipped.py lists the shipped sets
 APP = ROOT / "app.py"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny",
                   "checkpoint": "Checkpoint directory"}

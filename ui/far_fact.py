@@ -16,10 +16,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.fact_steps import folded_title
 from lessons.far_fact import (
+    CHANCE,
     OWN_HELP,
     about,
     checkpoints_offer,
+    far_recall_of,
     read_panel,
     weights_note,
 )
@@ -43,6 +46,24 @@ SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
                  "about the weather for a long time. Where is the coin? The coin is in the")
 EXAMPLE_FACT = "Tom put the coin in the red bag."
+
+
+HOLDS, MISSES, FACT, WINDOW = "#2ca02c", "#d62728", "#000000", "#1f77b4"
+
+
+def legend_keys(fig: go.Figure, window: int) -> None:
+    """The picture's legend, so it reads without its caption: what the markers, the dashed outline and the blue band
+    mean (empty traces that only carry a legend entry)."""
+    keys = [("top-k holds the fact's entry", dict(symbol="circle", size=10, color=HOLDS), "markers"),
+            ("top-k misses it", dict(symbol="x", size=10, color=MISSES), "markers"),
+            ("the fact (dashed)", None, "lines"),
+            (f"the window (last {window} tokens)", dict(symbol="square", size=10, color=WINDOW, opacity=0.4),
+             "markers")]
+    for name, marker, mode in keys:
+        fig.add_scatter(x=[None], y=[None], mode=mode, name=name, marker=marker, hoverinfo="skip",
+                        line=dict(color=FACT, dash="dash", width=2) if mode == "lines" else None)
+    fig.update_layout(showlegend=True, legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom",
+                                                   font=dict(size=11)))
 
 
 def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's attention went") -> go.Figure:
@@ -72,21 +93,22 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
                  + f"; share {lf.share:.2%}" for lf in ff.layers]
         fig.add_scatter(x=[t.colour_positions[0]] * len(ylab), y=ylab, mode="markers", name="fact entry",
                         marker=dict(symbol=["circle" if p else "x" for p in picked], size=11,
-                                    color=["#2ca02c" if p else "#d62728" for p in picked],
+                                    color=[HOLDS if p else MISSES for p in picked],
                                     line=dict(width=1, color="#333")),
                         customdata=notes, hovertemplate="%{y}<br>%{customdata}<extra></extra>", showlegend=False)
     w0 = max(0, t.query - ff.window + 1)
-    fig.add_vrect(x0=w0 - 0.5, x1=t.query + 0.5, fillcolor="#1f77b4", opacity=0.15, line_width=0, layer="below",
-                  annotation_text="window", annotation_position="top left")
+    fig.add_vrect(x0=w0 - 0.5, x1=t.query + 0.5, fillcolor=WINDOW, opacity=0.25, line_width=0, layer="below")
     s0, s1 = t.sentence_positions[0], t.sentence_positions[-1]
     fig.add_vrect(x0=s0 - 0.5, x1=s1 + 0.5, fillcolor="#ffd700", opacity=0.35, line_width=0, layer="below")
+    # the fact is an outline in black, dashed: no colour of the attention scale can be mistaken for it
     c0, c1 = t.colour_positions[0], t.colour_positions[-1]
-    fig.add_vrect(x0=c0 - 0.5, x1=c1 + 0.5, fillcolor="#d62728", opacity=0.5, line_width=2, line_color="#d62728",
-                  layer="below", annotation_text="fact", annotation_position="top right")
-    fig.update_xaxes(title="token position (fact red, its sentence yellow, the window blue; marker: top-k holds a "
-                           "fact entry (green) or not (red x))", range=[-1, t.query + 1])
-    fig.update_layout(title=title, height=140 + 28 * max(1, len(z)), margin=dict(l=10, r=10, t=50, b=40),
-                      plot_bgcolor="white")
+    fig.add_vrect(x0=c0 - 0.5, x1=c1 + 0.5, fillcolor="rgba(0,0,0,0)", line=dict(color=FACT, width=2, dash="dash"),
+                  layer="above")
+    legend_keys(fig, ff.window)
+    fig.update_xaxes(title="token position (the fact's sentence shaded yellow)", range=[-1, t.query + 1])
+    # the title sits above the legend's row
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"), height=170 + 28 * max(1, len(z)),
+                      margin=dict(l=10, r=10, t=80 if title else 30, b=40), plot_bgcolor="white")
     return fig
 
 
@@ -221,6 +243,24 @@ def weights_note_section(sess) -> None:
                                for k in kinds))       # our own text, from the records
 
 
+def panel_title(sess) -> str:
+    """The folded panel's title, stating its result for the sidebar's weights: from the one far reading of the
+    shipped sets (computed once per server) and the set's training record; a neutral title for other weights."""
+    kind = weights.kind_of(sess)
+    name = weights.title(kind) if kind else sess.label
+    best, far = None, None
+    if kind is not None:
+        far = far_recall_of(weights.record(kind))
+        try:
+            from ui.pair import far_reading  # the pair module draws with this one's figure: imported late
+            pair = far_reading(sess)
+        except Exception:  # no reading: the title says what it can from the record
+            pair = None
+        if pair is not None and any(s.kind == kind for s in pair.sides):
+            best = pair.decoder_best(kind)
+    return folded_title(name, best, far, CHANCE)
+
+
 @fragment
 def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
                    pair: Callable[[], bool] | None = None) -> None:
@@ -229,11 +269,17 @@ def far_fact_panel(sess, key: str, focus: str = "inspector", note: bool = True,
     the story or editing one's own reruns only this panel, not the page around it (the inspector's eight figures,
     the pools' tables). `note=False` leaves out what the weights do on far recall, for a page that says it at its
     top already. `pair`: draws the same story on both shipped checkpoints side by side first (the page passes
-    ui.pair.far_pair, which draws with this module's figure), True when it drew; then the sidebar's weights."""
-    model = sess.model
+    ui.pair.far_pair, which draws with this module's figure), True when it drew. The sidebar's weights' own
+    reading is folded under a title that states its result: the side-by-side above it is the page's summary."""
     st.subheader("Far fact: does the answer reach back?")
-    if pair is not None and pair():
-        st.markdown("**On the weights chosen in the sidebar**")
+    if pair is not None:
+        pair()
+    with st.expander(panel_title(sess), expanded=False):
+        _panel_body(sess, key, focus, note)
+
+
+def _panel_body(sess, key: str, focus: str, note: bool) -> None:
+    model = sess.model
     if model is None or getattr(model, "tokenizer", None) is None:
         st.info("The far-fact view needs a loaded model with a tokenizer.")
         return

@@ -2,11 +2,14 @@
 on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the limits of the weights running here.
 
 The far-fact reading is one story traced on both shipped checkpoints, the same reading the pages' side-by-side
-panels draw (ui.pair.far_reading: computed once per server), so the page draws in about a second once the server's
-warm-up has drawn it. The points come from lessons/whats_new.py, the sizes against the release from lessons/start.py.
+panels draw (ui.pair.far_reading: stored with the weights, else computed once per server), so the page loads and runs
+no recall checkpoint to draw it. The points come from lessons/whats_new.py, the sizes against the release from
+lessons/start.py.
 """
 
 from __future__ import annotations
+
+import os
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -57,20 +60,20 @@ def hero_figure(ff, num, scale: bool = True) -> go.Figure:
     fig = go.Figure(far_fact_figure(ff, num, title=""))
     rows = [f"{num(lf.layer)} {lf.role}" for lf in ff.layers]
     fig.update_traces(y=rows, selector=dict(type="heatmap"))
-    fig.update_traces(y=rows, selector=dict(type="scatter"))
-    fig.update_xaxes(title="position (red: fact)")
+    fig.update_traces(y=rows, selector=dict(type="scatter", name="fact entry"))   # not the legend's keys
+    fig.update_xaxes(title="position in the story")
     fig.update_traces(zmin=0, zmax=1, showscale=scale, colorbar=dict(title="", tickvals=[0, 0.5, 1], tickformat=".0%",
                                                                      thickness=10),
                       selector=dict(type="heatmap"))
-    fig.update_layout(height=110 + 24 * len(ff.layers), margin=dict(l=10, r=10, t=20, b=40))
+    fig.update_layout(height=150 + 24 * len(ff.layers), margin=dict(l=10, r=10, t=40, b=40))
     return fig
 
 
-def far_picture(sess: Session, key: str, title: bool = True) -> None:
+def far_picture(sess: Session, key: str, title: bool = True, pair=None) -> None:
     """The far-fact picture on each shipped recall checkpoint (plain training first, then the one shown where to
     look), each with what it read, answered and was trained with; the text model's reading of the same story in an
-    expander (a message instead when the checkpoints are not offered)."""
-    pair = far_pair_reading(sess)
+    expander (a message instead when the checkpoints are not offered). `pair`: the reading, when the caller has it."""
+    pair = pair if pair is not None else far_pair_reading(sess)
     if pair is None:
         return
     recalls = [s for s in pair.sides if s.kind != "text"]
@@ -90,10 +93,23 @@ def far_picture(sess: Session, key: str, title: bool = True) -> None:
                        "branch show every set side by side.")
 
 
+HERO_HEIGHT = 560      # px: the headline, the line above, two pictures and their captions at 1400 px wide
+
+
 def draw_hero(sess: Session) -> None:
-    """The far-fact picture with its headline, in a container the tour outlines (key home_hero)."""
+    """The far-fact picture with its headline, in a container the tour outlines (key home_hero). While the reading is
+    computed (a server without stored readings, before its warm-up has read the story), a box of the picture's
+    size holds the progress, so the page does not jump when the picture arrives. V41_HERO=0 in the server's
+    environment leaves the picture out: bench.pages' baseline for what the picture costs a first visit."""
+    if os.environ.get("V41_HERO", "1") == "0":
+        return
     with st.container(key="home_hero"):
-        far_picture(sess, "home_far_fig")
+        slot = st.empty()
+        with slot.container(height=HERO_HEIGHT, border=False):
+            pair = far_pair_reading(sess)
+        if pair is not None:
+            with slot.container():
+                far_picture(sess, "home_far_fig", pair=pair)
 
 
 def draw_whats_new(sess: Session) -> None:

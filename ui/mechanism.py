@@ -12,11 +12,13 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from lessons.fact_in_prompt import prompt_fact
 from lessons.far_compare import TITLES, learned_line
 from lessons.mechanism import MechanismPicture, mechanism_picture
 from ui import weights
 from ui.cache import built
 from ui.common import Session
+from ui.far_fact import FACT
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace
 from ui.pair import MISSING, pair_sessions, pair_toggle
@@ -40,8 +42,10 @@ def _lanes(pic: MechanismPicture, num) -> list[tuple[str, int]]:
     return lanes
 
 
-def mechanism_figure(pic: MechanismPicture, tokens: list[str], step: int, num=lambda i: i) -> go.Figure:
-    """The picture up to `step` (0-based index into pic.steps); later lanes keep their place, empty."""
+def mechanism_figure(pic: MechanismPicture, tokens: list[str], step: int, num=lambda i: i,
+                     fact: list[int] | None = None) -> go.Figure:
+    """The picture up to `step` (0-based index into pic.steps); later lanes keep their place, empty. `fact`: the
+    token positions of the prompt's fact, outlined (dashed, black) through every row."""
     n = pic.query + 1
     x = list(range(n))
     lanes = _lanes(pic, num)
@@ -98,11 +102,52 @@ def mechanism_figure(pic: MechanismPicture, tokens: list[str], step: int, num=la
                   if p // r in share else "" for p in x],
                  bar=dict(title="share", tickformat=".0%", thickness=8, len=0.4, y=0.2, x=1.0) if first else None)
     fig.add_vline(x=pic.query, line=dict(color="#555", width=1, dash="dot"))
+    if fact:
+        fig.add_vrect(x0=min(fact) - 0.5, x1=max(fact) + 0.5, fillcolor="rgba(0,0,0,0)", layer="above",
+                      line=dict(color=FACT, width=2, dash="dash"))
     fig.update_yaxes(categoryorder="array", categoryarray=rows, range=[-0.5, len(rows) - 0.5], tickfont=dict(size=11),
                      automargin=True)
-    fig.update_xaxes(title="token position (dotted: the query)", range=[-0.5, n - 0.5])
+    fig.update_xaxes(title="position (dotted: query" + ("; dashed: fact)" if fact else ")"),
+                     range=[-0.5, n - 0.5])
     fig.update_layout(height=60 + 26 * len(names), margin=dict(l=10, r=10, t=10, b=40), plot_bgcolor="white")
     return fig
+
+
+def packing_figure(pic: MechanismPicture, tokens: list[str], start: int, num=lambda i: i,
+                   stacks: dict[int, str] | None = None, fact: list[int] | None = None) -> go.Figure:
+    """A magnified strip of MAGNIFIED tokens from `start`: one box per token, then one row per Full layer's entries,
+    each box spanning the tokens it packs (2 tokens -> 1 entry at ratio 2, 1 -> 1 at ratio 1)."""
+    end = min(start + MAGNIFIED, pic.query + 1)
+    rows = ["tokens"] + [f"r{g.ratio}, layer {num(g.layer)}" + (f" ({stacks[g.layer]})" if stacks else "")
+                         for g in pic.groups]
+    fig = go.Figure()
+    y = {name: len(rows) - 1 - i for i, name in enumerate(rows)}     # the tokens on top
+    for p in range(start, end):
+        edge = FACT if fact and p in fact else "#999"
+        fig.add_shape(type="rect", x0=p - 0.45, x1=p + 0.45, y0=y["tokens"] - 0.35, y1=y["tokens"] + 0.35,
+                      line=dict(color=edge, width=2 if edge == FACT else 1, dash="dash" if edge == FACT else None),
+                      fillcolor="#eeeeee")
+        fig.add_annotation(x=p, y=y["tokens"], text=label(tokens[p], 8) if p < len(tokens) else "", showarrow=False,
+                           font=dict(size=10))
+    for g, name in zip(pic.groups, rows[1:]):
+        for e in range(start // g.ratio, -(-end // g.ratio)):
+            a, b = max(e * g.ratio, start), min((e + 1) * g.ratio, end)
+            if e >= g.entries or b <= a:
+                continue
+            fig.add_shape(type="rect", x0=a - 0.45, x1=b - 0.55, y0=y[name] - 0.35, y1=y[name] + 0.35,
+                          line=dict(color="#333", width=1), fillcolor=ENTRY_COLOURS[e % 2])
+            fig.add_annotation(x=(a + b - 1) / 2, y=y[name], text=f"E{e}", showarrow=False, font=dict(size=10))
+    fig.add_scatter(x=[start, end - 1], y=[0, len(rows) - 1], mode="markers", marker=dict(opacity=0),
+                    hoverinfo="skip", showlegend=False)
+    fig.update_yaxes(tickvals=list(y.values()), ticktext=list(y), range=[-0.6, len(rows) - 0.4], showgrid=False,
+                     zeroline=False)
+    fig.update_xaxes(title=f"token positions {start}-{end - 1}, magnified", range=[start - 0.6, end - 0.4],
+                     showgrid=False, zeroline=False)
+    fig.update_layout(height=50 + 34 * len(rows), margin=dict(l=10, r=10, t=10, b=40), plot_bgcolor="white")
+    return fig
+
+
+MAGNIFIED = 16        # tokens in the magnified strip: enough to show packing, few enough to label every token
 
 
 def _draw(sess: Session, lt: LiveTrace, title: str, key: str) -> None:
@@ -113,11 +158,24 @@ def _draw(sess: Session, lt: LiveTrace, title: str, key: str) -> None:
     titles = [s.title for s in pic.steps]
     # a model without a pool has no "Pool" step: show the stage before it
     k = titles.index(title) if title in titles else max(0, STEP_TITLES.index(title) - 1)
-    st.plotly_chart(built(mechanism_figure, pic, lt.tokens, k, sess.num), width="stretch", key=key,
+    # the fact of a recall prompt, outlined in every row (positions of a cut prompt would not line up: none then)
+    found = None if lt.truncated else prompt_fact(sess.model.tokenizer, lt.text)
+    fact = found.positions if found is not None and found.query == pic.query else None
+    st.plotly_chart(built(mechanism_figure, pic, lt.tokens, k, sess.num, fact), width="stretch", key=key,
                     config={"displayModeBar": False})
     st.write(pic.steps[k].sentence)
+    if k >= 1:      # from the Entries step on: the packing itself, magnified around the fact (or the prompt's start)
+        cfg = sess.model.cfg
+        stacks = {g.layer: "decoder" if g.layer >= cfg.decoder_start else "encoder" for g in pic.groups}
+        start = max(0, min((fact[0] - MAGNIFIED // 2) if fact else 0, pic.query + 1 - MAGNIFIED))
+        start -= start % 2          # an even start, so a ratio-2 entry is never cut at the strip's edge
+        st.plotly_chart(built(packing_figure, pic, lt.tokens, start, sess.num, stacks, fact), width="stretch",
+                        key=f"{key}_pack", config={"displayModeBar": False})
+        st.caption(PACKING)
 
 
+PACKING = ("Magnified: at ratio 2 an entry packs 2 tokens into one (a learned, gated weighted sum of their rows); at "
+           "ratio 1 an entry is one token's row. An entry exists once all its tokens have been read.")
 STEP_TITLES = ("Tokens", "Entries", "Index scores", "Pool", "Top-k", "Reads")
 
 
@@ -125,11 +183,12 @@ def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
     """The step control and the picture: on the session's weights, or on the shipped sets side by side
     when the page's toggle is on (the default)."""
     pair = pair_toggle(key)
-    seed(f"{key}_step", qp_choice("mstep", list(STEP_TITLES), None, "a step of the picture"), STEP_TITLES[-1])
+    # the picture opens on its first step and builds up one stage per click
+    seed(f"{key}_step", qp_choice("mstep", list(STEP_TITLES), None, "a step of the picture"), STEP_TITLES[0])
     title = st.segmented_control("Step", STEP_TITLES, key=f"{key}_step", persist_state=KEEP,
                                  help="Each step adds one stage of the mechanism to the picture.")
-    title = title if title in STEP_TITLES else STEP_TITLES[-1]      # a second click on the chosen step clears it
-    qp_set(mstep=None if title == STEP_TITLES[-1] else title)
+    title = title if title in STEP_TITLES else STEP_TITLES[0]       # a second click on the chosen step clears it
+    qp_set(mstep=None if title == STEP_TITLES[0] else title)
     sides = None
     if pair:
         try:

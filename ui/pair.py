@@ -13,11 +13,16 @@ sidebar. When the server offers no recall checkpoint, the pair says so in one li
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import plotly.graph_objects as go
 import streamlit as st
 
+from lessons import far_store
 from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
-from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line
+from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line, too_short_to_choose
+from model import shipped_weights
+from model.heldout import HELDOUT_STORIES_PATH
 from ui import weights
 from ui.cache import built, cached_with_progress
 from ui.common import Session
@@ -52,10 +57,48 @@ def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
     return [(kind, weights.session_for(kind, sess)) for kind in kinds]
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _stored(kinds: tuple[str, ...], stamps: tuple) -> FarPair | None:
+    """The stored readings of `kinds` as one FarPair, once per server and change of the files (`stamps`), when every
+    one still matches its weights and the held-out stories (lessons/far_store.py); else None."""
+    datas = [far_store.read(shipped_weights(k)) for k in kinds]
+    if any(d is None for d in datas):
+        return None
+    try:
+        window = max(int(d["reading"]["window"]) for d in datas)
+        if not all(far_store.matches(d, far_store.fingerprint(shipped_weights(k), window))
+                   for k, d in zip(kinds, datas)):
+            return None
+        return far_store.stored_pair([(k, far_store.from_json(d), weights.record(k)) for k, d in zip(kinds, datas)])
+    except (KeyError, TypeError, ValueError, OSError):     # a file of another shape: compute instead
+        return None
+
+
+def _stamp(p: Path) -> tuple:
+    try:
+        st_ = p.stat()
+        return (str(p), st_.st_mtime_ns, st_.st_size)
+    except OSError:
+        return (str(p), None, None)
+
+
+def stored_reading() -> FarPair | None:
+    """The far reading stored with the shipped weights (`python -m lab far-readings`), when it matches them."""
+    kinds = tuple(weights.offered_kinds())
+    if "text" not in kinds or len(kinds) < 2:
+        return None
+    files = [shipped_weights(k) / name for k in kinds for name in (far_store.FILE, "model.safetensors")]
+    return _stored(kinds, tuple(_stamp(f) for f in files + [HELDOUT_STORIES_PATH]))
+
+
 def far_reading(sess: Session) -> FarPair | None:
     """The far story read on the shipped sets, once per server: the home page's picture and every page's
-    side-by-side are this one reading. None when the server does not offer them; a load or model error is raised
-    for the caller to say in its place."""
+    side-by-side are this one reading, taken from the files stored with the weights when they match (no model is
+    loaded then), else computed. None when the server does not offer them; a load or model error is raised for the
+    caller to say in its place."""
+    stored = stored_reading()
+    if stored is not None:
+        return stored
     sides = pair_sessions(sess)
     if sides is None:
         return None
@@ -99,8 +142,12 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
             if isinstance(view, str) or view.selection is None:
                 st.caption(view if isinstance(view, str) else "No compressed branch at this layer.")
                 continue
-            st.plotly_chart(built(selection_figure, view.selection, "Index scores, pool and picks"), width="stretch",
-                            key=f"{key}_{kind}", config={"displayModeBar": False})
+            short = too_short_to_choose(view.selection)
+            if short is not None:       # a sentence, not a solid block
+                st.caption(short)
+            else:
+                st.plotly_chart(built(selection_figure, view.selection, "Index scores, pool and picks"),
+                                width="stretch", key=f"{key}_{kind}", config={"displayModeBar": False})
             st.write(selection_line(view, run.tokens))
     return True
 
@@ -108,11 +155,11 @@ def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: 
 def compact_far_figure(ff, num) -> go.Figure:
     """The far-fact picture (ui.far_fact.far_fact_figure) cut to fit half a screen's width."""
     fig = go.Figure(far_fact_figure(ff, num, title=""))
-    fig.update_xaxes(title="token position (fact red, window blue)")
+    fig.update_xaxes(title="token position")
     # one scale for both sides (0-100%): the text model's faint shares must not be stretched to look strong
     fig.update_traces(zmin=0, zmax=1, colorbar=dict(title="share", tickformat=".0%", thickness=10, len=0.9),
                       selector=dict(type="heatmap"))
-    fig.update_layout(height=90 + 20 * max(1, len(ff.layers)), margin=dict(l=10, r=10, t=10, b=40),
+    fig.update_layout(height=130 + 20 * max(1, len(ff.layers)), margin=dict(l=10, r=10, t=40, b=40),
                       font=dict(size=11))
     return fig
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, Command] = {
                          function="tokenizer_main"),
     "stories": Command("lab.cli.data", "print or write generated recall stories and the app prompts",
                        function="stories_main"),
+    "far-readings": Command("lab.cli.far_readings", "store each shipped set's reading of the held-out far story"),
 }
 
 

@@ -31,6 +31,8 @@ def test_inspector_one_based_numbering_reaches_description_selection_and_absence
     specs = layer_map(TINY)
     reuse = next(s for s in specs if s.role == "Reuse" and s.stack == "decoder" and s.index_source != s.kv_source)
     at = run_page("inspector", layer=reuse.index, numbering=1)
+    at.session_state["insp_tab"] = "Selected entries"      # the selection note; a closed tab computes nothing
+    at.run()
     ok(at)
     body = visible(at)
     assert at.subheader[0].value.startswith(f"Layer {reuse.index + 1} · Reuse")

@@ -180,13 +180,18 @@ def test_figure3_other_boxes_snippets(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("head", [None, 1])
 def test_inspector_snippet(tmp_path, head):
-    at = app("inspector", sample=0, layer=7, token=5, gen=2)
+    at = app("inspector", sample=0, layer=7, token=5, gen=2, beside="none")   # the session's chart alone
     if head is not None:
         at.selectbox(key="insp_head").set_value(f"head {head}").run()
     out = run_snippet(snippet(at), tmp_path)
     m = metrics(at)
+    at.session_state["insp_tab"] = "Selected entries"      # a tab computes only while open
+    at.run()
+    m.update(metrics(at))
     for k in ("Window rows", "Compressed entries", "Sink", "Visible entries", "Selected", "Candidate pool"):
         assert out[k] == m[k], k
+    at.session_state["insp_tab"] = "Experts"
+    at.run()
     experts = next(d.value for d in at.dataframe if "expert" in d.value.columns)
     assert out["routed experts"] == str([int(e) for e in list(experts["expert"])[1:]])
     gen = next(t.value for t in at.text if str(t.value).startswith("Generated: "))

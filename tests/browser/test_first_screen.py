@@ -107,13 +107,13 @@ def test_inspector_steps_layers_beside_its_chart(ui):
     for key in ("insp_prompt", "insp_layer_step", "insp_layer"):
         box = box_in_view(ui, key)
         assert box["y"] >= 0 and box["y"] + box["height"] <= height, f"{key} is not inside the first screen: {box}"
-    chart = box_in_view(ui, "insp_attn")
+    chart = box_in_view(ui, "insp_step_own")          # the session's chart, beside a recall checkpoint's
     assert chart["y"] + 200 <= height, f"the attention chart starts below the first screen's last 200 px: {chart}"
     heading = ui.wait_text('[data-testid="stMain"] h3', r"^Layer \d+")
     ui.key("insp_layer_step").locator('[data-testid="stPaginationNext"]').click()
     ui.settle()
     assert ui.wait_text('[data-testid="stMain"] h3', r"^Layer \d+") != heading
-    after = box_in_view(ui, "insp_attn")
+    after = box_in_view(ui, "insp_step_own")
     assert abs(after["y"] - chart["y"]) < 60, f"the chart moved after a step: {chart} -> {after}"
     assert ui.page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollTop") == 0
     generated = [t for t in ui.texts('[data-testid="stText"]') if t.startswith("Generated:")]

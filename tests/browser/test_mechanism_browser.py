@@ -42,8 +42,8 @@ def test_inspector_defaults_show_the_recall_checkpoint_reaching_the_fact_beside_
 
 def test_csa2_opens_on_the_mechanism_picture_for_both_checkpoints(ui):
     ui.page.set_viewport_size({"width": 1400, "height": 1000})
-    ui.open("csa2_modes")
-    ui.wait_text('[data-testid="stMarkdownContainer"]', r"Reuse layer \d+ reads the same \d+ entries")
+    ui.open("csa2_modes")            # the picture opens on its first step
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"The prompt has [\d,]+ tokens; the query is")
     for k in ("recall", "text"):
         box = ui.key(f"csa2_mech_fig_{k}").bounding_box()
         assert box is not None and box["y"] < 1000, (k, box)   # the picture starts on the first screen

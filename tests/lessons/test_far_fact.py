@@ -291,9 +291,13 @@ def test_far_fact_figure_marks_the_fact_and_the_window():
     marks = fig.data[1]                                                   # one marker per layer at the fact
     assert list(marks.x) == [10] * len(lf) and list(marks.marker.color) == ["#2ca02c", "#d62728", "#2ca02c",
                                                                             "#2ca02c"]
-    rects = [(s.x0, s.x1) for s in fig.layout.shapes]
-    assert (9.5, 10.5) in rects                                           # the fact colour at position 10
+    rects = {(s.x0, s.x1): s for s in fig.layout.shapes}
+    fact = rects[(9.5, 10.5)]                                             # the fact colour at position 10
+    assert fact.line.dash == "dash" and fact.line.color == "#000000"      # not a colour of the attention scale
     assert (100 - 32 + 1 - 0.5, 100.5) in rects                           # the window of the query at 100
+    keys = [t.name or "" for t in fig.data if t.type == "scatter" and t.showlegend is not False]
+    assert any("top-k holds" in k for k in keys) and any("misses" in k for k in keys)
+    assert any("fact" in k for k in keys) and any("window" in k and "32" in k for k in keys)
 
 
 def test_summary_names_a_non_colour_answer_plainly():
