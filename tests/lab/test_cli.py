@@ -14,7 +14,7 @@ import pytest
 import lab.training.run as training_run
 from lab.cli import COMMANDS, main
 
-EXPECTED = ("train", "train-vision", "dspark", "corpus", "dataset", "tokenizer", "stories")
+EXPECTED = ("train", "train-vision", "dspark", "corpus", "dataset", "tokenizer", "stories", "far-readings")
 
 
 def test_help_lists_every_command(capsys):
