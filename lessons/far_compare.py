@@ -73,13 +73,13 @@ class Side:
             reindex = [lf for lf in ff.layers if lf.role == "Reindex" and lf.selected is not None]
             picked = sum(bool(lf.selected) for lf in reindex)
             pool = ("no candidate pool here" if pooled is None else
-                    f"the fact's entry is {'in' if pooled.pool else 'not in'} the candidate pool "
+                    f"the fact's entry {'in' if pooled.pool else 'not in'} the pool "
                     f"({pooled.pool_size} of {pooled.visible} entries)")
-            return (pool[0].upper() + pool[1:] + f"; {picked} of {len(reindex)} Reindex layers pick it inside "
-                    "the pool.")
+            return pool[0].upper() + pool[1:] + f"; {picked} of {len(reindex)} Reindex layers pick it."
         if focus == "ablation":
-            on, off = ff.answers
-            return f"Answer {_answer(on)}; with the global branch off {_answer(off)}."
+            from lessons.hero import answer  # the home page's short form; hero builds on Side: imported late
+            said = answer(self)
+            return said[0].upper() + said[1:] + "."
         if best is None:
             return "No decoder layer has a compressed branch."
         if best.share < 0.01:
@@ -99,7 +99,7 @@ class FarPair:
         ws = " and ".join(str(w) for w in sorted(set(self.windows)))
         every = "both" if len(self.sides) == 2 else "every set"
         past = "both windows" if len(set(self.windows)) == 2 and len(self.sides) == 2 else "every window"
-        return (f"One held-out story for {every}: the fact is {self.distance} tokens before the answer, past {past} "
+        return (f"One story for {every}: the fact is {self.distance} tokens before the answer, past {past} "
                 f"({ws} tokens).")
 
     def decoder_best(self, kind: str) -> float:
@@ -142,6 +142,15 @@ def learned_line(kind: str, record: dict | None, window: int) -> str:
         return f"English from a small corpus (window {window}).{recall}{verdict}."
     return (f"Recall drills and copies (window {window}).{recall + '.' if recall else ''} "
             + training_clause(record, "far", short=True))
+
+
+def brief_line(kind: str, record: dict | None) -> str:
+    """`learned_line` in the fewest words, for a column under a page's first screen: far recall against a guess and
+    how the set was trained (lessons.how_trained, read from its record)."""
+    from lessons.hero import clause  # hero builds on this module's sides: imported late
+    far = far_recall_of(record)
+    recall = "" if far is None else f"Far recall {100 * far:.0f}% (a guess {100 * CHANCE:.0f}%). "
+    return recall + (clause(record) if kind != "text" else "English text; the recall task not learned.")
 
 
 TITLES = {s.kind: s.title for s in SHIPPED}

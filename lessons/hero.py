@@ -20,7 +20,7 @@ def title(pair: FarPair, layers: int) -> str:
     """The pictures' title: the model is the tiny one, and the fact lies past every window it has."""
     windows = sorted({w for s, w in zip(pair.sides, pair.windows) if s.kind != "text"})
     w = " or ".join(str(x) for x in windows)
-    return f"A fact {pair.distance} tokens back, on a {layers}-layer tiny model with {w}-token windows"
+    return f"A fact {pair.distance} tokens back; a {layers}-layer tiny model, {w}-token windows"
 
 
 def _pct(x: float) -> str:
@@ -37,8 +37,8 @@ def reads(side: Side, num=lambda i: i) -> str:
     if all(lf.share >= 0.5 for lf in dec):
         lo, hi = min(lf.share for lf in dec), max(lf.share for lf in dec)
         span = _pct(lo) if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{_pct(hi)}"
-        return f"Layers {num(dec[0].layer)}-{num(dec[-1].layer)}: {span} of their attention on the fact's entry"
-    return f"Layer {num(best.layer)}: {_pct(best.share)} of its attention on the fact's entry"
+        return f"Layers {num(dec[0].layer)}-{num(dec[-1].layer)}: {span} of attention on the fact's entry"
+    return f"Layer {num(best.layer)}: {_pct(best.share)} of attention on the fact's entry"
 
 
 def answer(side: Side) -> str:
@@ -51,7 +51,7 @@ def answer(side: Side) -> str:
             return f"{word} (a near-tie: {_pct(a.colour_share)}, a guess {_pct(CHANCE)})"
         return word + ("" if a.right is None else " (right)" if a.right else " (wrong)")
 
-    return f"answer {said(on)}; with the branch off, {said(off)}"
+    return f"answer {said(on)}; global branch off: {said(off)}"
 
 
 def clause(record: dict | None) -> str:
@@ -61,7 +61,7 @@ def clause(record: dict | None) -> str:
     if g is None:
         return "How it was trained is not recorded."
     if not g.guided:
-        return "No loss aimed at its attention or index scores."
+        return "No loss aimed at attention or index scores."
     losses = ", ".join(SHORT[f] for f, _ in AIMED if f in g.aimed)
     return f"Losses aimed at that entry ({losses}): the road can carry a fact, not evidence training finds it."
 

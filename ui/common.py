@@ -126,9 +126,12 @@ def app_frame() -> Iterator[Session]:
             _run.session = None
 
 
-def navigation_pages(root: Path) -> dict[str, list[st.Page]]:
-    """The navigation's pages by section (ui.nav's list), their scripts under `root` (app.py's folder)."""
-    return {section: [st.Page(str(root / p.file), title=p.title, icon=p.icon, default=p.default) for p in pages]
+def navigation_pages(root: Path, icons: bool = True) -> dict[str, list[st.Page]]:
+    """The navigation's pages by section (ui.nav's list), their scripts under `root` (app.py's folder). `icons`
+    False leaves the icons out: a page's ":material/...:" icon becomes the tab's favicon, fetched from a font
+    CDN, unless the page config that app.py sets names a local one."""
+    return {section: [st.Page(str(root / p.file), title=p.title, icon=p.icon if icons else None, default=p.default)
+                      for p in pages]
             for section, pages in sections().items()}
 
 
@@ -142,7 +145,7 @@ def _ensure_in_app() -> None:
     ctx = get_script_run_ctx()
     if ctx is None or Path(ctx.main_script_path).resolve() != APP:
         return
-    st.navigation(navigation_pages(ROOT), position="hidden")
+    st.navigation(navigation_pages(ROOT, icons=False), position="hidden")    # no icon: nothing fetched
     st.rerun()
 
 

@@ -88,7 +88,7 @@ def far_picture(sess: Session, key: str, title: bool = True, pair=None) -> None:
                             key=f"{key}_{side.kind}", config={"displayModeBar": False})
             st.caption(hero.side_caption(side, weights.record(side.kind), sess.num))
     if text is not None:
-        with st.expander("Text model, same story"):
+        with st.expander("The text model"):
             st.caption(hero.text_caption(text, weights.record("text"), text.ff.window) + " The pages on the global "
                        "branch show every set side by side.")
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from lessons import hero
 from lessons.fact_in_prompt import prompt_fact
-from lessons.far_compare import TITLES, learned_line
+from lessons.far_compare import TITLES
 from lessons.mechanism import MechanismPicture, mechanism_picture
 from ui import weights
 from ui.cache import built
@@ -203,7 +204,9 @@ def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
     for col, (kind, side) in zip(st.columns(len(sides)), sides):
         with col:
             st.markdown(f"**{TITLES[kind]}**")
-            st.caption(learned_line(kind, weights.record(kind), side.model.cfg.sliding_window))
+            # the fewest words that say how a recall checkpoint was trained (lessons.hero.clause, from its record)
+            st.caption(hero.clause(weights.record(kind)) if kind != "text" else
+                       f"English text, window {side.model.cfg.sliding_window}; recall not learned.")
             side_lt = live_trace(side, lt.text)
             if side_lt is not None:
                 _draw(side, side_lt, title, f"{key}_fig_{kind}")

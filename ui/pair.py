@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from lessons import far_store
-from lessons.far_compare import TITLES, FarPair, SideInput, compare, learned_line
+from lessons.far_compare import TITLES, FarPair, SideInput, brief_line, compare, learned_line
 from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line, too_short_to_choose
 from model import shipped_weights
 from model.heldout import HELDOUT_STORIES_PATH
@@ -182,7 +182,7 @@ def far_pair(sess: Session, key: str, focus: str, url: str = "pair") -> bool:
     for col, side in zip(st.columns(len(pair.sides)), pair.sides):
         with col:
             st.markdown(f"**{side.title}**")
-            st.caption(side.learned)
+            st.caption(brief_line(side.kind, weights.record(side.kind)))
             st.plotly_chart(built(compact_far_figure, side.ff, sess.num), width="stretch",
                             key=f"{key}_pair_{side.kind}", config={"displayModeBar": False})
             st.write(side.line(focus, sess.num))

@@ -5,6 +5,7 @@ tests/app/test_far_fact.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,18 @@ def _pwned(ui) -> bool:
     return ui.page.evaluate("() => window.__pwned !== undefined || !!document.getElementById('injected')")
 
 
+
+def open_panel(ui) -> None:
+    """Unfold the page's own far-fact panel (its title states the sidebar's weights' result: "... the fact is ...")
+    and wait for its story line."""
+    ui.page.locator("summary", has_text=re.compile(r"the fact is|the far story")).first.click()
+    ui.settle()
+    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
+
+
 def test_far_fact_sample_on_the_shares_page(ui):
     ui.open("attention_shares")
-    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
+    open_panel(ui)
     ui.page.get_by_text("Far fact: does the answer reach back?").scroll_into_view_if_needed()
     ui.settle()
     code = " ".join(ui.texts('[data-testid="stCode"]'))
@@ -33,7 +43,7 @@ def test_far_fact_sample_on_the_shares_page(ui):
 
 def test_far_fact_own_story_stays_text_and_a_typo_gets_the_message(ui):
     ui.open("indexer_pools", ff="own", ffstory=HOSTILE_STORY, fffact="the red bag")
-    ui.wait_text('[data-testid="stMarkdownContainer"]', r"tokens before the answer")
+    open_panel(ui)
     assert any("⟦" in c for c in ui.texts('[data-testid="stCode"]'))
     assert not _pwned(ui)
     ui.type_into("pool_ff_fact", "the rde bag", submit="Enter")
@@ -63,7 +73,7 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     from tests.browser.test_state_browser import checked, nav_to, params
 
     ui.open("attention_shares", weights="trained")
-    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
+    open_panel(ui)
     first = next(a for a in caption_texts(ui) if a.startswith("The sidebar's weights (the text model) recall"))
     ui.click("sh_ff_to_recall")
     # the recall checkpoint's own window: the text model's caption matches a looser pattern before the rerun ends
@@ -78,7 +88,7 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     assert params(ui).get("weights") == "checkpoint" and params(ui).get("ckpt") == "weights/recall", ui.page.url
     assert first not in caption_texts(ui) and any("held-out far facts" in a for a in caption_texts(ui))
     nav_to(ui, "Indexer pools", "indexer_pools")
-    ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
+    open_panel(ui)
     assert ui.selected("ckpt_choice") == "weights/recall"
     assert ui.key("pool_ff_to_text").count() == 1
     ui.click("pool_ff_to_text")

@@ -52,7 +52,8 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
 def test_start(ui):
     ui.open()
     assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1           # the next-token chart
-    assert ui.key("home_far_fig").locator(".js-plotly-plot").count() == 1        # the far-fact picture
+    for kind in ("unaided", "recall"):                                            # the far-fact pictures
+        assert ui.key(f"home_far_fig_{kind}").locator(".js-plotly-plot").count() == 1, kind
     before = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
     ui.type_into("start_prompt", "Anna put the silver key in the green box near the door. Later she opened the")
     after = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))

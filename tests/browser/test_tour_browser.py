@@ -40,7 +40,7 @@ WORDS_DRAWN = """(h) => { const main = document.querySelector('[data-testid="stM
     const el = node.parentElement; if (!el || el.closest('[data-testid="stSidebar"]')) continue;
     if (el.closest('details:not([open])') && !el.closest('summary')) continue;     // a closed expander's body
     if (el.closest('[data-testid="stIconMaterial"]')) continue;                     // an icon's name
-    if (h < 0 && el.closest('[data-testid="stPlotlyChart"]')) continue;            // a chart's own labels
+    if (el.closest('[data-testid="stPlotlyChart"], svg')) continue;                // a chart's own labels
     if (el.closest('style, script')) continue;
     const r = el.getBoundingClientRect(); const s = getComputedStyle(el);
     if (r.height === 0 || r.width === 0 || s.visibility === 'hidden' || s.display === 'none') continue;
@@ -181,7 +181,8 @@ def test_figure3_drawing_step_text_and_an_opened_box_share_the_first_screen(ui):
 def test_home_first_screen(ui):
     ui.page.set_viewport_size({"width": W, "height": H})
     ui.open()
-    assert on_screen(ui, ui.key("home_far_fig"))[1] <= H                 # the far-fact picture
+    for kind in ("unaided", "recall"):                                    # both far-fact pictures
+        assert on_screen(ui, ui.key(f"home_far_fig_{kind}"))[1] <= H, kind
     assert on_screen(ui, ui.key("tour_start"))[1] <= H                   # the tour's button
     words = ui.page.evaluate(WORDS_ON_SCREEN, H)
     assert words <= FIRST_SCREEN_WORDS, words

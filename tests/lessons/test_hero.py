@@ -32,9 +32,9 @@ def side(shares, on, off, kind="recall") -> Side:
 
 def test_every_decoder_layer_on_the_fact_is_a_range_else_the_best_layer():
     all_on = side([0.0, 0.0, 0.77, 0.99], _Answer(" red", True, 0.9), _Answer(" blue", False, 0.05))
-    assert hero.reads(all_on).startswith("Layers 2-3: 77-99% of their attention")
+    assert hero.reads(all_on).startswith("Layers 2-3: 77-99% of attention")
     one = side([0.0, 0.0, 0.09, 0.57], _Answer(" red", True, 0.9), _Answer(" blue", False, 0.05))
-    assert hero.reads(one) == "Layer 3: 57% of its attention on the fact's entry"
+    assert hero.reads(one) == "Layer 3: 57% of attention on the fact's entry"
     assert hero.reads(one, lambda i: i + 1).startswith("Layer 4:")          # the reader's numbering
 
 
