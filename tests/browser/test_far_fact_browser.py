@@ -24,7 +24,7 @@ def _pwned(ui) -> bool:
 def open_panel(ui) -> None:
     """Unfold the page's own far-fact panel (its title states the sidebar's weights' result: "... the fact is ...")
     and wait for its story line."""
-    ui.page.locator("summary", has_text=re.compile(r"the fact is|the far story")).first.click()
+    ui.page.locator("summary", has_text=re.compile(r"^[^:]+: (the fact is|the far story)")).last.click()
     ui.settle()
     ui.wait_text('[data-testid="stMarkdownContainer"]', r"\d+ tokens before the answer")
 
@@ -85,6 +85,7 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
         ".every(e => (e.textContent ?? '') !== first)", arg=first)
     assert checked(ui, "weights_choice").startswith("Checkpoint")
     assert ui.selected("ckpt_choice") == "weights/recall"
+    ui.page.wait_for_url(re.compile(r"[?&]ckpt=weights%2Frecall(&|$)|[?&]ckpt=weights/recall(&|$)"))  # end of run
     assert params(ui).get("weights") == "checkpoint" and params(ui).get("ckpt") == "weights/recall", ui.page.url
     assert first not in caption_texts(ui) and any("held-out far facts" in a for a in caption_texts(ui))
     nav_to(ui, "Indexer pools", "indexer_pools")
@@ -92,6 +93,9 @@ def test_the_recall_checkpoint_is_one_click_from_the_panel_and_stays_chosen_acro
     assert ui.selected("ckpt_choice") == "weights/recall"
     assert ui.key("pool_ff_to_text").count() == 1
     ui.click("pool_ff_to_text")
+    ui.page.wait_for_function("() => [...document.querySelectorAll('summary')]"
+                              ".some(e => (e.innerText ?? '').includes('Text model: the fact'))")
+    open_panel(ui)          # its title names the loaded set, so the panel is drawn anew, folded
     ui.wait_text('[data-testid="stMarkdownContainer"] li', r"^Text model: English")     # the loaded set first
     assert checked(ui, "weights_choice").startswith("Trained")
     assert first in caption_texts(ui)
