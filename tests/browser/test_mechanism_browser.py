@@ -11,13 +11,13 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-RECALL, TEXT = "Recall checkpoint (weights/recall)", "Text model (weights/tiny)"
+RECALL, TEXT = "Recall checkpoint, shown where to look", "Text model"     # model/shipped.py titles
 SHARE = (r"Up to (\d+)% of a decoder layer's attention goes to the fact's entry"
          r"|Every decoder layer gives the fact's entry under 1%")
 
 
 def _pair_lines(ui) -> list[str]:
-    """The one-line readings under the two far-fact pictures, in page order (recall first, then text)."""
+    """The one-line readings under the far-fact pictures, in page order (plain training, guided, text)."""
     return [t for t in ui.texts('[data-testid="stMarkdownContainer"]') if re.search(SHARE, t)]
 
 
@@ -27,7 +27,7 @@ def test_inspector_defaults_show_the_recall_checkpoint_reaching_the_fact_beside_
     ui.wait_text('[data-testid="stMarkdownContainer"]', SHARE)
     text = ui.main_text()
     assert text.count(RECALL) >= 1 and text.count(TEXT) >= 1
-    recall_line, text_line = _pair_lines(ui)[:2]
+    _, recall_line, text_line = _pair_lines(ui)[:3]
     share = int(re.search(r"Up to (\d+)%", recall_line).group(1))
     assert share >= 50, recall_line                         # some decoder layer attends to the fact
     assert "under 1%" in text_line or int(re.search(r"Up to (\d+)%", text_line).group(1)) < 50
