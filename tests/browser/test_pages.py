@@ -313,6 +313,6 @@ def test_ablation(ui):
     before = ui.charts()  # the far-fact panel draws its own map
     ui.click("abl_run")
     ui.wait_text('[data-testid="stMain"] h3', "Side by side")
-    assert ui.charts() == before + 1
+    assert ui.charts() == before + 2          # one per set run: the sidebar's and a recall checkpoint beside it
     ui.assert_clean()
     ui.shot("ablation")
