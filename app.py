@@ -8,8 +8,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui.common import app_frame, navigation_pages
 from ui.nav import PAGES, sections
+from ui.session import app_frame, navigation_pages
 from ui.tour import PAGE_FILE
 from ui.url import PAGE_TITLE
 

@@ -52,7 +52,7 @@ def parity(dev: torch.device) -> float:
 
 
 def cpu_against_gpu(weights: Path, dev: torch.device, tokens: int = 1500) -> dict[str, float]:
-    from lessons.inspect import run_prompt
+    from lessons.inspector import run_prompt
     from model import load
 
     mc, mg = load(weights, device="cpu"), load(weights, device=dev)

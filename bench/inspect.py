@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _model(weights: str):
-    from ui.common import TINY_DIR, trained_available
+    from ui.session import TINY_DIR, trained_available
 
     if weights == "trained" or (weights == "auto" and trained_available()):
         from model import load
@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pages", action="store_true", help="skip the AppTest page reruns")
     ap.add_argument("--steps-only", action="store_true", help="only the warm layer steps (default and long prompt)")
     a = ap.parse_args(argv)
-    torch.set_num_threads(1)  # as the app does on CPU (ui.common): one intra-op thread per session
+    torch.set_num_threads(1)  # as the app does on CPU (ui.session): one intra-op thread per session
 
-    from lessons import inspect as ins, pools
+    from lessons import inspector as ins, pools
 
     model, kind = _model(a.weights)
     text, ids = long_prompt(model, a.tokens)

@@ -29,7 +29,7 @@ The browser tests (tests/browser/) check what only a real browser shows.
 
 Checks (exit status 1 when one fails): zero errors (an exception box, an error alert, a dropped
 connection, a run that did not finish in time, a missing chart), every session completed, and that
-each model was loaded once for all sessions (ui.common.load_model logs one line per real load; it is an
+each model was loaded once for all sessions (ui.session.load_model logs one line per real load; it is an
 st.cache_resource). Reports p50/p95 latency, the server's peak resident memory (VmHWM from /proc),
 and the batches the worker ran (ui.live logs one line per batched forward).
 

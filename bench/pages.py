@@ -171,7 +171,7 @@ def main() -> None:
     n_err = sum(bool(r.problems) for r in rows)
     before_s = f" worst_first_no_warmup_s={max(first_before.values()):.2f}" if first_before else ""
     print(f"pages: worst_first_s={worst_first.first:.2f} worst_warm_s={worst_warm:.2f}{before_s} warmup_s={warm_s:.1f} "
-          f"cold_start_s={cold:.2f} worst_page={worst_first.path or 'start'} n_pages={len(rows)} "
+          f"cold_start_s={cold:.2f} worst_page={worst_first.path or 'home'} n_pages={len(rows)} "
           f"pages_with_errors={n_err}")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "data" / "weights" / "tiny" / "model.safetensors"
-LOAD_LINE = "Loading the model:"   # ui.common.load_model logs it once per real load
+LOAD_LINE = "Loading the model:"   # ui.session.load_model logs it once per real load
 
 
 def free_port() -> int:

@@ -3,7 +3,7 @@ token. The fact's entry at the layer's ratio, the share of the layer's attention
 whether the layer's selection holds it: picked (in the top-k), kept in the candidate pool but not picked, dropped by
 the pool, passed over by a top-k with no pool, or not made yet (the query cannot see it).
 
-Read off an inspector Run (lessons/inspect.py) and a PromptFact (lessons/fact_in_prompt.py); nothing is recomputed.
+Read off an inspector Run (lessons/inspector.py) and a PromptFact (lessons/fact_in_prompt.py); nothing is recomputed.
 A page steps a layer and draws one row; `reach` lists every layer once per run and query (memoised on the run,
 which is read-only). Also the same question for one query row of the pools page (`in_pool_row`), the head a Reuse
 comparison shows and the fact named in its bars (`busiest_head`, `mark_fact`), and the title that states a far-fact
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lessons.fact_in_prompt import PromptFact
-from lessons.inspect import AttentionView, Run, SelectionView, _row, attention_view, selection_view
+from lessons.inspector import AttentionView, Run, SelectionView, _row, attention_view, selection_view
 
 PICKED, POOLED, DROPPED, PASSED, UNSEEN = ("picked", "in the pool, not picked", "dropped by the pool",
                                           "not picked", "not made yet")

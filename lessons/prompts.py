@@ -6,7 +6,7 @@ the pages' own.
 
 from __future__ import annotations
 
-from .inspect import MAX_PROMPT_TOKENS
+from .inspector import MAX_PROMPT_TOKENS
 
 
 def text_problem(text: str | None, max_chars: int | None = None, samples: bool = True) -> str | None:

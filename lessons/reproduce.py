@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from .inspect import load_samples
+from .inspector import load_samples
 
 TRACE_TOKENS = 1024          # the live pages trace the last 1,024 tokens of a prompt (ui/live.py)
 CHECKPOINT_PLACEHOLDER = "/path/to/your/checkpoint"
@@ -30,7 +30,7 @@ def text_lines(text: str) -> list[str]:
     """The prompt: a shipped sample by index when it is one, else the text itself as a Python literal."""
     for i, s in enumerate(load_samples()):
         if s.text == text:
-            return ["from lessons.inspect import load_samples", "", f"text = load_samples()[{i}].text   # {s.name}"]
+            return ["from lessons.inspector import load_samples", "", f"text = load_samples()[{i}].text   # {s.name}"]
     return [f"text = {text!r}"]
 
 
@@ -143,7 +143,7 @@ def where_time_goes(gpu: str, batch: int, context: int, drafts: int, gpus: int =
                   "from lessons.cost import Workload, cost",
                   "from lessons.deploy import deployment",
                   "from lessons.roofline import GPUS, compute_bound_batch, per_sequence, place, verdict",
-                  "from lessons.time_goes import agent_round, kind_rows"],
+                  "from lessons.where_time_goes import agent_round, kind_rows"],
                  ["cfg = V41Config.preset('v4.1-flash')",
                   f"chip = GPUS[{gpu!r}]",
                   f"step = cost(cfg, Workload('decode', {context}, batch={batch}))",
@@ -170,7 +170,7 @@ def compare_designs(keys: list[str], context: int, batch: int) -> str:
 def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, position: int,
               head: int | None = None) -> str:
     return _join(model_lines(weights), text_lines(text),
-                 ["from lessons.inspect import layer_view, run_prompt"],
+                 ["from lessons.inspector import layer_view, run_prompt"],
                  ["ids = model.encode(text)",
                   f"run = run_prompt(model, ids, {mode!r}, {new_tokens})   # greedy, as the page",
                   f"view = layer_view(run, layer={layer}, pos={position}, cfg=model.cfg, head={head})"
@@ -188,8 +188,8 @@ def inspector(weights: str, text: str, mode: str, new_tokens: int, layer: int, p
                   "print(\"Generated: \" + repr(\"\".join(run.tokens[run.n_prompt:])))"])
 
 
-def start(weights: str, text: str) -> str:
-    return _join(model_lines(weights), text_lines(text), ["from lessons.start import next_token_table"],
+def home(weights: str, text: str) -> str:
+    return _join(model_lines(weights), text_lines(text), ["from lessons.home import next_token_table"],
                  ["table = next_token_table(model, text, 12)",
                   "print(f\"prompt tokens: {table.n_tokens}\")",
                   "for token, i, p in zip(table.tokens, table.ids, table.probs):",

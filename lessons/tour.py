@@ -26,7 +26,7 @@ from model import V41Config, layer_map
 from .format_split import format_split
 from .whats_new import cache_per_token, v4_flash_per_token
 
-HOME = "pages/start.py"
+HOME = "pages/home.py"
 FIGURE3 = "pages/figure3.py"
 CARD_WORDS = 60            # the whole card (counter, title, question, text, Back/Next) is read in one glance
 CARD_CHROME = 7            # the words around a card's own text: "Tour 3/15:" and "Back" / "Next" (ui.tour)

@@ -154,7 +154,7 @@ def points(cfg: V41Config, num=lambda i: i) -> list[Point]:
 
 
 # --------------------------------------------------------------------------------------------------
-# The weights running here (their sizes against the release: lessons/start.py scale_rows)
+# The weights running here (their sizes against the release: lessons/home.py scale_rows)
 # --------------------------------------------------------------------------------------------------
 
 def knows_no_facts(cfg: V41Config, weights: str) -> str:

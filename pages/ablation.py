@@ -22,17 +22,17 @@ from lessons.ablation import (
 )
 from lessons.far_compare import TITLES, learned_line
 from lessons.far_fact import CHANCE
-from lessons.inspect import load_samples
+from lessons.inspector import load_samples
 from lessons.layers import bounded_note, map_line
 from lessons.prompts import encode_prompt
 from lessons.units import counted
 from ui import url, weights
 from ui.cache import built, cached_with_progress
-from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel, weights_line_link
 from ui.figures_run import ablation_figure
 from ui.pair import far_pair
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.step_pair import other_kind
 from ui.text import lead, plain, quoted
 from ui.url import arrived, qp_get, qp_set, seed, stop

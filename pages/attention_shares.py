@@ -21,12 +21,12 @@ from lessons.shares import (
 from lessons.units import counted
 from ui import url
 from ui.cache import built
-from ui.common import page_header
 from ui.far_fact import far_fact_panel
 from ui.figures import grouped_bars, share_heatmap, stacked_bars
 from ui.live import picked_trace
 from ui.pair import far_pair
 from ui.reproduce import reproduce
+from ui.session import page_header
 from ui.sources import page_link
 from ui.text import quoted
 from ui.url import stop

@@ -32,7 +32,6 @@ from lessons.workload import check_against_engine
 from model import V41Config, layer_map
 from ui import url
 from ui.cache import built
-from ui.common import page_header
 from ui.figures import layer_map_figure
 from ui.figures_memory import kind_bar, layer_bar
 from ui.memory import (
@@ -50,6 +49,7 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
+from ui.session import page_header
 from ui.text import plain
 from ui.url import KEEP, arrived, qp_choice, qp_get, qp_set, seed, stop, url_moved
 

@@ -21,10 +21,10 @@ from lessons.designs import (
 from lessons.units import counted, human_bytes
 from ui import url
 from ui.cache import built
-from ui.common import page_header
 from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
+from ui.session import page_header
 from ui.text import plain, quoted
 from ui.tour import shows
 from ui.url import KEEP, arrived, qp_get, qp_set, seed, stop

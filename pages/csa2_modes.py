@@ -17,10 +17,10 @@ from lessons.layers import (
     map_line,
     mode_checks,
 )
-from ui.common import page_header
 from ui.live import picked_trace
 from ui.mechanism import mechanism_view
 from ui.reproduce import reproduce
+from ui.session import page_header
 from ui.tour import shows
 from ui.url import stop
 

@@ -29,7 +29,7 @@ from lessons.dspark import (
     step_rows,
     summary_rows,
 )
-from lessons.inspect import load_samples
+from lessons.inspector import load_samples
 from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter
@@ -43,13 +43,13 @@ from model.inference import (
 )
 from ui import url
 from ui.cache import built, cached_with_progress
-from ui.common import page_header, require_model
 from ui.figures import show_token
 from ui.figures_run import acceptance_figure, calibration_figure
 from ui.limits import DSPARK_TOKENS, LONG_PROMPT_CHARS
 from ui.memory import param_counts
 from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.text import lead, plain
 from ui.url import KEEP, qp_get, qp_set, stop
 

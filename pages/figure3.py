@@ -14,12 +14,12 @@ from lessons.sources import ONE_BASED
 from model import V41Config
 from ui import url
 from ui.cache import built
-from ui.common import page_header
 from ui.figures import diagram_figure, diagram_pick_ids, show_token
 from ui.home import far_picture
 from ui.live import live_trace, prompt_picker
 from ui.memory import param_counts
 from ui.reproduce import reproduce
+from ui.session import page_header
 from ui.sources import page_link
 from ui.stepper import stepper
 from ui.text import plain, quoted

@@ -6,8 +6,8 @@ import streamlit as st
 from lessons.glossary import FIND_MAX, INTRO, find_terms, terms
 from lessons.sources import SOURCES_NOTE, footer_lines
 from ui import url
-from ui.common import page_header
 from ui.far_fact import weights_note_section
+from ui.session import page_header
 
 sess = page_header("Glossary", INTRO)
 FIND = url.any_text("find", "", FIND_MAX)

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.inspect import load_samples
+from lessons.inspector import load_samples
 from lessons.layers import map_line
 from lessons.pools import (
     DEFINITIONS,
@@ -24,7 +24,6 @@ from lessons.pools import (
 from model import V41Config, layer_map
 from ui import url
 from ui.cache import built, cached_with_progress
-from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import block_scores_figure, recall_rows_figure
@@ -32,6 +31,7 @@ from ui.limits import LONG_PROMPT_CHARS, POOL_TOKENS
 from ui.pair import far_pair
 from ui.prompt import OWN_TEXT, prompt_ids, sample_or_text
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.step_pair import pool_pair
 from ui.text import lead, plain
 from ui.url import KEEP, seed, stop

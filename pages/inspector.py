@@ -1,5 +1,5 @@
 """Prompt inspector: run a prompt (and a few generated tokens) with the tracer on, then step through the
-layers for one token. Thin: lessons/inspect.py computes every number, ui/figures_run.py draws.
+layers for one token. Thin: lessons/inspector.py computes every number, ui/figures_run.py draws.
 
 User text (prompts, tokens) is only ever shown through st.text_area / st.code / dataframes / escaped
 Plotly labels, never as Markdown or HTML.
@@ -12,7 +12,7 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.figure3 import MHC_SITE
-from lessons.inspect import (
+from lessons.inspector import (
     BOUNDED_NOTE,
     EXACT_NOTE,
     INTRO,
@@ -32,7 +32,6 @@ from lessons.inspect import (
 from lessons.layers import bounded_note, map_line
 from ui import url
 from ui.cache import built, cached_with_progress
-from ui.common import page_header, require_model
 from ui.far_fact import far_fact_panel
 from ui.figures import show_token
 from ui.figures_run import (
@@ -49,6 +48,7 @@ from ui.limits import LONG_PROMPT_CHARS
 from ui.pair import far_pair, selection_pair
 from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.step_pair import attention_pair
 from ui.stepper import stepper
 from ui.text import plain

@@ -9,8 +9,8 @@ from lessons.layers import bounded_note, count_table, engram_sentence, layer_row
 from model import V41Config, layer_map
 from ui import url
 from ui.cache import built
-from ui.common import page_header
 from ui.figures import layer_map_figure
+from ui.session import page_header
 
 sess = page_header("Layer map")
 st.write("Every layer of the backbone, derived from the config (never typed in): which stack it belongs to, "

@@ -34,13 +34,13 @@ from lessons.lookback_heads import (
 from model.heldout import heldout_natural_tokens
 from ui import url
 from ui.cache import built, cached_with_progress
-from ui.common import page_header, require_model
 from ui.far_fact import session_record
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
 from ui.prompt import typed_prompt
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.text import lead, plain, sentences
 from ui.url import KEEP, qp_set, stop
 

@@ -24,10 +24,10 @@ from lessons.workload import (
 from model import V41Config
 from ui import url
 from ui.cache import built
-from ui.common import page_header, require_model
 from ui.figures_memory import pair_bar
 from ui.memory import config_counts, param_counts, run_on_click
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.text import plain
 from ui.tour import shows
 from ui.url import stop

@@ -19,10 +19,10 @@ from lessons.recurrence import (
 from model import layer_map
 from ui import url
 from ui.cache import built
-from ui.common import page_header, require_model
 from ui.figures import layer_map_figure
 from ui.live import picked_trace
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.step_pair import reuse_pair
 from ui.url import stop
 

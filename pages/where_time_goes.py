@@ -8,7 +8,7 @@ from lessons import reproduce as snippets
 from lessons.cost_check import check_rows, measure_here
 from lessons.deploy import GPU_COUNTS, NODE
 from lessons.roofline import GPUS, chip_rows
-from lessons.time_goes import (
+from lessons.where_time_goes import (
     AGENT_READ,
     AGENT_WRITTEN,
     CAVEAT,
@@ -22,11 +22,12 @@ from lessons.time_goes import (
     ROOF_TEXT,
     draft_choices,
 )
-from ui.common import page_header, require_model
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
+from ui.session import page_header, require_model
 from ui.text import lead
-from ui.time_goes import (
+from ui.url import KEEP, qp_choice, qp_set, seed
+from ui.where_time_goes import (
     bounds,
     chips,
     decode_verdict,
@@ -42,7 +43,6 @@ from ui.time_goes import (
     roofline,
     round_bounds,
 )
-from ui.url import KEEP, qp_choice, qp_set, seed
 
 P = "wt"
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]

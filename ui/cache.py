@@ -18,8 +18,8 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from ui.common import Session
 from ui.queue import heavy_run
+from ui.session import Session
 
 
 @st.cache_resource(show_spinner=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lessons.inspect import visible_chars
+from lessons.inspector import visible_chars
 from ui.axes import axis_for, bar_mode, share_axis
 
 ROLE_COLORS = {"SWA": "#9aa5b1", "Full": "#1f77b4", "Reuse": "#8fbbe0", "Reindex": "#ff7f0e"}

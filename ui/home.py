@@ -4,7 +4,7 @@ on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the
 The far-fact reading is one story traced on both shipped checkpoints, the same reading the pages' side-by-side
 panels draw (ui.pair.far_reading: stored with the weights, else computed once per server), so the page loads and runs
 no recall checkpoint to draw it. The points come from lessons/whats_new.py, the sizes against the release from
-lessons/start.py.
+lessons/home.py.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import streamlit as st
 
 from lessons import hero
 from lessons.figure3_layout import layout
-from lessons.start import scale_rows
+from lessons.home import scale_rows
 from lessons.whats_new import HEADLINE, knows_no_facts, points
 from model import V41Config
 from ui import weights
 from ui.cache import built
-from ui.common import Session
 from ui.far_fact import far_fact_figure
 from ui.figures import diagram_figure
 from ui.pair import MISSING, far_reading
+from ui.session import Session
 from ui.sources import page_link
 from ui.tour import shows, start_button
 

@@ -1,7 +1,7 @@
 """The app's limits on what a visitor may ask for, one constant each; every message that names a limit
 formats it from here (and the README quotes these names)."""
 
-from lessons.inspect import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS  # noqa: F401 (the inspector's own limits)
+from lessons.inspector import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS  # noqa: F401 (the inspector's own limits)
 from ui.checkpoints import MAX_MODELS  # noqa: F401 (models held by the server at once)
 from ui.text import MAX_CHARS as QUOTE_CHARS  # noqa: F401 (outside text quoted in a message)
 

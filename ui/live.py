@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.logger import get_logger
 
-from lessons.start import NextTokens, prompt_ids, top_tokens
+from lessons.home import NextTokens, prompt_ids, top_tokens
 from model import Ablation
 from model.inference import LensChoice, batched_logits, batched_next_logits, batched_traces
-from ui.common import ROOT, Session
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
 from ui.prompt import clean_prompt, note_own_text, offer_own_text, prompt_to_url
 from ui.queue import BatchWorker, Busy, run_rows, wait_for, waiting_box
+from ui.session import ROOT, Session
 from ui.text import plain
 from ui.url import arrived, qp_get, qp_int_or_none, qp_set, seed, stop
 

@@ -18,11 +18,11 @@ from lessons.far_compare import TITLES
 from lessons.mechanism import MechanismPicture, mechanism_picture
 from ui import weights
 from ui.cache import built
-from ui.common import Session
 from ui.far_fact import FACT
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace
 from ui.pair import MISSING, pair_sessions, pair_toggle
+from ui.session import Session
 from ui.url import KEEP, qp_choice, qp_set, seed
 
 ENTRY_COLOURS = ("#9ecae1", "#3182bd")       # alternate entries, so a pair of tokens packed together shows

@@ -42,7 +42,7 @@ class PageSpec:
 
 
 PAGES: tuple[PageSpec, ...] = (
-    PageSpec("pages/start.py", "Home", ":material/home:", "Start", takes_prompt=True, default=True),
+    PageSpec("pages/home.py", "Home", ":material/home:", "Start", takes_prompt=True, default=True),
     PageSpec("pages/figure3.py", "Figure 3 walkthrough", ":material/account_tree:", "Figure 3"),
     PageSpec("pages/layer_map.py", "Layer map", ":material/table_rows:", "Figure 3"),
     PageSpec("pages/csa2_modes.py", "CSA2 modes", ":material/call_split:", "Figure 3", charts=False),

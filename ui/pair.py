@@ -7,7 +7,7 @@ A page that teaches the global branch draws `pair_toggle` (on by default, off fo
 turns it off) and then either `far_pair` (the far-fact story read by both: lessons/far_compare.py computes the
 whole comparison once per server, this module only draws it) or its own two-column view from `pair_sessions`
 (CSA2 modes draws the mechanism picture twice). The sidebar's weights stay the session's choice: the pair
-loads both checkpoints through the same server-wide store (ui.common.load_model) and never changes the
+loads both checkpoints through the same server-wide store (ui.session.load_model) and never changes the
 sidebar. When the server offers no recall checkpoint, the pair says so in one line and draws nothing.
 """
 
@@ -20,15 +20,15 @@ import streamlit as st
 
 from lessons import far_store
 from lessons.far_compare import TITLES, FarPair, SideInput, brief_line, compare, learned_line
-from lessons.inspect import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line, too_short_to_choose
+from lessons.inspector import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line, too_short_to_choose
 from model import shipped_weights
 from model.heldout import HELDOUT_STORIES_PATH
 from ui import weights
 from ui.cache import built, cached_with_progress
-from ui.common import Session
 from ui.far_fact import far_fact_figure
 from ui.figures_run import selection_figure
 from ui.prompt import prompt_problem
+from ui.session import Session
 from ui.url import KEEP, qp_bool, qp_set, seed
 
 TOGGLE = "Recall checkpoints beside the text model"

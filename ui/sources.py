@@ -1,6 +1,6 @@
 """The sources footer every page draws: a link to the glossary and the public sources, with how sure each is.
 
-It goes at the bottom of the sidebar (drawn right after `ui.common.sidebar()`), so it shows on every page
+It goes at the bottom of the sidebar (drawn right after `ui.session.sidebar()`), so it shows on every page
 even when a page stops early for a missing input.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from lessons.home import scale_rows
 from lessons.sources import SOURCES_NOTE, footer_lines
-from lessons.start import scale_rows
 from model import V41Config
 
 GLOSSARY = "pages/glossary.py"
@@ -28,7 +28,7 @@ def sources_footer() -> None:
 
 @st.cache_data(show_spinner=False)
 def scale_table() -> str:
-    """The release beside the shipped tiny config (lessons.start.scale_rows), as a Markdown table (its cells are
+    """The release beside the shipped tiny config (lessons.home.scale_rows), as a Markdown table (its cells are
     numbers and our own words, never a reader's text)."""
     rows = scale_rows(V41Config.preset("v4.1-flash"), V41Config.preset("tiny"))
     cols = list(rows[0])

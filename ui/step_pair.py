@@ -28,17 +28,17 @@ from lessons.fact_steps import (
     row_line,
 )
 from lessons.far_compare import TITLES, learned_line
-from lessons.inspect import MAX_PROMPT_TOKENS, Run, layer_view, run_prompt
+from lessons.inspector import MAX_PROMPT_TOKENS, Run, layer_view, run_prompt
 from lessons.pools import reselect, row_detail
 from lessons.prompts import encode_prompt
 from lessons.shares import reuse_comparison
 from ui import weights
 from ui.cache import built, cached_with_progress
-from ui.common import Session
 from ui.far_fact import FACT
 from ui.figures import grouped_bars
 from ui.figures_run import attention_figure, pool_strip_figure
 from ui.live import live_trace
+from ui.session import Session
 from ui.url import KEEP, qp_choice, qp_set, seed
 
 EAGER_TOKENS = 1024       # longer prompts run on the other set only when the reader asks: a trace costs seconds

@@ -17,7 +17,7 @@ warnings are given on arrival only, since afterwards the URL holds what the page
 Streamlit forgets a page's widget values when another page is drawn; pages keep them by giving each keyed
 widget `persist_state="session"` (Streamlit's own mechanism, `KEEP`, which `bound` passes), and seed them
 (`seed`), never with a `value=`/`index=` that would fight the kept value. The session-wide choices (weights,
-checkpoint, numbering) live in the sidebar that app.py draws around every page (ui.common).
+checkpoint, numbering) live in the sidebar that app.py draws around every page (ui.session).
 
 Why not Streamlit's `bind="query-params"` (1.67, measured on a two-page app in Chromium): a bound choice puts its
 shown label in the link (`weights=Random+tiny`, `pick=layer+3`), so 0-based layer links cannot survive a
@@ -25,7 +25,7 @@ shown label in the link (`weights=Random+tiny`, `pick=layer+3`), so 0-based laye
 widget; leaving a page and coming back adds one history entry per restored value; Back shows a page at its
 defaults and drops the session's values; a bad value is dropped without a word. Each breaks a rule above.
 
-This module does not know what a page shows: prompts are ui.prompt's, the sidebar ui.common's.
+This module does not know what a page shows: prompts are ui.prompt's, the sidebar ui.session's.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ ARRIVAL_WAIT_S = 0.6   # the least time between a page's arrival run starting an
 
 @contextmanager
 def url_batch() -> Iterator[None]:
-    """Around a full run (app.py, through ui.common.app_frame) or a fragment's own rerun: the run's URL writes
+    """Around a full run (app.py, through ui.session.app_frame) or a fragment's own rerun: the run's URL writes
     become one change at its end, also when the page stops early (`stop`). Inside a batch, a nested one
     (a fragment drawn by a full run) adds to it.
 

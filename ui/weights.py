@@ -16,7 +16,7 @@ import streamlit as st
 
 from model import shipped_set, shipped_weights
 from ui.checkpoints import find_checkpoints
-from ui.common import WEIGHT_CHOICES, Session, load_model, trained_available
+from ui.session import WEIGHT_CHOICES, Session, load_model, trained_available
 from ui.text import plain
 
 RECORD_MAX_BYTES = 16 << 20      # a training.json holds every step's log; a bigger file is not read

@@ -442,7 +442,7 @@ def trace_generate(model, input_ids, mode: str = "bounded", new_tokens: int = 0,
                    meta: dict | None = None, detail: str = SUMMARY) -> TracedRun:
     """Prefill with the tracer on (the engine's chunked exact or bounded prefill), then decode `new_tokens`, each
     sampled token fed back once so that it has a record in every layer. `progress(fraction, message)` covers
-    both. The one traced loop of the prompt inspector (lessons/inspect.py)."""
+    both. The one traced loop of the prompt inspector (lessons/inspector.py)."""
     tracer = Tracer(detail=detail, lens_topk=lens_topk, keep_scores=keep_scores, lens=lens)
     sampler = sampler or Sampler()
     total = 1.0 + new_tokens

@@ -74,7 +74,7 @@ ODD = {
 
 @pytest.mark.slow
 def test_start_empty_whitespace_and_huge_prompts_keep_the_session():
-    at = app("start")
+    at = app("home")
     ok(at)
     box = at.text_area(key="start_prompt")
     box.set_value(VALID).run()
@@ -93,7 +93,7 @@ def test_start_empty_whitespace_and_huge_prompts_keep_the_session():
 
 @pytest.mark.parametrize("kind", list(ODD))
 def test_start_odd_unicode_prompts(kind):
-    at = app("start")
+    at = app("home")
     at.text_area(key="start_prompt").set_value(ODD[kind]).run()
     ok(at)
     # scored like any text, or (nothing tokenisable) a message; never a traceback
@@ -107,7 +107,7 @@ def test_start_odd_unicode_prompts(kind):
 
 
 def test_start_url_prompt_with_markup_is_shown_as_text():
-    at = app("start", prompt=ODD["markup"])
+    at = app("home", prompt=ODD["markup"])
     ok(at)
     assert at.text_area(key="start_prompt").value == ODD["markup"]
 
@@ -166,8 +166,8 @@ def test_live_prompt_picker_rejects_empty_own_text():
 
 # ---- URL parameters: non-numbers and out of range on every page ----------------------------------------------
 URL_CASES = [
-    ("start", {"weights": "bogus"}, "is not a weights choice"),
-    ("start", {"numbering": "abc"}, "is not 0 or 1"),
+    ("home", {"weights": "bogus"}, "is not a weights choice"),
+    ("home", {"numbering": "abc"}, "is not 0 or 1"),
     ("figure3", {"step": "abc"}, "not a whole number"),
     ("figure3", {"step": "999"}, "outside"),
     ("figure3", {"box": "<b>x</b>"}, "names no box"),
@@ -309,7 +309,7 @@ def test_bad_checkpoint_directory_gives_a_message_then_random_works(allowed, cas
         path.write_bytes(b"0" * 64)
     else:
         path = _micro_checkpoint(tmp_path / "ckpt", corrupt=case)
-    at = app("start", weights="checkpoint", ckpt=str(path))
+    at = app("home", weights="checkpoint", ckpt=str(path))
     ok(at)
     err = messages(at)
     if case in ("missing", "not_a_checkpoint", "a_file"):   # not offered: one message, naming no path
@@ -323,10 +323,10 @@ def test_bad_checkpoint_directory_gives_a_message_then_random_works(allowed, cas
 
 
 def test_no_offered_checkpoint_says_so(tmp_path, monkeypatch):
-    from ui.common import NO_CHECKPOINTS
+    from ui.session import NO_CHECKPOINTS
 
     monkeypatch.setenv("V41_CHECKPOINT_ROOTS", str(tmp_path))
-    at = app("start", weights="checkpoint")
+    at = app("home", weights="checkpoint")
     ok(at)
     assert NO_CHECKPOINTS in messages(at)
 

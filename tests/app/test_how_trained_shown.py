@@ -29,7 +29,7 @@ def said(at) -> str:
 
 
 def test_home_pictures_say_how_each_recall_checkpoint_was_trained_plain_training_first():
-    at = run_page("start", timeout=300)
+    at = run_page("home", timeout=300)
     assert not at.exception, [e.value for e in at.exception]
     text = said(at)
     plain, guided = (clause(record(k)) for k in ("unaided", "recall"))
@@ -69,7 +69,7 @@ def test_lookback_heads_on_the_text_model_say_its_lookup_loss():
 
 
 def test_the_tours_far_fact_stop_draws_both_pictures_with_their_clauses():
-    at = run_page("start", timeout=300, stop="far")
+    at = run_page("home", timeout=300, stop="far")
     assert not at.exception, [e.value for e in at.exception]
     text = said(at)
     for k in ("unaided", "recall"):

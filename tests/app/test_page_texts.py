@@ -158,8 +158,8 @@ def test_ablation_page_names_weights_not_files_and_the_comb_configuration_honest
     """Under the side-by-side, the weights line says whose weights (the sidebar's text model); the pair's titles
     and the messages about missing weights name no file path; the mHC configuration is not called "never mix"
     (its own text says each sublayer still reads a mix of the streams); a near-tie is not called right."""
-    from ui.common import NO_TRAINED
     from ui.pair import MISSING
+    from ui.session import NO_TRAINED
 
     for message in (NO_TRAINED, MISSING):
         assert "weights/" not in message and "data/" not in message, message

@@ -50,7 +50,7 @@ def test_csa2_opens_on_its_first_step_outlines_the_fact_and_magnifies_packing():
 
 
 def test_a_short_prompt_s_selection_is_a_sentence_not_a_solid_block():
-    from lessons.inspect import SelectionView, too_short_to_choose
+    from lessons.inspector import SelectionView, too_short_to_choose
 
     short = SelectionView(True, None, 19, list(range(16)), None, [0.0] * 19, "")
     assert "19 entries are visible and the top-k keeps 16" in too_short_to_choose(short)

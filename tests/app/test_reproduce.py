@@ -199,10 +199,10 @@ def test_inspector_snippet(tmp_path, head):
 
 
 @pytest.mark.slow
-def test_start_snippet(tmp_path):
+def test_home_snippet(tmp_path):
     import json
 
-    at = app("start")
+    at = app("home")
     out = run_snippet(snippet(at), tmp_path)
     cap = next(c.value for c in at.caption if "prompt tokens read by" in c.value)
     assert cap.startswith(f"{out['prompt tokens']} prompt tokens")
@@ -283,7 +283,7 @@ def test_random_weights_snippet_reproduces_the_page(tmp_path):
 def test_checkpoint_snippets_name_no_path():
     from lessons import reproduce as snippets
 
-    code = snippets.start("checkpoint", "Hello")
+    code = snippets.home("checkpoint", "Hello")
     assert snippets.CHECKPOINT_PLACEHOLDER in code and str(ROOT) not in code
 
 

@@ -12,8 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from ui import cache
 from ui.cache import built
-from ui.common import Session
 from ui.nav import stems
+from ui.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def test_built_names_frames_arrays_tensors_and_dataclasses_by_value():
     import pandas as pd
     import torch
 
-    from lessons.start import NextTokens
+    from lessons.home import NextTokens
 
     frame = pd.DataFrame({"position": [1, 2], "rate": [0.5, 0.25]})
     values = [frame, frame["rate"], np.arange(3.0), torch.arange(3), NextTokens(["a"], [1], [0.5], 2)]

@@ -191,7 +191,7 @@ def _markdown_texts(at) -> list[str]:
 
 
 # Home reads the 6,000-character prompt through the model (slow on a CPU); its text is checked in the slow tier
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p == "start" else p for p in PAGES])
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p == "home" else p for p in PAGES])
 def test_markdown_in_every_url_parameter_is_text(page):
     at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=300)
     for p in PARAMS:
@@ -277,7 +277,7 @@ def test_thirty_checkpoint_urls_hold_at_most_max_models(tmp_path, monkeypatch):
     """30 URLs: 6 checkpoint directories, each spelled 5 ways. One load per directory while it is held,
     and never more than MAX_MODELS models alive in the process (counted by the garbage collector)."""
     from model import V41Model
-    from ui.common import model_store
+    from ui.session import model_store
 
     monkeypatch.setenv("V41_CHECKPOINT_ROOTS", str(tmp_path))
     for i in range(6):

@@ -79,10 +79,10 @@ def test_a_link_wins_over_the_session_on_arrival():
     at = app_at("layer_map")
     at.selectbox(key="lm_layer").set_value(5).run()
     assert url(at)["layer"] == "5"
-    go(at, "start")
+    go(at, "home")
     go(at, "layer_map")                                  # back by navigation: the session's value
     assert at.selectbox(key="lm_layer").value == 5 and url(at)["layer"] == "5"
-    go(at, "start")
+    go(at, "home")
     go(at, "layer_map", weights="random", layer=7)        # arriving through a link: the link's value
     assert at.selectbox(key="lm_layer").value == 7
     fresh = page_at("layer_map", weights="random")        # a fresh session without one: the default
@@ -109,7 +109,7 @@ def test_calculator_state_survives_navigation():
     at = app_at("cache_calculator", preset="gqa")
     at.number_input(key="cc_batch").set_value(3).run()
     before = (at.metric[0].value, url(at))
-    go(at, "start")
+    go(at, "home")
     go(at, "cache_calculator")
     ok(at)
     assert not at.error
@@ -145,7 +145,7 @@ def test_arriving_by_navigation_equals_a_fresh_open_of_the_url(page):
         else:
             w.set_value(value).run()
         ok(at)
-    go(at, "start")
+    go(at, "home")
     go(at, page)
     ok(at)
     seen = view(at)
@@ -155,10 +155,10 @@ def test_arriving_by_navigation_equals_a_fresh_open_of_the_url(page):
 
 
 def test_a_rejected_prompt_is_what_the_url_shows():
-    at = app_at("start")
+    at = app_at("home")
     at.text_area(key="start_prompt").set_value("   ").run()
     assert "empty" in " ".join(w.value for w in at.warning)
-    fresh = page_at("start", **url(at))
+    fresh = page_at("home", **url(at))
     assert fresh.text_area(key="start_prompt").value == "   " and view(fresh) == view(at)
     long = "word " * 5000                              # 25,000 characters: over the page's limit and a link's
     at.text_area(key="start_prompt").set_value(long).run()
@@ -246,7 +246,7 @@ def test_a_link_to_another_design_opens_with_that_designs_inputs():
     at = app_at("cache_calculator")
     at.selectbox(key="cc_bits").set_value(8).run()            # V4.1 at 8 bits
     ok(at)
-    go(at, "start")
+    go(at, "home")
     go(at, "cache_calculator", preset="v3.2", weights="random")
     ok(at)
     v32 = page_defaults("v3.2")
@@ -263,7 +263,7 @@ def _offer(at: AppTest):
 
 def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
     mine = "The cat sat in the red box. The box is"
-    at = app_at("start")
+    at = app_at("home")
     assert not _offer(at)                                  # nothing typed yet: nothing offered
     at.text_area(key="start_prompt").set_value(mine).run()
     assert not _offer(at)                                  # the page already shows it
@@ -285,7 +285,7 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
     ok(at)
     assert at.text_area(key="live_text").value == mine and url(at)["prompt"] == mine
     at.text_area(key="live_text").set_value("A second text. The box is").run()
-    go(at, "start")
+    go(at, "home")
     (button,) = _offer(at)
     assert button.label == "Use your text from Attention shares"
     button.click().run()
@@ -303,24 +303,24 @@ def test_a_sample_is_never_offered_and_a_text_too_long_for_the_page_is_not():
     at.selectbox(key="insp_sample").set_value(0).run()
     (button,) = _offer(at)
     assert button.label == "Back to your text"             # the reader's own text on this very page
-    go(at, "start")
+    go(at, "home")
     assert not _offer(at)
 
 
 def test_the_offer_is_the_text_typed_last_not_the_page_seen_last():
-    at = app_at("start")
+    at = app_at("home")
     at.text_area(key="start_prompt").set_value("Zebra job text.").run()
     go(at, "inspector")
     at.text_area(key="insp_prompt").set_value("Giraffe inspector text.").run()
     assert not _offer(at)                                  # just typed here: nothing to offer
-    go(at, "start")                                        # the older text shown again does not become the latest
+    go(at, "home")                                        # the older text shown again does not become the latest
     (button,) = _offer(at)
     assert button.label == "Use your text from Prompt inspector"
     go(at, "csa2_modes")
     (button,) = _offer(at)
     assert button.label == "Use your text from Prompt inspector"
     assert "Giraffe" in " ".join(as_shown(c.value) for c in at.caption)
-    go(at, "start")
+    go(at, "home")
     _offer(at)[0].click().run()
     assert at.text_area(key="start_prompt").value == "Giraffe inspector text." and not _offer(at)
     at2 = app_at("inspector")                              # "(your own text)" picked, nothing typed: not offered

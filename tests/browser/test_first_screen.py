@@ -72,7 +72,7 @@ def first_screen_words(ui) -> list[str]:
 @pytest.mark.parametrize("page", [p for p in page_stems() if p not in EXCEPTED])
 def test_first_screen_holds_at_most_200_words(ui, page):
     ui.page.set_viewport_size(VIEWPORT)
-    ui.open("" if page == "start" else page)     # a fresh tab: a new browser session, every default
+    ui.open("" if page == "home" else page)     # a fresh tab: a new browser session, every default
     ui.page.wait_for_timeout(1000)               # fonts and late layout settle before the count
     words = first_screen_words(ui)
     ui.shot(f"first-screen-{page}")

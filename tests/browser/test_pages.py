@@ -61,7 +61,7 @@ def test_start(ui):
     assert "prompt=Anna" in ui.page.url                   # the prompt is mirrored in the URL
     assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1
     ui.assert_clean()
-    ui.shot("start")
+    ui.shot("home")
     # the typed prompt follows the reader to the inspector, and the job keeps it when they come back
     ui.page.get_by_text("Step through this prompt layer by layer").click()
     ui.page.wait_for_url(re.compile(r"/inspector"))

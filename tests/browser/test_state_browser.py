@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from bench import server as app_server
-from lessons.inspect import load_samples
+from lessons.inspector import load_samples
 
 pytestmark = pytest.mark.browser
 

@@ -19,7 +19,7 @@ from lessons.fact_steps import (
     mark_fact,
     reach_line,
 )
-from lessons.inspect import AttentionView, SelectionView
+from lessons.inspector import AttentionView, SelectionView
 
 FACT = PromptFact(colour="pink", positions=[27], sentence=[22, 23, 24, 25, 26, 27, 28, 29], query=306)
 

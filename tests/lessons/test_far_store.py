@@ -67,7 +67,7 @@ def test_the_home_page_draws_the_stored_reading_without_loading_a_recall_checkpo
         raise AssertionError("the home page loaded the recall checkpoints")
 
     monkeypatch.setattr(ui.pair, "pair_sessions", refuse)
-    at = run_page("start", weights="trained")
+    at = run_page("home", weights="trained")
     assert not at.exception, [e.value for e in at.exception]
     keys = {c.key for c in at.get("plotly_chart")}
     assert {"home_far_fig_unaided", "home_far_fig_recall"} <= keys

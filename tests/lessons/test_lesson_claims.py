@@ -110,7 +110,7 @@ def test_bounded_note_gives_the_reason():
 
 
 def test_inspector_agreement_is_measured_not_typed():
-    from lessons.inspect import bounded_agreement
+    from lessons.inspector import bounded_agreement
     from model import prefill
 
     m = random_model("micro")
@@ -469,8 +469,8 @@ def test_lookback_verdict_states_its_rule():
 
 
 def test_release_and_tiny_sizes_side_by_side():
+    from lessons.home import scale_rows
     from lessons.sources import SOURCES_NOTE
-    from lessons.start import scale_rows
     from model import V41Config
 
     rel, tiny = V41Config.preset("v4.1-flash"), V41Config.preset("tiny")
@@ -523,7 +523,7 @@ def test_dspark_target_passes_and_checking_passes_count_the_same_thing():
 
 
 def test_generated_text_stays_on_one_line():
-    from lessons.inspect import one_line
+    from lessons.inspector import one_line
 
     assert one_line(" the\n[") == " the\u21b5["                    # no stray '[' line under the text
     assert "\n" not in one_line("a\nb\r\n") and one_line("a\tb") == "a\u2192b" and one_line("\x01") == "\\x01"

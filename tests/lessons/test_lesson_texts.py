@@ -237,7 +237,7 @@ def test_no_reader_visible_seed():
     from lessons.glossary import terms
     from lessons.layers import engram_sentence
     from lessons.sources import SOURCES_NOTE, footer_lines
-    from ui.common import NUMBERING
+    from ui.session import NUMBERING
 
     texts = [SOURCES_NOTE, engram_sentence(RELEASE), *footer_lines(), *NUMBERING.values()]
     texts += [t.meaning for t in terms()] + [label for label, _, _ in DESIGNS.values()]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import model.inference.trace as trace_mod
-from lessons.inspect import layer_view, run_prompt
+from lessons.inspector import layer_view, run_prompt
 from model.inference import lens_plan
 from tests.conftest import random_model, random_tiny
 

@@ -1,4 +1,4 @@
-"""Cached computations and drawing for "Where the time goes" (the lesson itself is lessons/time_goes.py)."""
+"""Cached computations and drawing for "Where the time goes" (the lesson itself is lessons/where_time_goes.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from lessons.roofline import (
     place,
     verdict,
 )
-from lessons.time_goes import (
+from lessons.where_time_goes import (
     RoundBounds,
     agent_round,
     bytes_sentence,

@@ -4,15 +4,15 @@ the job itself: next-token scores for an editable prompt, beside the limits of t
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.start import RANDOM_NOTE
+from lessons.home import RANDOM_NOTE
 from ui.cache import built
-from ui.common import page_header
 from ui.figures import top_tokens_bar
 from ui.home import draw_limits, opening
 from ui.limits import PROMPT_CHARS, URL_PROMPT_CHARS
 from ui.live import next_tokens
 from ui.prompt import typed_prompt
 from ui.reproduce import reproduce
+from ui.session import page_header
 from ui.sources import page_link
 from ui.text import plain
 from ui.tour import shows
@@ -51,7 +51,7 @@ def live_part() -> None:
             page_link("pages/inspector.py", "Step through this prompt layer by layer", ":material/search:", follow)
         with c2:
             page_link("pages/dspark.py", "Watch DSpark draft its continuation", ":material/bolt:", follow)
-    reproduce(snippets.start(sess.weights, text), "start")
+    reproduce(snippets.home(sess.weights, text), "home")
 
 
 st.divider()

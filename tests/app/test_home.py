@@ -19,13 +19,13 @@ def no_errors(at: AppTest) -> None:
 
 
 def test_start_renders():
-    at = run_page("start", timeout=180)
+    at = run_page("home", timeout=180)
     no_errors(at)
     assert at.title
 
 
 def test_start_empty_prompt():
-    at = run_page("start", timeout=180)
+    at = run_page("home", timeout=180)
     assert any("random weights" in i.value for i in at.info)
     at.text_area(key="start_prompt").input("").run()
     no_errors(at)
