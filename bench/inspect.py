@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # as the app does on CPU (ui.session): one intra-op thread per session
 
-    from lessons import inspector as ins, pools
+    from lessons import indexer_pools as pools, inspector as ins
 
     model, kind = _model(a.weights)
     text, ids = long_prompt(model, a.tokens)

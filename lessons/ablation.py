@@ -19,7 +19,7 @@ import torch
 from model import Ablation, decode_step, prefill
 from model.heldout import evaluate as held_out_quality
 
-from .calculator import Knobs, calculate
+from .cache_calculator import Knobs, calculate
 from .designs import v41_design
 from .far_fact import window_reach
 from .units import human_bytes
@@ -243,7 +243,7 @@ def reading(rows: list[dict]) -> list[str]:
 
 def memory_note(cfg, tokens: int) -> str:
     """The memory side of the trade-offs: the cache calculator's bytes for the running model at this prompt
-    length, in each prefill mode (the engine holds exactly these; tests/lessons/test_calculator.py)."""
+    length, in each prefill mode (the engine holds exactly these; tests/lessons/test_cache_calculator.py)."""
     out = {}
     for mode in ("exact", "bounded"):
         k = Knobs(context=tokens, mode=mode, window=cfg.sliding_window, bits=4, layers=max(16, cfg.num_hidden_layers))

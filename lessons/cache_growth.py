@@ -2,7 +2,7 @@
 entry of so many bytes, one entry per so many tokens, summed in one line ("356 B x 3 copies / 2 tokens + 356 B x
 1 copy / 1 token = 890 B per further token" for DeepSeek-V4.1-Flash).
 
-Reads a design's stores (lessons/calculator.py); knows nothing of windows or persistent caches (they do not grow),
+Reads a design's stores (lessons/cache_calculator.py); knows nothing of windows or persistent caches (they do not grow),
 nor of rendering.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .calculator import Design
+from .cache_calculator import Design
 
 
 @dataclass(frozen=True)

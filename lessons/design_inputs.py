@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from .calculator import KIND_LABELS, KNOB_HELP, LIMITS, CalcError, Design, Knobs, calculate
+from .cache_calculator import KIND_LABELS, KNOB_HELP, LIMITS, CalcError, Design, Knobs, calculate
 from .designs import DESIGNS, build, defaults
 from .units import counted
 
@@ -21,7 +21,7 @@ CALC_CONTEXT = 131_072        # ... at a long working context (128K tokens), the
 
 
 # why each input moves the bytes (the tooltips: what an input is, then why it matters); replay, rollback and the
-# prefill mode are left out: their descriptions (lessons.calculator.KNOB_HELP) already say what they are for
+# prefill mode are left out: their descriptions (lessons.cache_calculator.KNOB_HELP) already say what they are for
 KNOB_WHY = {
     "context": "the stores that grow with the prompt (entries, index keys, plain K/V rows) grow in step with it; "
                "a sliding window does not",

@@ -1,4 +1,4 @@
-"""Cache layouts of the designs the Memory pages compare, as `lessons.calculator.Design`s.
+"""Cache layouts of the designs the Memory pages compare, as `lessons.cache_calculator.Design`s.
 
 - DeepSeek-V4.1-Flash and any V41Config (the running tiny model): derived from the config through
   `model.layer_map` and the storage formats of `model.quant` (docs/design/architecture.md §2-3,
@@ -20,7 +20,7 @@ from typing import Callable
 from model import V41Config, layer_map
 from model.quant import INDEX_FMT, LATENT_FMT, WINDOW_FMT, Format
 
-from .calculator import CalcError, Design, Knobs, Part, Store, calculate, validate_knobs
+from .cache_calculator import CalcError, Design, Knobs, Part, Store, calculate, validate_knobs
 from .sources import EXPLAINER_1, EXPLAINER_2, marker
 from .units import counted, human_bytes
 

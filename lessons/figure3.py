@@ -17,10 +17,10 @@ from PIL import Image, ImageDraw
 from model import V41Config, layer_map
 from model.quant import LATENT_FMT
 
+from .attention_shares import TOY_QUERIES, fmt, two_value_mix
 from .dspark import block_sentence
 from .figure3_layout import Box, _num
 from .layers import MODES, bounded_note, stack_runs
-from .shares import TOY_QUERIES, fmt, two_value_mix
 from .sources import REPORT
 from .workload import SPLIT_PRICE
 

@@ -13,7 +13,7 @@ import re
 from model import V41Config
 from model.quant import LATENT_FMT
 
-from .calculator import Store
+from .cache_calculator import Store
 from .designs import defaults, v4_flash, v4_to_v41_waterfall
 
 

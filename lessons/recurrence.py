@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lessons.shares import IDLE_SHARE
+from lessons.attention_shares import IDLE_SHARE
 
 INTRO = (
     "Two ideas hide behind the word \"sharing\". One shares data: a layer prepares entries once and later "

@@ -67,8 +67,8 @@ def attention_shares(weights: str, text: str, layer: int, position: int, reuse: 
         lines += [f"cmp = reuse_comparison(trace, layer={reuse}, position={position}, head={head}, tokens=tokens)",
                   "print(f\"Reuse layer: {len(cmp.entry_ids)} entries read, same as its source: {cmp.same_entries}, \"",
                   "      f\"largest share difference {cmp.largest_gap:.3f}\")"]
-    return _join(model_lines(weights), text_lines(text), ["from lessons.shares import reuse_comparison, share_view"],
-                 _trace_lines(), lines)
+    return _join(model_lines(weights), text_lines(text),
+                 ["from lessons.attention_shares import reuse_comparison, share_view"], _trace_lines(), lines)
 
 
 def recurrence(weights: str, text: str, layer: int) -> str:
@@ -117,7 +117,7 @@ def figure3_box(weights: str, text: str, kind: str, layer: int) -> str:
 
 def cache_calculator(preset: str, knobs, keep_windows: bool) -> str:
     kw = ", ".join(f"{k}={v!r}" for k, v in asdict(knobs).items())
-    return _join(["from lessons.calculator import Knobs, calculate",
+    return _join(["from lessons.cache_calculator import Knobs, calculate",
                   "from lessons.units import human_bytes",
                   "from lessons.designs import build"],
                  [f"knobs = Knobs({kw})",
@@ -156,7 +156,7 @@ def where_time_goes(gpu: str, batch: int, context: int, drafts: int, gpus: int =
 
 
 def compare_designs(keys: list[str], context: int, batch: int) -> str:
-    return _join(["from lessons.calculator import calculate",
+    return _join(["from lessons.cache_calculator import calculate",
                   "from lessons.units import human_bytes",
                   "from lessons.designs import build, with_context"],
                  [f"for key in {keys!r}:",
@@ -211,7 +211,7 @@ def dspark(weights: str, text: str, max_new: int, mode: str, draft_length, thres
 
 def indexer_pools(weights: str, text: str, mode: str, pool_blocks: int, k: int, one_based: bool) -> str:
     return _join(model_lines(weights), text_lines(text),
-                 ["from lessons.pools import reindex_inputs, reselect, summary_rows, trace_for_pools"],
+                 ["from lessons.indexer_pools import reindex_inputs, reselect, summary_rows, trace_for_pools"],
                  ["ids = model.encode(text)",
                   f"inp = reindex_inputs(model, trace_for_pools(model, ids, {mode!r}))",
                   f"results = reselect(inp, {pool_blocks}, {k})",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from model import V41Config, layer_map
 
-from .calculator import calculate
+from .cache_calculator import calculate
 from .designs import defaults, v4_flash, v41_design
 from .dspark import block_sentence
 from .format_split import format_split

@@ -19,7 +19,7 @@ import torch
 
 from model import decode_step, prefill
 
-from .calculator import CalcError, Knobs, calculate
+from .cache_calculator import CalcError, Knobs, calculate
 from .designs import v41_design
 from .units import counted, human_flops
 

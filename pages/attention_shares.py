@@ -1,11 +1,10 @@
 """Attention shares: the two-value toy (10 and 30 give 14 and 28), then the real shares of the running model
-for a chosen layer, head and query position, and a Reuse layer beside its source (lessons/shares.py)."""
+for a chosen layer, head and query position, and a Reuse layer beside its source (lessons/attention_shares.py)."""
 
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.layers import map_line
-from lessons.shares import (
+from lessons.attention_shares import (
     CHECK_FOLLOWUP,
     CHECK_QUESTION,
     TOY_INTRO,
@@ -18,6 +17,7 @@ from lessons.shares import (
     share_view,
     two_value_mix,
 )
+from lessons.layers import map_line
 from lessons.units import counted
 from ui import url
 from ui.cache import built

@@ -6,8 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.cache_growth import growth_sum, growth_terms
-from lessons.calculator import (
+from lessons.cache_calculator import (
     CALC_INTRO,
     CALC_LEVERS,
     LEAVES_OUT,
@@ -23,6 +22,7 @@ from lessons.calculator import (
     weights_left_out,
     windows_persist,
 )
+from lessons.cache_growth import growth_sum, growth_terms
 from lessons.cost import replay_weight_bytes
 from lessons.design_inputs import CALC_DESIGN, own_values, page_defaults, switch_design
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, sharing_help

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.calculator import LIMITS, CalcError, calculate
+from lessons.cache_calculator import LIMITS, CalcError, calculate
 from lessons.designs import (
     COMPARE_DEFAULT,
     COMPARE_INTRO,

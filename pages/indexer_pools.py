@@ -1,5 +1,5 @@
 """Indexer pools: the candidate source's broad scan, the pool it keeps, the Reindex layers' choices inside it,
-and what an exhaustive search would have chosen instead. Numbers from lessons/pools.py; figures from
+and what an exhaustive search would have chosen instead. Numbers from lessons/indexer_pools.py; figures from
 ui/figures_run.py. User text is shown only through widgets, st.code and dataframes.
 """
 
@@ -9,9 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.inspector import load_samples
-from lessons.layers import map_line
-from lessons.pools import (
+from lessons.indexer_pools import (
     DEFINITIONS,
     INTRO,
     reindex_inputs,
@@ -21,6 +19,8 @@ from lessons.pools import (
     summary_rows,
     trace_for_pools,
 )
+from lessons.inspector import load_samples
+from lessons.layers import map_line
 from model import V41Config, layer_map
 from ui import url
 from ui.cache import built, cached_with_progress

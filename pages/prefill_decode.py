@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.calculator import CalcError, calculate
+from lessons.cache_calculator import CalcError, calculate
 from lessons.designs import build, defaults
 from lessons.layers import bounded_note
 from lessons.units import counted, human_bytes, human_flops

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from lessons.calculator import KIND_LABELS, KINDS, CacheResult, Design, layer_label
+from lessons.cache_calculator import KIND_LABELS, KINDS, CacheResult, Design, layer_label
 from lessons.units import BINARY, human_bytes
 from ui.axes import bar_mode
 from ui.figures import ROLE_COLORS

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from lessons.calculator import (
+from lessons.cache_calculator import (
     KNOB_HELP,
     LIMITS,
     MODES,

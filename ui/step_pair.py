@@ -16,6 +16,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from lessons.attention_shares import reuse_comparison
 from lessons.fact_in_prompt import PromptFact, prompt_fact
 from lessons.fact_steps import (
     at_layer,
@@ -28,10 +29,9 @@ from lessons.fact_steps import (
     row_line,
 )
 from lessons.far_compare import TITLES, learned_line
+from lessons.indexer_pools import reselect, row_detail
 from lessons.inspector import MAX_PROMPT_TOKENS, Run, layer_view, run_prompt
-from lessons.pools import reselect, row_detail
 from lessons.prompts import encode_prompt
-from lessons.shares import reuse_comparison
 from ui import weights
 from ui.cache import built, cached_with_progress
 from ui.far_fact import FACT

@@ -236,7 +236,7 @@ def test_calculator_bad_url_falls_back_and_keeps_good_values():
 def test_calculator_fields_out_of_range_never_crash(field):
     """A value outside a field's range (what a stale session or a hand-made request can send; the browser's own
     input refuses it) is held to the field's range, and the page keeps computing."""
-    from lessons.calculator import LIMITS
+    from lessons.cache_calculator import LIMITS
 
     at = app("cache_calculator", preset="v4.1-flash")
     ok(at)

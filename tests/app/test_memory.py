@@ -190,7 +190,7 @@ def test_one_token_is_said_in_the_singular():
 
 
 def test_memory_charts_read_bytes_in_binary_units_and_keep_legends_clear():
-    from lessons.calculator import calculate
+    from lessons.cache_calculator import calculate
     from lessons.designs import COMPARE_DEFAULT, DESIGNS, build, defaults, with_context
     from ui.figures import ROLE_COLORS
     from ui.figures_memory import EXTRA_ROLE_COLORS, byte_ticks, compare_bar, kind_bar, layer_bar

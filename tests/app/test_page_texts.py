@@ -299,7 +299,7 @@ def test_figures_drawn_after_a_button_keep_the_axis_rules():
 
 # ---- numbers on one screen agree; a refused input says so ------------------------------------------------------
 def test_calculator_says_when_a_typed_number_is_out_of_range_and_keeps_the_last_good_one():
-    from lessons.calculator import LIMITS
+    from lessons.cache_calculator import LIMITS
 
     at = app("cache_calculator", preset="v4.1-flash", context=131072)
     hi = LIMITS["context"][1]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lessons import far_fact as ff, far_story as fs
-from lessons.shares import entry_span
+from lessons.attention_shares import entry_span
 from model import Ablation, LayerSpec
 from model.heldout import load_heldout_stories, story_eval_batches
 from model.inference import LayerRecord, Shares, Trace

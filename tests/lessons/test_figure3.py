@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from lessons.attention_shares import mix, reuse_comparison, share_view, two_value_mix
 from lessons.figure3 import box_text, levers, live_layer, steps
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import (
@@ -25,7 +26,6 @@ from lessons.layers import (
     stack_runs,
 )
 from lessons.recurrence import param_comparison, reuse_facts, shares_sentence, storage_check
-from lessons.shares import mix, reuse_comparison, share_view, two_value_mix
 from model import Ablation, V41Config, layer_map
 from tests.conftest import ROOT, random_model
 

@@ -63,7 +63,7 @@ def test_dspark_intro_prices_an_accepted_guess():
 # ---- Cache calculator: the persistent figure is what the engine saves -----------------------------------------
 @pytest.mark.parametrize("mode", ["bounded", "exact"])
 def test_persistent_figure_equals_the_engines_saved_prefix_state(mode):
-    from lessons.calculator import Knobs, calculate
+    from lessons.cache_calculator import Knobs, calculate
     from lessons.designs import v41_design
     from model import prefill
     from model.inference import PrefixCache
@@ -85,7 +85,7 @@ def test_persistent_figure_equals_the_engines_saved_prefix_state(mode):
 
 
 def test_replay_tab_compares_net_bytes():
-    from lessons.calculator import replay_tradeoff, replay_verdict
+    from lessons.cache_calculator import replay_tradeoff, replay_verdict
     from lessons.designs import build, defaults
     from model import V41Config
 
@@ -168,7 +168,7 @@ def test_engram_projection_work_is_put_in_numbers_when_the_counts_are_given():
 
 
 def test_fresh_step_shows_the_modes_table_with_the_ten_and_thirty_numbers():
-    from lessons.shares import mix
+    from lessons.attention_shares import mix
 
     fresh = _steps()["fresh"]
     assert [r["mode"] for r in fresh.table] == ["Full", "Reuse", "Reindex"]
@@ -203,7 +203,7 @@ def test_repeat_decoder_and_encoder_steps():
 
 # ---- Indexer pools, Ablation lab --------------------------------------------------------------------------------
 def test_pool_statistics_name_whose_pool_they_describe():
-    from lessons.pools import scale_note
+    from lessons.indexer_pools import scale_note
     from model import V41Config
 
     tiny, rel = V41Config.preset("tiny"), V41Config.preset("v4.1-flash")
@@ -243,7 +243,7 @@ def test_ablation_reading_names_no_change_within_noise_and_says_when_far_context
 
 def test_ablation_memory_note_is_the_calculators_bytes():
     from lessons import ablation as abl
-    from lessons.calculator import Knobs, calculate
+    from lessons.cache_calculator import Knobs, calculate
     from lessons.designs import v41_design
     from lessons.units import human_bytes
     from model import V41Config
@@ -258,7 +258,7 @@ def test_ablation_memory_note_is_the_calculators_bytes():
 
 # ---- Compare designs: V4-Flash -> V4.1 ----------------------------------------------------------------------------
 def test_waterfall_runs_from_v4_flash_to_v41_and_pooling_less_costs_bytes():
-    from lessons.calculator import calculate
+    from lessons.cache_calculator import calculate
     from lessons.designs import build, defaults, v4_to_v41_waterfall
 
     fall = v4_to_v41_waterfall()
@@ -359,7 +359,7 @@ def test_recall_at_chance_at_every_distance_is_not_blamed_on_distance():
 def test_replay_input_and_windows_agree_with_the_persistent_figure(replay):
     import dataclasses
 
-    from lessons.calculator import calculate, replay_tradeoff
+    from lessons.cache_calculator import calculate, replay_tradeoff
     from lessons.designs import build, defaults
     from model import V41Config
 
@@ -391,7 +391,7 @@ def test_glossary_defines_the_names_the_memory_pages_use():
 
 
 def test_one_name_for_a_stored_entry_and_the_lineage_says_what_v2_brought():
-    from lessons.calculator import KIND_LABELS
+    from lessons.cache_calculator import KIND_LABELS
     from lessons.designs import LINEAGE
     from lessons.layers import SEPARATE_DECISIONS, computed_rows
 
@@ -433,12 +433,12 @@ def test_total_parameters_are_marked_as_counted_from_the_config():
 
 
 def test_calculator_inputs_are_explained_not_restated():
-    from lessons.calculator import KNOB_HELP
+    from lessons.cache_calculator import KNOB_HELP
 
     assert "speculative decoding" in KNOB_HELP["rollback"] and "rollback" not in KNOB_HELP["rollback"]
     assert "exact:" in KNOB_HELP["mode"] and "bounded:" in KNOB_HELP["mode"]
     assert KNOB_HELP["replay"] != "rows recomputed by bounded replay" and "windows" in KNOB_HELP["replay"]
-    from lessons.calculator import LIMITS
+    from lessons.cache_calculator import LIMITS
     from lessons.design_inputs import KNOB_WHY, knob_tooltip
 
     # every tooltip of a number says what the input is and why it moves the bytes, then its range
@@ -491,7 +491,7 @@ def test_prefill_prose_counts_index_keys_for_selecting_layers_and_attention_in_t
 
 
 def test_an_out_of_range_number_is_refused_with_a_message():
-    from lessons.calculator import LIMITS
+    from lessons.cache_calculator import LIMITS
     from lessons.design_inputs import range_note
 
     lo, hi = LIMITS["context"]
@@ -532,7 +532,7 @@ def test_generated_text_stays_on_one_line():
 def test_the_calculator_says_where_its_parameter_total_comes_from_beside_the_number():
     """The 763B total is our count from the config (the release quotes the backbone only): the metric's own label
     and the sentence under it say so, not only a hover; 4 bits per parameter is half a byte each."""
-    from lessons.calculator import WEIGHTS_LABEL, weights_left_out
+    from lessons.cache_calculator import WEIGHTS_LABEL, weights_left_out
 
     assert "counted from the config" in WEIGHTS_LABEL
     counts = {"total": 763_205_315_795, "backbone": 551_566_180_464, "engram": 196_928_504_320,

@@ -286,7 +286,7 @@ def test_v41_summary_and_shares_follow_the_window_and_the_layer_map():
 
 
 def test_check_answer_follows_the_sliders():
-    from lessons.shares import check_answer, two_value_mix
+    from lessons.attention_shares import check_answer, two_value_mix
 
     assert "gave 14 for query A, 28 for query B" in check_answer()
     a, b = two_value_mix(50).result, two_value_mix(25).result       # 20 and 25
@@ -326,7 +326,7 @@ def test_index_cell_says_scores_computed_and_kept_inside_the_pool():
 
 def test_pools_and_dspark_intros_do_not_overstate():
     from lessons.dspark import INTRO as DSPARK
-    from lessons.pools import INTRO as POOLS
+    from lessons.indexer_pools import INTRO as POOLS
 
     assert "That saves scoring work" not in POOLS and "scans every entry once" not in POOLS
     assert "masks to the pool" in POOLS and "no saving is measured here" in POOLS

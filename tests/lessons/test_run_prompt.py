@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lessons import ablation as abl, inspector as ins, pools, prompts
+from lessons import ablation as abl, indexer_pools as pools, inspector as ins, prompts
 from model import Ablation, layer_map
 from model.arch import Mix
 from model.inference import LayerRecord, Shares, Trace, speculative as ds

@@ -8,7 +8,7 @@ separate results: what stays on the accelerator (HBM) and what a persistent pref
 per saved context. They are never added together.
 
 For DeepSeek-V4.1 configs the stores come from `lessons.designs.v41_design`; their bytes per layer equal
-`model.accounting.cache_bytes` and the bytes the engine's `Cache` really holds (tests/lessons/test_calculator.py).
+`model.accounting.cache_bytes` and the bytes the engine's `Cache` really holds (tests/lessons/test_cache_calculator.py).
 """
 
 from __future__ import annotations
