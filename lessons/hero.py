@@ -13,7 +13,6 @@ from lessons.far_fact import CHANCE, far_recall_of, near_tie
 from lessons.how_trained import AIMED, SHORT, read_guidance
 
 # what each recall checkpoint's column is called above its picture (its title says the same at more length)
-HEADS = {"unaided": "Plain training", "recall": "Shown where to look"}
 
 
 def title(pair: FarPair, layers: int) -> str:

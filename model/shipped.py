@@ -23,6 +23,9 @@ class ShippedSet:
     folder: str         # its directory under data/weights
     title: str          # a column or caption title, plain text
     purpose: str        # what the set is here to show, one line
+    heading: str        # its picture's heading beside another set's ("Plain training")
+    short: str          # its label in a one-row choice of what to draw beside ("recall, plain training")
+    far_recall: bool    # trained to recall a fact far back (the side-by-side draws these first)
 
     @property
     def directory(self) -> Path:
@@ -31,14 +34,18 @@ class ShippedSet:
 
 SHIPPED: tuple[ShippedSet, ...] = (
     ShippedSet("text", "tiny", "Text model",
-               "English from a small corpus, with the configuration's windows"),
+               "English from a small corpus, with the configuration's windows",
+               "Text model", "text model", far_recall=False),
     ShippedSet("unaided", "unaided", "Recall checkpoint, plain training",
-               "far recall learned from the answers alone, with 2-token windows"),
+               "far recall learned from the answers alone, with 2-token windows",
+               "Plain training", "recall, plain training", far_recall=True),
     ShippedSet("recall", "recall", "Recall checkpoint, shown where to look",
-               "far recall trained with losses that point attention and index scores at the fact"),
+               "far recall trained with losses that point attention and index scores at the fact",
+               "Shown where to look", "recall, shown where to look", far_recall=True),
 )
 
 KINDS = tuple(s.kind for s in SHIPPED)
+RECALL_KINDS = tuple(s.kind for s in SHIPPED if s.far_recall)   # in SHIPPED's order: plain training first
 
 
 def shipped_set(kind: str = "text") -> ShippedSet:

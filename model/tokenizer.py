@@ -21,11 +21,13 @@ from typing import Iterable
 
 from tokenizers import Regex, Tokenizer, normalizers
 
+from .shipped import shipped_weights
+
 SPECIAL_TOKENS: tuple[str, ...] = ("<|pad|>", "<|bos|>", "<|eos|>", "<|noise|>", "<|image|>",
                                    "<|image_start|>", "<|image_end|>", "<|image_newline|>")
 PAD_ID, BOS_ID, EOS_ID, NOISE_ID, IMAGE_ID, IMAGE_START_ID, IMAGE_END_ID, IMAGE_NEWLINE_ID = range(8)
 VOCAB_SIZE = 4096
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "weights" / "tiny" / "tokenizer.json"
+DEFAULT_PATH = shipped_weights("text") / "tokenizer.json"
 
 
 class TokenizerFileError(ValueError):

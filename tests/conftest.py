@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from model.shipped import shipped_weights
+
 # One thread: the tests are small, and on a busy 2-core machine a second OpenMP thread that cannot
 # get a core makes every parallel op wait for it (a 40-token forward went from 0.1 s to 10 s).
 torch.set_num_threads(1)
@@ -80,7 +82,7 @@ def random_tiny(seed: int = 0):
     """The tiny preset with random weights and the shipped tokenizer bound (Engram map from it)."""
     from model.tokenizer import compressed_token_map, load_tokenizer
 
-    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    tok = load_tokenizer(shipped_weights("text") / "tokenizer.json")
     _, n = compressed_token_map(tok)
     m = random_model("tiny", seed, engram_compressed_vocab_size=n)
     return m.bind_tokenizer(tok)
@@ -97,7 +99,7 @@ def tiny_trained():
     """The shipped trained tiny weights on the CPU, loaded once for the whole run; tests never change them."""
     from model import load
 
-    return load(ROOT / "data" / "weights" / "tiny", device="cpu")
+    return load(shipped_weights("text"), device="cpu")
 
 
 def run_page(page: str, timeout: int = 240, **params):

@@ -30,6 +30,7 @@ from lessons.far_story import far_sample, own_story
 from lessons.far_weights import ShippedFacts, weights_line
 from lessons.how_trained import training_clause
 from model import Ablation, shipped_weights
+from model.shipped import KINDS
 from ui import weights
 from ui.cache import built, cached_with_progress
 from ui.checkpoints import find_checkpoints
@@ -235,7 +236,7 @@ def weights_note_section(sess) -> None:
     glossary draws it, and the pages link there."""
     st.markdown("**The weights running here, on far facts (measured)**")
     st.info(weights_note(sess.weights, session_record(sess)))
-    kinds = weights.offered_kinds(("text", "unaided", "recall"))
+    kinds = weights.offered_kinds(KINDS)
     if kinds:
         st.markdown("**How each shipped set of weights was trained** (read from its training record)")
         st.markdown("\n".join(f"- **{weights.title(k)}.** "

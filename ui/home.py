@@ -19,7 +19,8 @@ from lessons import hero
 from lessons.figure3_layout import layout
 from lessons.home import scale_rows
 from lessons.whats_new import HEADLINE, knows_no_facts, points
-from model import V41Config
+from model import V41Config, shipped_set
+from model.shipped import RECALL_KINDS
 from ui import weights
 from ui.cache import built
 from ui.far_fact import far_fact_figure
@@ -41,7 +42,7 @@ def far_pair_reading(sess: Session):
     """The far-fact story read on the shipped sets (a FarPair), or None with a message drawn: the one reading the
     pages' side-by-side panels draw too (ui.pair.far_reading), so a visitor's first picture and the pages after it
     show the same story with the same numbers."""
-    if not any(weights.offered(k) for k in ("unaided", "recall")):
+    if not any(weights.offered(k) for k in RECALL_KINDS):
         st.info("This server does not offer the recall checkpoints, so the far-fact picture cannot be drawn here.")
         return None
     try:
@@ -83,7 +84,7 @@ def far_picture(sess: Session, key: str, title: bool = True, pair=None) -> None:
     cols = st.columns(len(recalls))
     for i, (col, side) in enumerate(zip(cols, recalls)):
         with col:
-            st.markdown(f"**{hero.HEADS.get(side.kind, side.title)}**")
+            st.markdown(f"**{shipped_set(side.kind).heading}**")
             st.plotly_chart(built(hero_figure, side.ff, sess.num, i == len(recalls) - 1), width="stretch",
                             key=f"{key}_{side.kind}", config={"displayModeBar": False})
             st.caption(hero.side_caption(side, weights.record(side.kind), sess.num))

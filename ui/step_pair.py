@@ -32,6 +32,7 @@ from lessons.far_compare import TITLES, learned_line
 from lessons.indexer_pools import reselect, row_detail
 from lessons.inspector import MAX_PROMPT_TOKENS, Run, layer_view, run_prompt
 from lessons.prompts import encode_prompt
+from model.shipped import RECALL_KINDS, SHIPPED
 from ui import weights
 from ui.cache import built, cached_with_progress
 from ui.far_fact import FACT
@@ -42,7 +43,6 @@ from ui.session import Session
 from ui.url import KEEP, qp_choice, qp_set, seed
 
 EAGER_TOKENS = 1024       # longer prompts run on the other set only when the reader asks: a trace costs seconds
-RECALL_KINDS = ("unaided", "recall")
 
 
 def marked_attention_figure(view, tokens: list[str], pos: int, title: str, span: tuple[int, int] | None):
@@ -60,8 +60,7 @@ def marked_attention_figure(view, tokens: list[str], pos: int, title: str, span:
 
 
 NONE = "none"
-SHORT = {"unaided": "recall, plain training", "recall": "recall, shown where to look", "text": "text model",
-         NONE: "nothing"}       # the choice's labels: one row beside "Beside it"
+SHORT = {s.kind: s.short for s in SHIPPED} | {NONE: "nothing"}    # the choice's labels: one row beside "Beside it"
 
 
 def other_kind(sess: Session, key: str, off: bool = False) -> str | None:

@@ -15,12 +15,13 @@ from pathlib import Path
 import streamlit as st
 
 from model import shipped_set, shipped_weights
+from model.shipped import KINDS, RECALL_KINDS
 from ui.checkpoints import find_checkpoints
 from ui.session import WEIGHT_CHOICES, Session, load_model, trained_available
 from ui.text import plain
 
 RECORD_MAX_BYTES = 16 << 20      # a training.json holds every step's log; a bigger file is not read
-PAIR_ORDER = ("unaided", "recall", "text")      # the side-by-side's columns: plain training first
+PAIR_ORDER = RECALL_KINDS + tuple(k for k in KINDS if k not in RECALL_KINDS)   # the side-by-side's columns
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

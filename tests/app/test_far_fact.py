@@ -10,6 +10,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from model.shipped import shipped_weights
 from tests.conftest import ROOT, run_page
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -91,7 +92,7 @@ def test_own_story_from_a_link_and_markdown_in_its_parameters():
 STORY = "Tom put the coin in the red bag. Anna walked to the park. Where is the coin? The coin is in the"
 
 
-TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
+TRAINED = (shipped_weights("text") / "model.safetensors").exists()
 
 
 @pytest.mark.slow
@@ -152,7 +153,7 @@ def test_the_panel_offers_the_recall_checkpoints_and_says_what_each_learned():
     note = line()
     assert note != first and "clearly above a guess" in note            # the recall checkpoint's own record
     assert note.startswith("The sidebar's weights (the recall checkpoint, shown where to look) recall")
-    window = json.loads((ROOT / "data" / "weights" / "recall" / "config.json").read_text())["text_config"][
+    window = json.loads((shipped_weights("recall") / "config.json").read_text())["text_config"][
         "sliding_window"]
     far = next(c.value for c in at.caption if c.value.startswith("Far means"))
     assert f"reads {window} tokens directly" in far and "every far story lies beyond that reach" in far

@@ -10,6 +10,7 @@ import re
 from streamlit.testing.v1 import AppTest
 
 from model import V41Config, layer_map
+from model.shipped import shipped_weights
 from tests.conftest import ROOT, run_page
 from ui.text import as_shown
 
@@ -66,7 +67,7 @@ def test_calculator_summary_follows_a_changed_input():
 
 
 def test_ablation_lab_says_what_the_shipped_weights_do_and_the_direct_road():
-    record = json.loads((ROOT / "data" / "weights" / "tiny" / "training.json").read_text())
+    record = json.loads((shipped_weights("text") / "training.json").read_text())
     far = f"{100 * record['measured']['recall_far']:.0f}% of held-out far facts"   # the benchmark's figure
     at = AppTest.from_file(str(ROOT / "pages" / "ablation.py"), default_timeout=300)
     at.query_params["weights"] = "trained"

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from model.shipped import shipped_weights
 from tests.conftest import ROOT, run_page
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -21,7 +22,7 @@ def _doll_fact_position() -> int:
     from tokenizers import Tokenizer
 
     text = next(p["text"] for p in json.loads((ROOT / "data" / "prompts.json").read_text()) if p.get("kind") == "long")
-    tok = Tokenizer.from_file(str(ROOT / "data" / "weights" / "tiny" / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(shipped_weights("text") / "tokenizer.json"))
     enc = tok.encode(text)
     start = text.index("pink")
     return next(i for i, (s, e) in enumerate(enc.offsets) if s <= start < e or (s < start + 4 and e > start))

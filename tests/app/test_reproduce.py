@@ -13,9 +13,10 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from model.shipped import shipped_weights
 from tests.conftest import ROOT
 
-TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
+TRAINED = (shipped_weights("text") / "model.safetensors").exists()
 pytestmark = pytest.mark.skipif(not TRAINED, reason="the shipped tiny weights are not present")
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT, run_page
+from model.shipped import shipped_weights
+from tests.conftest import run_page
 from ui.text import as_shown
 
 HOSTILE = "<script>alert('x')</script> <b>bold</b> **star** \x07\x1b[31m \u202eevil\u202c ünï 🙂 `code`"
@@ -101,7 +102,7 @@ def test_inspector_empty_and_hostile_prompts():
     from model.tokenizer import load_tokenizer
     from ui.figures import show_token
 
-    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    tok = load_tokenizer(shipped_weights("text") / "tokenizer.json")
     ids = tok.encode(HOSTILE).ids
     assert at.code[0].value == show_token(tok.decode([ids[-1]], skip_special_tokens=False))
     bell = next(i for i, t in enumerate(ids) if "\x07" in tok.decode([t], skip_special_tokens=False))
@@ -219,7 +220,7 @@ def _said(at: AppTest) -> str:
     return "\n".join(m.value for m in at.markdown)
 
 
-@pytest.mark.skipif(not (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists(),
+@pytest.mark.skipif(not (shipped_weights("text") / "model.safetensors").exists(),
                     reason="the shipped tiny weights are not present")
 def test_lookback_heads_page_follows_the_gap_past_the_window():
     """On the shipped text model a head looks back while the first copy is inside the window; moving the gap slider

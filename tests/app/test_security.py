@@ -22,6 +22,7 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from model.shipped import shipped_weights
 from tests.conftest import ROOT, random_model
 from ui.checkpoints import (
     MAX_MODELS,
@@ -118,7 +119,7 @@ def test_the_page_shows_the_same_message_for_every_outside_path(allow):
 # ---- the memory budget --------------------------------------------------------------------------------------------
 def _huge_vocab_checkpoint(d):
     """The shipped tiny config with vocab_size 6,000,000, and a (header-only) safetensors file beside it."""
-    raw = json.loads((ROOT / "data" / "weights" / "tiny" / "config.json").read_text())
+    raw = json.loads((shipped_weights("text") / "config.json").read_text())
     (raw["text_config"] if "text_config" in raw else raw)["vocab_size"] = 6_000_000
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(raw))
@@ -161,7 +162,7 @@ def test_footprint_counts_what_a_loaded_model_holds():
     from model import load
     from model.accounting import resident_footprint
 
-    m = load(ROOT / "data" / "weights" / "tiny", device="cpu")
+    m = load(shipped_weights("text"), device="cpu")
     fp = resident_footprint(m.cfg)
     for name, b in fp.parts.items():
         child = getattr(m, name)

@@ -12,6 +12,7 @@ import pytest
 
 from lessons.how_trained import training_clause
 from model import shipped_set
+from model.shipped import shipped_weights
 from tests.conftest import ROOT, run_page
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -41,7 +42,7 @@ def fact_position(text: str) -> int:
 
     answer = next(p["answer"] for p in json.loads((ROOT / "data" / "prompts.json").read_text()) if p["text"] == text)
     where = text.index(f" the {answer} ") + 5          # "... the doll in the pink jar."
-    enc = Tokenizer.from_file(str(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")).encode(text)
+    enc = Tokenizer.from_file(str(shipped_weights("text") / "tokenizer.json")).encode(text)
     return next(i for i, (s, e) in enumerate(enc.offsets) if s <= where < e or (where <= s < where + len(answer)))
 
 

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from tests.browser.conftest import ROOT, AppPage
+from model.shipped import shipped_weights
+from tests.browser.conftest import AppPage
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def test_several_tabs_at_once_each_get_their_own_result(app, browser):
     from model.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    tok = load_tokenizer(shipped_weights("text") / "tokenizer.json")
     prompts = [f"Tab {i} says:" + " the key is in the blue box." * (i + 1) + " The box is" for i in range(4)]
     tabs = []
     for i in range(4):

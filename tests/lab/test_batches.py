@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lab.training import TrainConfig
+from model.shipped import shipped_weights
 
 
 def test_copy_rows_say_each_span_twice_with_familiar_tokens():
@@ -207,9 +208,8 @@ def test_story_key_value_rows_bind_drill_objects_to_colours_with_text_tokens_bet
     from lab.training import make_batch
     from model.heldout import colour_token_ids, word_token_ids
     from model.tokenizer import load_tokenizer
-    from tests.conftest import ROOT
 
-    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    tok = load_tokenizer(shipped_weights("text") / "tokenizer.json")
     objects, colours = set(word_token_ids(tok, WIDE_CAST.objects).values()), set(colour_token_ids(tok).values())
     assert len(objects) >= 20 and len(colours) >= 8
     text_ids = np.array([i for i in range(5, 4_000) if i not in objects | colours], dtype=np.int64)

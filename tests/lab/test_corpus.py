@@ -20,9 +20,10 @@ from lab.corpus import dataset, stories, texts as corpus, tokenizer as trainer
 from lab.corpus.stories import CONTAINERS, OBJECTS, generate_story, measure_distance
 from model import heldout, tokenizer as tk
 from model.heldout import BUCKETS, COLOURS
+from model.shipped import shipped_weights
 
 ROOT = Path(__file__).resolve().parents[2]
-TOK_PATH = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+TOK_PATH = shipped_weights("text") / "tokenizer.json"
 CACHE = corpus.DEFAULT_CACHE
 
 

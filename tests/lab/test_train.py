@@ -9,6 +9,7 @@ import torch
 from lab.corpus import sample_batch
 from lab.training import TrainConfig, batch_generator, load_state, make_optimizer, save_state, train_step
 from model import CheckpointError, V41Config, V41Model, load
+from model.shipped import shipped_weights
 
 
 def _stream(n: int = 20000, vocab: int = 256, seed: int = 0) -> np.ndarray:
@@ -109,18 +110,16 @@ def test_checkpoints_are_safetensors_not_pickle(tmp_path):
 
 def test_loader_rejects_a_tokenizer_that_does_not_match(tmp_path):
     from model.checkpoint import save_checkpoint
-    from tests.conftest import ROOT
     m = V41Model(V41Config.preset("micro")).init_weights(0)
     save_checkpoint(m, tmp_path)
     import shutil
-    shutil.copy(ROOT / "data" / "weights" / "tiny" / "tokenizer.json", tmp_path / "tokenizer.json")
+    shutil.copy(shipped_weights("text") / "tokenizer.json", tmp_path / "tokenizer.json")
     with pytest.raises(CheckpointError, match="vocab_size"):
         load(tmp_path, device="cpu")
 
 
 def test_shipped_weights_load_with_tokenizer_and_record_training():
-    from tests.conftest import ROOT
-    d = ROOT / "data" / "weights" / "tiny"
+    d = shipped_weights("text")
     if not (d / "model.safetensors").exists():
         pytest.skip("trained tiny weights not shipped yet")
     import json
@@ -299,7 +298,6 @@ def test_a_stage_of_key_value_rows_without_copies_is_gated_on_lookups(tmp_path, 
     """A stage that drills key-value rows and no copies probes lookups (kv_probe); a copy stage the copies."""
     import lab.training.run as run_mod
     from lab.training import start_run, train_steps
-    from tests.conftest import ROOT
 
     calls: list[tuple[int, bool]] = []
 
@@ -308,7 +306,7 @@ def test_a_stage_of_key_value_rows_without_copies_is_gated_on_lookups(tmp_path, 
         return {"probe_broad" if broad else "probe": 1.0}
 
     monkeypatch.setattr(run_mod, "kv_probe", spy)
-    tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+    tok = shipped_weights("text") / "tokenizer.json"
     np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
     tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=64, warmup_steps=1, stream=str(tmp_path / "stream.npy"),
                      tokenizer=str(tok), eval_every=0, ckpt_every=100, drafter_steps=0, gate_every=2,
@@ -400,8 +398,7 @@ def test_a_gated_curriculum_passes_stages_writes_bf16_weights_and_resumes_from_t
     import json
 
     from lab.training import finish, start_run, train_steps
-    from tests.conftest import ROOT
-    tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+    tok = shipped_weights("text") / "tokenizer.json"
     np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
     tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, copy_frac=1.0, warmup_steps=1,
                      stream=str(tmp_path / "stream.npy"), tokenizer=str(tok), eval_every=0, ckpt_every=100,
@@ -529,12 +526,11 @@ def test_max_minutes_ends_the_run_after_the_step_that_runs_out_of_time_and_saves
     import lab.training.run as run_mod
     from lab.training import start_run, train_steps
     from lab.training.state import read_meta
-    from tests.conftest import ROOT
 
     clock = iter(range(0, 10_000, 25))               # every call to time.time() moves the clock 25 s on
     monkeypatch.setattr(run_mod.time, "time", lambda: float(next(clock)))
     monkeypatch.setattr(run_mod, "quick_eval", lambda *a, **k: {"heldout_loss": 1.0})
-    tok = ROOT / "data" / "weights" / "tiny" / "tokenizer.json"
+    tok = shipped_weights("text") / "tokenizer.json"
     np.save(tmp_path / "stream.npy", _stream(30000, vocab=4096).astype(np.uint16))
     tc = TrainConfig(preset="tiny8", steps=40, batch=2, seq_len=32, warmup_steps=1, stream=str(tmp_path / "stream.npy"),
                      tokenizer=str(tok), eval_every=100, ckpt_every=100, drafter_steps=0, max_minutes=1.0)

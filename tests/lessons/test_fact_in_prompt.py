@@ -8,9 +8,10 @@ import json
 import pytest
 
 from lessons.fact_in_prompt import fact_chars, prompt_fact
+from model.shipped import shipped_weights
 from tests.conftest import ROOT
 
-TINY = ROOT / "data" / "weights" / "tiny"
+TINY = shipped_weights("text")
 
 
 def test_the_fact_is_the_last_sentence_naming_the_object_and_a_colour():

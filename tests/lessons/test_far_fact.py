@@ -12,15 +12,15 @@ from lessons.attention_shares import entry_span
 from model import Ablation, LayerSpec
 from model.heldout import load_heldout_stories, story_eval_batches
 from model.inference import LayerRecord, Shares, Trace
+from model.shipped import shipped_weights
 from model.tokenizer import EOS_ID, load_tokenizer
-from tests.conftest import ROOT
 
 INF = float("inf")
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    return load_tokenizer(shipped_weights("text") / "tokenizer.json")
 
 
 # ---- positions and entries ------------------------------------------------------------------------------------
@@ -369,7 +369,7 @@ def test_the_attention_mean_is_given_per_stack_and_names_its_layers():
     assert "on average over the heads of the 4 compressed layers" not in text
 
 
-@pytest.mark.skipif(not (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists(),
+@pytest.mark.skipif(not (shipped_weights("text") / "model.safetensors").exists(),
                     reason="the shipped tiny weights are not present")
 def test_shipped_text_model_far_sample_is_not_presented_as_recall(tiny_trained):
     """On the shipped text weights the default far story's colours are close to even: whatever colour comes out

@@ -23,10 +23,10 @@ from lessons.lookback_heads import (
     reach_sweep,
 )
 from model.inference.trace import Shares
-from tests.conftest import ROOT
+from model.shipped import shipped_weights
 
-TRAINED = (ROOT / "data" / "weights" / "tiny" / "model.safetensors").exists()
-RECALL = (ROOT / "data" / "weights" / "recall" / "model.safetensors").exists()
+TRAINED = (shipped_weights("text") / "model.safetensors").exists()
+RECALL = (shipped_weights("recall") / "model.safetensors").exists()
 
 
 def test_copy_row_puts_the_span_twice_and_its_layout_says_where():
@@ -199,7 +199,7 @@ def test_recall_checkpoint_looks_back_beyond_its_window_through_a_one_token_entr
     from model import load
     from model.heldout import heldout_natural_tokens
 
-    m = load(str(ROOT / "data" / "weights" / "recall"))
+    m = load(str(shipped_weights("recall")))
     tokens = heldout_natural_tokens(m.tokenizer)
     row, lay = copy_row(*passage_parts(tokens, 0, 12, 100))
     tr = m.trace([row])

@@ -10,9 +10,10 @@ import torch
 
 from lessons.mechanism import mechanism_picture
 from model import layer_map
+from model.shipped import shipped_weights
 from tests.conftest import ROOT
 
-TINY = ROOT / "data" / "weights" / "tiny"
+TINY = shipped_weights("text")
 pytestmark = pytest.mark.skipif(not (TINY / "model.safetensors").exists(), reason="shipped weights not present")
 
 

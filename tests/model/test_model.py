@@ -15,6 +15,7 @@ from model.arch import DEAD, NgramHasher, sinkhorn
 from model.config import engram_primes, is_prime
 from model.inference import FULL
 from model.quant import FP4_VALUES, INDEX_FMT, LATENT_FMT, WINDOW_FMT, e2m1_codes, fake_fp4, fake_fp8, pack, unpack
+from model.shipped import shipped_weights
 
 
 # ---------------------------------------------------------------------------------------------- layer map
@@ -311,8 +312,7 @@ def test_token_ids_out_of_range(micro):
 
 def test_tokenizer_vocab_mismatch_rejected(micro):
     from model.tokenizer import load_tokenizer
-    from tests.conftest import ROOT
-    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    tok = load_tokenizer(shipped_weights("text") / "tokenizer.json")
     with pytest.raises(InputError, match="vocab_size"):
         V41Model(V41Config.preset("micro")).bind_tokenizer(tok)
 

@@ -40,6 +40,7 @@ from model.quant import (
     quantize_fp8_weight,
     quantize_mxfp4_weight,
 )
+from model.shipped import shipped_weights
 from tests.conftest import ROOT, random_model
 
 IDS = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(0))
@@ -390,7 +391,7 @@ def test_export_cli(tmp_path, micro_model, capsys):
 
 
 def test_export_shipped_tiny_weights(tmp_path):
-    tiny = ROOT / "data" / "weights" / "tiny"
+    tiny = shipped_weights("text")
     if not (tiny / "model.safetensors").exists():
         pytest.skip("trained tiny weights not present yet")
     assert main(["export", "--weights", str(tiny), "--out", str(tmp_path / "rel")]) == 0

@@ -38,7 +38,8 @@ from model.inference import (
     trace_with_image,
 )
 from model.scenes import draw_scene, make_scene, sample_scenes
-from tests.conftest import ROOT, random_model, random_tiny
+from model.shipped import shipped_weights
+from tests.conftest import random_model, random_tiny
 
 FLASH_VC = VisionConfig()  # the release's vision_config: patch 14, ratio 3, 1024 tokens, min_pixels 544^2
 
@@ -518,7 +519,7 @@ def test_panel_figures(micro_v):
 
 @pytest.mark.slow
 def test_trained_vision_answers_above_chance():
-    tiny = ROOT / "data" / "weights" / "tiny"
+    tiny = shipped_weights("text")
     if not (tiny / "model.safetensors").exists():
         pytest.skip("no trained tiny weights")
     from model.checkpoint import shard_map
