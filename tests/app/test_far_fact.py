@@ -10,7 +10,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.shipped import shipped_weights
+from model.shipped import SHIPPED, shipped_weights
 from tests.conftest import ROOT, run_page
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -142,10 +142,11 @@ def test_the_panel_offers_the_recall_checkpoints_and_says_what_each_learned():
     assert first.startswith("The sidebar's weights (the text model) recall")     # which weights, by name
     assert "held-out far facts" in first and not any(i.value.startswith("What these weights do") for i in at.info)
     items = offer()
-    assert len(items) == 3 and items[0].startswith("- Text model: English") and "weights/" not in " ".join(items)
+    assert len(items) == len(SHIPPED) and items[0].startswith("- Text model: English")
+    assert "weights/" not in " ".join(items)
     assert "no loss on attention" in items[1] and "lookup, selection" in items[2]
-    assert [b.label for b in at.button] == ["Load the recall checkpoint, plain training",
-                                            "Load the recall checkpoint, shown where to look"]
+    assert [b.label for b in at.button] == [f"Load the {s.title[0].lower()}{s.title[1:]}" for s in SHIPPED
+                                            if s.far_recall]
     at.button(key="sh_ff_to_recall").click().run()
     ok(at)
     assert at.session_state["weights_choice"] == "checkpoint"

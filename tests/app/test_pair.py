@@ -12,12 +12,13 @@ from streamlit.testing.v1 import AppTest
 from lessons.how_trained import training_clause
 from model import shipped_set
 from tests.conftest import ROOT, run_page
+from ui.weights import PAIR_ORDER
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.skipif(not all((ROOT / "data" / "weights" / d / "model.safetensors").exists()
                                          for d in ("tiny", "recall", "unaided")), reason="shipped weights not present")]
 
-KINDS = ("unaided", "recall", "text")
+KINDS = PAIR_ORDER                     # the side-by-side's columns, from model/shipped.py
 NAMES = tuple(shipped_set(k).title for k in KINDS)
 
 
@@ -81,7 +82,7 @@ def test_inspector_far_fact_and_selected_views_show_the_pair():
     assert {f"insp_sel_{k}" for k in KINDS} <= chart_keys(at)
     assert set(NAMES) <= set(headings(at))
     kept = [m.value for m in at.markdown if m.value.startswith("Keeps ")]
-    assert len(kept) == 3 and all(re.match(r"Keeps 16 of \d{3} entries", k) for k in kept), kept
+    assert len(kept) == len(KINDS) and all(re.match(r"Keeps 16 of \d{3} entries", k) for k in kept), kept
     says_how_trained(at)
     # the far-fact view: one held-out story read by both
     assert all(headings(at).count(n) == 2 for n in NAMES)           # the selected-entries view and the far fact

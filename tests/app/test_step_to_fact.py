@@ -12,7 +12,7 @@ import pytest
 
 from lessons.how_trained import training_clause
 from model import shipped_set
-from model.shipped import shipped_weights
+from model.shipped import SHIPPED, shipped_weights
 from tests.conftest import ROOT, run_page
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -116,7 +116,8 @@ def test_the_text_model_s_far_fact_panel_is_folded_under_its_result():
     far = record("text")["measured"]["recall_far"]
     title = f"Text model: the fact is not reached ({100 * far:.0f}% far recall, a guess 9%)"
     assert title in [e.label for e in at.expander]
-    assert sum(1 for c in at.get("plotly_chart") if c.key.startswith("sh_pair_pair_")) == 3   # the summary, once
+    pair_charts = sum(1 for c in at.get("plotly_chart") if c.key.startswith("sh_pair_pair_"))
+    assert pair_charts == len(SHIPPED)  # the summary, once
 
 
 def test_reuse_comparison_beside_a_recall_checkpoint_names_the_fact():

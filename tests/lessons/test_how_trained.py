@@ -10,6 +10,7 @@ import pytest
 
 from lessons.how_trained import read_guidance, text_share, training_clause
 from model import SHIPPED, shipped_set, shipped_weights
+from model.shipped import KINDS
 
 
 def record(kind: str) -> dict:
@@ -44,7 +45,7 @@ def test_every_shipped_set_is_on_disk_with_its_record():
         shipped_weights("nonesuch")
 
 
-@pytest.mark.parametrize("kind", ["text", "unaided", "recall"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_losses_read_are_the_losses_the_record_sets(kind):
     g = read_guidance(record(kind))
     named = {"lookup_weight": "lookup", "select_weight": "selection", "entry_weight": "entry probe",
