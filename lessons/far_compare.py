@@ -24,7 +24,7 @@ from lessons.far_fact import (
     no_better_than_guess,
 )
 from lessons.far_story import far_sample
-from lessons.how_trained import training_clause
+from lessons.how_trained import clause, training_clause
 from model.shipped import SHIPPED
 
 FOCUSES = ("shares", "selected", "pools", "ablation")
@@ -77,7 +77,6 @@ class Side:
                     f"({pooled.pool_size} of {pooled.visible} entries)")
             return pool[0].upper() + pool[1:] + f"; {picked} of {len(reindex)} Reindex layers pick it."
         if focus == "ablation":
-            from lessons.hero import answer  # the home page's short form; hero builds on Side: imported late
             said = answer(self)
             return said[0].upper() + said[1:] + "."
         if best is None:
@@ -147,10 +146,22 @@ def learned_line(kind: str, record: dict | None, window: int) -> str:
 def brief_line(kind: str, record: dict | None) -> str:
     """`learned_line` in the fewest words, for a column under a page's first screen: far recall against a guess and
     how the set was trained (lessons.how_trained, read from its record)."""
-    from lessons.hero import clause  # hero builds on this module's sides: imported late
     far = far_recall_of(record)
     recall = "" if far is None else f"Far recall {100 * far:.0f}% (a guess {100 * CHANCE:.0f}%). "
     return recall + (clause(record) if kind != "text" else "English text; the recall task not learned.")
+
+
+def answer(side: Side) -> str:
+    """The answer with the global branch on and off, a near-tie said as one (lessons.far_fact.near_tie)."""
+    on, off = side.ff.answers
+
+    def said(a) -> str:
+        word = f"'{a.token.strip() or a.token}'"
+        if a.right and a.colour_share is not None and near_tie(a.colour_share):
+            return f"{word} (a near-tie: {100 * a.colour_share:.0f}%, a guess {100 * CHANCE:.0f}%)"
+        return word + ("" if a.right is None else " (right)" if a.right else " (wrong)")
+
+    return f"answer {said(on)}; global branch off: {said(off)}"
 
 
 TITLES = {s.kind: s.title for s in SHIPPED}

@@ -8,11 +8,9 @@ Everything comes from the one side-by-side reading (lessons/far_compare.compare)
 
 from __future__ import annotations
 
-from lessons.far_compare import FarPair, Side
-from lessons.far_fact import CHANCE, far_recall_of, near_tie
-from lessons.how_trained import AIMED, SHORT, read_guidance
-
-# what each recall checkpoint's column is called above its picture (its title says the same at more length)
+from lessons.far_compare import FarPair, Side, answer
+from lessons.far_fact import CHANCE, far_recall_of
+from lessons.how_trained import clause, read_guidance
 
 
 def title(pair: FarPair, layers: int) -> str:
@@ -38,31 +36,6 @@ def reads(side: Side, num=lambda i: i) -> str:
         span = _pct(lo) if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{_pct(hi)}"
         return f"Layers {num(dec[0].layer)}-{num(dec[-1].layer)}: {span} of attention on the fact's entry"
     return f"Layer {num(best.layer)}: {_pct(best.share)} of attention on the fact's entry"
-
-
-def answer(side: Side) -> str:
-    """The answer with the global branch on and off, a near-tie said as one (lessons.far_fact.near_tie)."""
-    on, off = side.ff.answers
-
-    def said(a) -> str:
-        word = f"'{a.token.strip() or a.token}'"
-        if a.right and a.colour_share is not None and near_tie(a.colour_share):
-            return f"{word} (a near-tie: {_pct(a.colour_share)}, a guess {_pct(CHANCE)})"
-        return word + ("" if a.right is None else " (right)" if a.right else " (wrong)")
-
-    return f"answer {said(on)}; global branch off: {said(off)}"
-
-
-def clause(record: dict | None) -> str:
-    """How a recall checkpoint was trained, in the fewest words that keep the point, read from its record: the
-    losses aimed at the fact's entry and what the picture then shows, or that there were none."""
-    g = read_guidance(record)
-    if g is None:
-        return "How it was trained is not recorded."
-    if not g.guided:
-        return "No loss aimed at attention or index scores."
-    losses = ", ".join(SHORT[f] for f, _ in AIMED if f in g.aimed)
-    return f"Losses aimed at that entry ({losses}): the road can carry a fact, not evidence training finds it."
 
 
 def side_caption(side: Side, record: dict | None, num=lambda i: i) -> str:

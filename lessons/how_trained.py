@@ -207,3 +207,15 @@ def text_share(record: dict | None) -> float | None:
     if stages and isinstance(stages[-1], dict):
         settings.update(stages[-1].get("settings") or {})
     return max(0.0, 1.0 - sum(_number(settings.get(f, 0.0)) for f in MIXED))
+
+
+def clause(record: dict | None) -> str:
+    """How a recall checkpoint was trained, in the fewest words that keep the point, read from its record: the
+    losses aimed at the fact's entry and what the picture then shows, or that there were none."""
+    g = read_guidance(record)
+    if g is None:
+        return "How it was trained is not recorded."
+    if not g.guided:
+        return "No loss aimed at attention or index scores."
+    losses = ", ".join(SHORT[f] for f, _ in AIMED if f in g.aimed)
+    return f"Losses aimed at that entry ({losses}): the road can carry a fact, not evidence training finds it."
