@@ -30,14 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _model(weights: str):
-    from ui.session import TINY_DIR, trained_available
+    from model import load, random_tiny, shipped_weights
+    from ui.session import trained_available
 
     if weights == "trained" or (weights == "auto" and trained_available()):
-        from model import load
-
-        return load(TINY_DIR, device="cpu"), "trained"
-    from model import random_tiny
-
+        return load(shipped_weights("text"), device="cpu"), "trained"
     return random_tiny(0, device="cpu"), "random"
 
 
