@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lesson: list[tuple[str, float]] = []
     last = run_e.n - 1
-    worst_view = max(timed(ins.layer_view, run_e, layer, pos, cfg, model=model, repeat=3)[0]
+    worst_view = max(timed(ins.layer_view, run_e, layer, pos, cfg, repeat=3)[0]
                      for layer in range(cfg.num_hidden_layers) for pos in (last, run_e.n // 2))
     lesson.append(("layer view (any layer, token)", worst_view))
     for q in ins.QUANTITIES:
