@@ -2,7 +2,9 @@
 builders (figures, tables) made once per argument values (`built`, named by a hash of the values, `_feed`).
 
 It does not know what it caches: the callers name the key (a run) or pass the builder and its arguments. A Plotly
-figure `built` makes also keeps the dict st.plotly_chart asks it for on every run (`KeptFigure`).
+figure `built` makes also keeps the dict st.plotly_chart asks it for on every run (`KeptFigure`). `held` is `built`
+for arguments the server itself holds and never changes (a stored reading, a training record): named by identity,
+since hashing their whole value on every run would cost more than the rerun saves.
 """
 
 from __future__ import annotations
@@ -179,6 +181,38 @@ def _built_store() -> OrderedDict:
 
 
 _built_lock = threading.Lock()
+
+
+@st.cache_resource(show_spinner=False)
+def _held_store() -> OrderedDict:
+    return OrderedDict()
+
+
+HELD_KEPT = 16
+
+
+def held(build: Callable[..., T], objects: tuple, *args, **kwargs) -> T:
+    """`build(*objects, *args, **kwargs)` made once per identity of `objects` and per value of the other arguments
+    (named as `built` names them), shared server-wide, read-only. For objects the server holds and never changes
+    (a reading kept by st.cache_resource, a training record read once per change of its file): a new object, even
+    an equal one, makes it again. The entry holds the objects, so no other object takes their identity while it is
+    kept."""
+    named = _fingerprint(build.__module__, build.__qualname__, args, kwargs)
+    if named is None:
+        return _kept(build(*objects, *args, **kwargs))
+    key = (tuple(id(o) for o in objects), named)
+    store = _held_store()
+    with _built_lock:
+        hit = store.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], objects)):
+            store.move_to_end(key)
+            return hit[1]
+    value = _kept(build(*objects, *args, **kwargs))
+    with _built_lock:
+        store[key] = (tuple(objects), value)
+        while len(store) > HELD_KEPT:
+            store.popitem(last=False)
+    return value
 
 
 def built(build: Callable[..., T], *args, **kwargs) -> T:

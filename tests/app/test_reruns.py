@@ -89,6 +89,24 @@ def test_a_built_figure_keeps_its_dict_until_it_changes():
         assert kept.to_dict() is not before and kept.to_dict() == plain.to_dict()
 
 
+def test_held_names_its_objects_by_identity_and_the_rest_by_value():
+    from ui.cache import held
+
+    calls = []
+
+    def view(record, *, title):
+        calls.append(1)
+        return _bar(record["y"], title=title)
+
+    record = {"y": [1, 2]}
+    a = held(view, (record,), title="a")
+    assert held(view, (record,), title="a") is a and len(calls) == 1       # the same object: not made again
+    assert isinstance(a, cache.KeptFigure)
+    assert held(view, (record,), title="b") is not a                        # another value: made
+    assert held(view, ({"y": [1, 2]},), title="a") is not a                 # an equal but other object: made
+    assert len(calls) == 3
+
+
 def test_st_plotly_chart_sends_a_kept_figure_as_it_sends_the_figure():
     import plotly.io as pio
 
