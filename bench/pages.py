@@ -20,8 +20,9 @@ left out (V41_HERO=0: the baseline), and optionally an earlier checkout (`--befo
 an older commit). Cold: the first visit of `--colds` fresh servers per variant, taken in turn. Warm: after every
 warm-up is done, `--rounds` fresh visitors per server, interleaved, each with 2 reruns. A first draw is never under
 ui/state.ARRIVAL_WAIT_S (an arrival run waits that long before it writes the URL), so the rerun (no arrival) shows
-what the page itself costs (reruns are tens of milliseconds: printed to the millisecond). Goal: with the picture
-within 1.1x of without. Last line: `pages: home_first_s=... home_no_hero_s=... home_ratio=... home_rerun_s=...
+what the page itself costs (its unchanged pictures come back as references, as a browser gets them:
+bench.load.Client; reruns are tens of milliseconds: printed to the millisecond). Goal: with the picture within 1.1x
+of without. Last line: `pages: home_first_s=... home_no_hero_s=... home_ratio=... home_rerun_s=...
 home_rerun_no_hero_s=... home_rerun_ratio=... home_cold_s=... home_cold_no_hero_s=... home_cold_ratio=...
 [home_before_s=... home_rerun_before_s=... home_rerun_before_ratio=... home_cold_before_s=...] load=...`.
 """
