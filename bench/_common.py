@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 
 from model.cli import add_device_option, pick_device  # noqa: F401  (the benchmarks' option)
+from model.shipped import shipped_weights
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "data" / "weights" / "tiny"
+TINY = shipped_weights("text")      # model/shipped.py lists the shipped sets
 
 
 def sync(device: torch.device | str | None = None) -> None:

@@ -4,9 +4,9 @@ The tests run on the CPU (tests/conftest.py sets V41_DEVICE=cpu), so the GPU pat
 run once on a machine that has one. It measures, in one run (fp32, TF32 off):
 - parity on the GPU: the golden fixture's logits, prefill-then-decode logits and every layer's intermediates
   (the checks of tests/model/test_parity.py, run with the model on CUDA);
-- the shipped tiny model (and `data/weights/recall` when present) on CPU and GPU: the largest logit
-  difference on a long prompt, whether a traced greedy decode gives the same tokens in bounded and exact
-  mode, and the time of one forward on each;
+- the shipped tiny model (and the shipped recall checkpoint when present; model/shipped.py lists both) on CPU
+  and GPU: the largest logit difference on a long prompt, whether a traced greedy decode gives the same tokens
+  in bounded and exact mode, and the time of one forward on each;
 - a few training steps on the GPU with the lookup, entry and selection losses on, then the evaluation a
   run ends with (`quick_eval`, one batch each), and the training throughput.
 Without a GPU it says so and exits 0 (nothing to measure). Last line: `cuda: key=value ...`.
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from bench._common import ROOT, best_of, line
+from model.shipped import shipped_weights
 
 FIXTURE = ROOT / "tests" / "fixtures" / "v41-parity-a"
 
@@ -107,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, float] = {"available": 1}
     failed = 0
     checks = [("parity", lambda: {"parity_max": parity(dev)})]
-    for name in ("tiny", "recall"):
-        w = ROOT / "data" / "weights" / name
+    for kind in ("text", "recall"):
+        w = shipped_weights(kind)
+        name = w.name       # the set's folder ("tiny", "recall") names its keys
         if (w / "model.safetensors").exists():
             checks.append((name, lambda w=w, name=name: {f"{name}_{k}": v
                                                         for k, v in cpu_against_gpu(w, dev, a.tokens).items()}))

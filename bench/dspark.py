@@ -1,7 +1,7 @@
 """`python -m bench.dspark`: DSpark draft-then-verify against plain decoding, in one run.
 
-On the shipped tiny pair (data/weights/tiny with its mtp.* drafter; random weights with a clear
-note when absent), for each prompt of data/prompts.json: plain greedy decoding and speculative
+On the shipped tiny pair (the shipped text model of model/shipped.py with its mtp.* drafter; random
+weights with a clear note when absent), for each prompt of data/prompts.json: plain greedy decoding and speculative
 greedy decoding (block `dspark_block_size`, draft length = the whole block) of the same number of
 tokens, timed alternately so both see the same machine load. Reports
 - tokens per target forward of the speculative runs (verify passes only; goal >= 2.5 at block 5)
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from bench._common import add_device_option, pick_device
+from model.shipped import shipped_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,7 @@ def _load(weights: Path, device: torch.device):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.dspark", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--weights", default=str(ROOT / "data" / "weights" / "tiny"))
+    ap.add_argument("--weights", default=str(shipped_weights("text")))
     ap.add_argument("--prompts", default=str(ROOT / "data" / "prompts.json"))
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per prompt")
     ap.add_argument("--max-prompts", type=int, default=8)

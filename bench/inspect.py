@@ -30,14 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _model(weights: str):
-    from ui.session import TINY_DIR, trained_available
+    from model import load, random_tiny, shipped_weights
+    from ui.session import trained_available
 
     if weights == "trained" or (weights == "auto" and trained_available()):
-        from model import load
-
-        return load(TINY_DIR, device="cpu"), "trained"
-    from model import random_tiny
-
+        return load(shipped_weights("text"), device="cpu"), "trained"
     return random_tiny(0, device="cpu"), "random"
 
 
@@ -129,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lesson: list[tuple[str, float]] = []
     last = run_e.n - 1
-    worst_view = max(timed(ins.layer_view, run_e, layer, pos, cfg, model=model, repeat=3)[0]
+    worst_view = max(timed(ins.layer_view, run_e, layer, pos, cfg, repeat=3)[0]
                      for layer in range(cfg.num_hidden_layers) for pos in (last, run_e.n // 2))
     lesson.append(("layer view (any layer, token)", worst_view))
     for q in ins.QUANTITIES:

@@ -7,7 +7,8 @@ with the URL's query string), finds the prompt box in the elements the server se
 box to a prompt of its own (a widget state change, exactly what the browser sends when a reader edits
 the box) and waits for the script run to finish. Latency = that rerun, from the send to
 `script_finished`; it includes the model's forward pass for a new prompt (distinct per session, so no
-session is served from another's cached result).
+session is served from another's cached result). Like the web client, a session keeps the large messages the
+server marks cacheable and sends their hashes with each rerun, so an unchanged chart comes back as a reference.
 
 Batched vs one at a time, in one run: the same load runs twice, each against a fresh server: once as
 the app runs (the server's batch worker, ui/queue.py, runs the prompts that arrive together as one
@@ -96,12 +97,47 @@ def _exceptions_and_errors(run: Run) -> list[str]:
     return out
 
 
+MAX_CACHED_AGE = 2     # runs a kept message outlives its last use (Streamlit's global.maxCachedMessageAge)
+
+
 class Client:
-    """One browser-like Streamlit session over the websocket protocol."""
+    """One browser-like Streamlit session over the websocket protocol. Like the web client it keeps the large
+    messages the server marks cacheable, tells the server their hashes with each rerun, and reads a reference
+    (`ref_hash`) as the message it names: an unchanged chart is not sent again, as in a browser."""
 
     def __init__(self, port: int, query: str):
         self.port, self.query = port, query
         self.ws = None
+        self.cache: dict[str, list] = {}     # hash -> [ForwardMsg, the run that last used it, its fragment id]
+        self.runs = 0                         # script runs finished in this session
+
+    def _resolved(self, fm):
+        """The message as the web client's ForwardMsgCache hands it on: a reference becomes the kept message (with
+        the reference's metadata: where it goes), a cacheable message is kept."""
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        if fm.WhichOneof("type") == "ref_hash":
+            kept = self.cache.get(fm.ref_hash)
+            if kept is None:
+                raise LookupError(f"the server referred to a message this session does not hold ({fm.ref_hash})")
+            kept[1] = self.runs
+            out = ForwardMsg()
+            out.CopyFrom(kept[0])
+            out.metadata.CopyFrom(fm.metadata)
+            return out
+        if fm.metadata.cacheable and fm.hash:
+            self.cache[fm.hash] = [fm, self.runs, fm.delta.fragment_id if fm.WhichOneof("type") == "delta" else ""]
+        return fm
+
+    def _finished(self, fragment_id: str) -> None:
+        """A run ended: kept messages unused for more than MAX_CACHED_AGE runs are dropped (after a fragment's run,
+        only that fragment's)."""
+        self.runs += 1
+        for h, (_, used, frag) in list(self.cache.items()):
+            if fragment_id and frag != fragment_id:
+                continue
+            if self.runs - used > MAX_CACHED_AGE:
+                del self.cache[h]
 
     async def __aenter__(self):
         import websockets
@@ -132,6 +168,7 @@ class Client:
             msg.rerun_script.page_name = page_name       # a page's URL path, as the browser sends on arrival
         for w in widgets or []:
             msg.rerun_script.widget_states.widgets.append(w)
+        msg.rerun_script.cached_message_hashes.extend(self.cache)     # as the web client does
         t0 = time.perf_counter()
         await self.ws.send(msg.SerializeToString())
         run = Run()
@@ -143,6 +180,7 @@ class Client:
             data = await asyncio.wait_for(self.ws.recv(), timeout=left)
             fm = ForwardMsg()
             fm.ParseFromString(data)
+            fm = self._resolved(fm)
             kind = fm.WhichOneof("type")
             if kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
                 run.elements.append(fm.delta.new_element)
@@ -154,6 +192,7 @@ class Client:
                 if status == "FINISHED_EARLY_FOR_RERUN":
                     continue       # superseded by our own rerun request; keep waiting for its end
                 run.status, run.seconds = status, time.perf_counter() - t0
+                self._finished(fragment_id)
                 return run
 
 

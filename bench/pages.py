@@ -20,9 +20,11 @@ left out (V41_HERO=0: the baseline), and optionally an earlier checkout (`--befo
 an older commit). Cold: the first visit of `--colds` fresh servers per variant, taken in turn. Warm: after every
 warm-up is done, `--rounds` fresh visitors per server, interleaved, each with 2 reruns. A first draw is never under
 ui/state.ARRIVAL_WAIT_S (an arrival run waits that long before it writes the URL), so the rerun (no arrival) shows
-what the page itself costs. Goal: with the picture within 1.1x of without. Last line: `pages: home_first_s=...
-home_no_hero_s=... home_ratio=... home_rerun_s=... home_rerun_no_hero_s=... home_cold_s=... home_cold_no_hero_s=...
-home_cold_ratio=... [home_before_s=... home_rerun_before_s=... home_cold_before_s=...] load=...`.
+what the page itself costs (its unchanged pictures come back as references, as a browser gets them:
+bench.load.Client; reruns are tens of milliseconds: printed to the millisecond). Goal: with the picture within 1.1x
+of without. Last line: `pages: home_first_s=... home_no_hero_s=... home_ratio=... home_rerun_s=...
+home_rerun_no_hero_s=... home_rerun_ratio=... home_cold_s=... home_cold_no_hero_s=... home_cold_ratio=...
+[home_before_s=... home_rerun_before_s=... home_rerun_before_ratio=... home_cold_before_s=...] load=...`.
 """
 
 from __future__ import annotations
@@ -126,12 +128,15 @@ def home(query: str, log_dir: Path, before: Path | None, rounds: int, colds: int
     cmed = {name: statistics.median(v) for name, v in cold.items()}
     for name in servers:
         print(f"  {name:8s} cold {cmed[name]:6.2f} s ({' '.join(f'{x:.2f}' for x in cold[name])}); first draw "
-              f"{med[name]:5.2f} s; rerun {again[name]:5.2f} s (medians)")
-    extra = (f" home_before_s={med['before']:.2f} home_rerun_before_s={again['before']:.2f} "
+              f"{med[name]:5.3f} s; rerun {again[name]:5.3f} s (medians; reruns "
+              f"{' '.join(f'{x:.3f}' for x in reruns[name])})")
+    extra = (f" home_before_s={med['before']:.3f} home_rerun_before_s={again['before']:.3f} "
+             f"home_rerun_before_ratio={again['before'] / again['no_hero']:.2f} "
              f"home_cold_before_s={cmed['before']:.2f}" if "before" in med else "")
-    print(f"pages: home_first_s={med['hero']:.2f} home_no_hero_s={med['no_hero']:.2f} "
-          f"home_ratio={med['hero'] / med['no_hero']:.2f} home_rerun_s={again['hero']:.2f} "
-          f"home_rerun_no_hero_s={again['no_hero']:.2f} home_cold_s={cmed['hero']:.2f} "
+    print(f"pages: home_first_s={med['hero']:.3f} home_no_hero_s={med['no_hero']:.3f} "
+          f"home_ratio={med['hero'] / med['no_hero']:.2f} home_rerun_s={again['hero']:.3f} "
+          f"home_rerun_no_hero_s={again['no_hero']:.3f} home_rerun_ratio={again['hero'] / again['no_hero']:.2f} "
+          f"home_cold_s={cmed['hero']:.2f} "
           f"home_cold_no_hero_s={cmed['no_hero']:.2f} home_cold_ratio={cmed['hero'] / cmed['no_hero']:.2f}{extra} "
           f"load={os.getloadavg()[0]:.1f}")
 

@@ -17,8 +17,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model.shipped import shipped_weights
+
 ROOT = Path(__file__).resolve().parents[1]
-TRAINED = ROOT / "data" / "weights" / "tiny" / "model.safetensors"
+TRAINED = shipped_weights("text") / "model.safetensors"
 LOAD_LINE = "Loading the model:"   # ui.session.load_model logs it once per real load
 
 
@@ -29,7 +31,7 @@ def free_port() -> int:
 
 
 def default_weights() -> str | None:
-    """None (the app's default: the trained tiny weights) when they are shipped, else "random"."""
+    """None (the app's default: the shipped text model) when it is shipped, else "random"."""
     return None if TRAINED.exists() else "random"
 
 

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from bench._common import ROOT, line
+from bench._common import ROOT, TINY, line
 
 
 def _setup(preset: str, batch: int, seq_len: int, fast: bool, seed: int = 0):
@@ -32,7 +32,7 @@ def _setup(preset: str, batch: int, seq_len: int, fast: bool, seed: int = 0):
 
     tc = TrainConfig(preset=preset, batch=batch, seq_len=seq_len, steps=1000, dense_warmup_frac=0.0, fast=fast,
                      seed=seed)
-    tok = load_tokenizer(ROOT / "data" / "weights" / "tiny" / "tokenizer.json")
+    tok = load_tokenizer(TINY / "tokenizer.json")
     m = build_model(tc, tok)
     g = torch.Generator().manual_seed(seed)
     stream_path = ROOT / tc.stream

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 # the losses aimed at the answer's source, in the order a sentence names them: (record field, what it trains)
 AIMED = (
@@ -89,16 +90,20 @@ _PAIR = re.compile(r"(?<![-\w])([a-z_][a-z0-9_]*)=([^\s;]+)")
 _WATCHED = tuple(f for f, _ in AIMED) + FLAGS + ("answer_weight",)
 
 
-def _from_command(cmd: str) -> Iterator[tuple[str, float]]:
+@lru_cache(maxsize=256)
+def _from_command(cmd: str) -> tuple[tuple[str, float], ...]:
     """(field, value) for every watched option a training command sets, as `--lookup-weight 1` or as a curriculum
-    stage's `lookup_weight=1` (a switch given bare, `--pool-kl`, reads as 1)."""
+    stage's `lookup_weight=1` (a switch given bare, `--pool-kl`, reads as 1). Read once per command: a page reads
+    the same records' commands on every run."""
+    out = []
     for m in _FLAG.finditer(cmd):
         field = m.group(1).replace("-", "_")
         if field in _WATCHED:
-            yield field, _number(m.group(2)) if m.group(2) is not None else 1.0
+            out.append((field, _number(m.group(2)) if m.group(2) is not None else 1.0))
     for m in _PAIR.finditer(cmd):
         if m.group(1) in _WATCHED:
-            yield m.group(1), _number(m.group(2))
+            out.append((m.group(1), _number(m.group(2))))
+    return tuple(out)
 
 
 def _phase_values(rec: dict) -> Iterator[tuple[str, float]]:

@@ -1,7 +1,10 @@
 """Results made once and shared server-wide: long runs with a progress bar (`cached_with_progress`), and pure
 builders (figures, tables) made once per argument values (`built`, named by a hash of the values, `_feed`).
 
-It does not know what it caches: the callers name the key (a run) or pass the builder and its arguments.
+It does not know what it caches: the callers name the key (a run) or pass the builder and its arguments. A Plotly
+figure `built` makes also keeps the dict st.plotly_chart asks it for on every run (`KeptFigure`). `held` is `built`
+for arguments the server itself holds and never changes (a stored reading, a training record): named by identity,
+since hashing their whole value on every run would cost more than the rerun saves.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, Callable, Hashable, TypeVar
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 import torch
 
@@ -67,13 +71,15 @@ def _feed(h, obj, depth: int = 0) -> None:
     up = h.update
     if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, np.generic)):
         up(f"{type(obj).__name__}:{obj!r};".encode())
-    elif isinstance(obj, (list, tuple)) and all(type(x) in _PLAIN for x in obj):
+    elif isinstance(obj, (list, tuple)) and _PLAIN.issuperset(map(type, obj)):
         up(f"{type(obj).__name__}:{obj!r};".encode())       # token texts, shares: one repr
     elif isinstance(obj, (list, tuple)):
         up(f"{type(obj).__name__}{len(obj)}[".encode())
         for x in obj:
             _feed(h, x, depth + 1)
         up(b"]")
+    elif isinstance(obj, dict) and _PLAIN.issuperset(map(type, obj)) and _PLAIN.issuperset(map(type, obj.values())):
+        up(f"dict:{obj!r};".encode())                       # shares by entry: one repr
     elif isinstance(obj, dict):
         up(f"dict{len(obj)}{{".encode())
         for k, v in obj.items():
@@ -121,6 +127,54 @@ def _fingerprint(*parts) -> bytes | None:
     return h.digest()
 
 
+class KeptFigure(go.Figure):
+    """A Plotly figure that keeps its dict once made. st.plotly_chart asks a figure for `to_dict()` on every run, and
+    Plotly makes it afresh each time (a deep copy of every trace, then binary packing of its arrays: milliseconds for
+    a picture of a few thousand cells, on every rerun of every page that draws it). A figure `built` makes is shared
+    and never changed, so its dict is made once; any change to the figure through Plotly (a trace added, removed or
+    restyled, the layout updated) drops the kept dict. The dict is shared too: not to be changed."""
+
+    _kept: dict | None = None
+
+    def to_dict(self) -> dict:
+        if self._kept is None:
+            self._kept = super().to_dict()
+        return self._kept
+
+    def _changed(self) -> None:
+        self._kept = None
+
+    # every change made through Plotly's API reports itself through one of these (FigureWidget's messages to the
+    # browser; no-ops on a Figure)
+    def _send_addTraces_msg(self, *a, **k):
+        self._changed()
+
+    def _send_moveTraces_msg(self, *a, **k):
+        self._changed()
+
+    def _send_deleteTraces_msg(self, *a, **k):
+        self._changed()
+
+    def _send_restyle_msg(self, *a, **k):
+        self._changed()
+
+    def _send_relayout_msg(self, *a, **k):
+        self._changed()
+
+    def _send_update_msg(self, *a, **k):
+        self._changed()
+
+    def _send_animate_msg(self, *a, **k):
+        self._changed()
+
+
+def _kept(value):
+    """A built Plotly figure as a KeptFigure (the same object: only its class changes); anything else as it is."""
+    if type(value) is go.Figure:
+        value.__class__ = KeptFigure
+    return value
+
+
 @st.cache_resource(show_spinner=False)
 def _built_store() -> OrderedDict:
     return OrderedDict()
@@ -129,22 +183,54 @@ def _built_store() -> OrderedDict:
 _built_lock = threading.Lock()
 
 
+@st.cache_resource(show_spinner=False)
+def _held_store() -> OrderedDict:
+    return OrderedDict()
+
+
+HELD_KEPT = 16
+
+
+def held(build: Callable[..., T], objects: tuple, *args, **kwargs) -> T:
+    """`build(*objects, *args, **kwargs)` made once per identity of `objects` and per value of the other arguments
+    (named as `built` names them), shared server-wide, read-only. For objects the server holds and never changes
+    (a reading kept by st.cache_resource, a training record read once per change of its file): a new object, even
+    an equal one, makes it again. The entry holds the objects, so no other object takes their identity while it is
+    kept."""
+    named = _fingerprint(build.__module__, build.__qualname__, args, kwargs)
+    if named is None:
+        return _kept(build(*objects, *args, **kwargs))
+    key = (tuple(id(o) for o in objects), named)
+    store = _held_store()
+    with _built_lock:
+        hit = store.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], objects)):
+            store.move_to_end(key)
+            return hit[1]
+    value = _kept(build(*objects, *args, **kwargs))
+    with _built_lock:
+        store[key] = (tuple(objects), value)
+        while len(store) > HELD_KEPT:
+            store.popitem(last=False)
+    return value
+
+
 def built(build: Callable[..., T], *args, **kwargs) -> T:
     """`build(*args, **kwargs)` for a pure builder (a Plotly figure, a table), made once per argument values and
     shared server-wide, read-only: a page's rerun, or another visitor at the same inputs, reuses the result
     instead of building it again (a Plotly figure costs tens of milliseconds to hundreds to validate; passing
     the same figure object to st.plotly_chart again only serialises it). Arguments are named by their values
     (hashed, `_feed`); an argument with no value to name (a lambda, a lock) makes it build every time. Callers
-    must not change the result."""
+    must not change the result. A Plotly figure comes back as a KeptFigure: it also keeps the dict it is drawn from."""
     key = _fingerprint(build.__module__, build.__qualname__, args, kwargs)
     if key is None:
-        return build(*args, **kwargs)
+        return _kept(build(*args, **kwargs))
     store = _built_store()
     with _built_lock:
         if key in store:
             store.move_to_end(key)
             return store[key]
-    value = build(*args, **kwargs)
+    value = _kept(build(*args, **kwargs))
     with _built_lock:
         store[key] = value
         while len(store) > BUILT_KEPT:

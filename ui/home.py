@@ -10,6 +10,7 @@ lessons/home.py.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -22,7 +23,7 @@ from lessons.whats_new import HEADLINE, knows_no_facts, points
 from model import V41Config, shipped_set
 from model.shipped import RECALL_KINDS
 from ui import weights
-from ui.cache import built
+from ui.cache import built, held
 from ui.far_fact import far_fact_figure
 from ui.figures import diagram_figure
 from ui.pair import MISSING, far_reading
@@ -70,6 +71,37 @@ def hero_figure(ff, num, scale: bool = True) -> go.Figure:
     return fig
 
 
+@dataclass(frozen=True)
+class HeroColumn:
+    kind: str
+    head: str                    # above the picture
+    figure: go.Figure
+    caption: str                 # under it: what the set read, answered and was trained with
+
+
+@dataclass(frozen=True)
+class HeroView:
+    """Everything the far-fact picture draws, made once per reading, records and numbering (ui.cache.held): a rerun
+    only hands it to Streamlit."""
+    title: str
+    columns: tuple[HeroColumn, ...]
+    text_caption: str | None     # the text model on the same story, for the expander
+
+
+def hero_view(pair, *records, num) -> HeroView:
+    """The view of the reading `pair`, with the training records of its sides (in the pair's order)."""
+    record = {s.kind: r for s, r in zip(pair.sides, records)}
+    recalls = [s for s in pair.sides if s.kind != "text"]
+    text = next((s for s in pair.sides if s.kind == "text"), None)
+    columns = tuple(HeroColumn(side.kind, shipped_set(side.kind).heading,
+                               built(hero_figure, side.ff, num, i == len(recalls) - 1),
+                               hero.side_caption(side, record[side.kind], num))
+                    for i, side in enumerate(recalls))
+    text_caption = None if text is None else (hero.text_caption(text, record["text"], text.ff.window)
+                                              + " The pages on the global branch show every set side by side.")
+    return HeroView(hero.title(pair, recalls[0].ff.n_layers), columns, text_caption)
+
+
 def far_picture(sess: Session, key: str, title: bool = True, pair=None) -> None:
     """The far-fact picture on each shipped recall checkpoint (plain training first, then the one shown where to
     look), each with what it read, answered and was trained with; the text model's reading of the same story in an
@@ -77,21 +109,18 @@ def far_picture(sess: Session, key: str, title: bool = True, pair=None) -> None:
     pair = pair if pair is not None else far_pair_reading(sess)
     if pair is None:
         return
-    recalls = [s for s in pair.sides if s.kind != "text"]
-    text = next((s for s in pair.sides if s.kind == "text"), None)
+    # the reading and the records are held by the server and never changed: the view is made once for them
+    view = held(hero_view, (pair, *(weights.record(s.kind) for s in pair.sides)), num=sess.num)
     if title:
-        st.markdown(f"**{hero.title(pair, recalls[0].ff.n_layers)}**")
-    cols = st.columns(len(recalls))
-    for i, (col, side) in enumerate(zip(cols, recalls)):
+        st.markdown(f"**{view.title}**")
+    for col, c in zip(st.columns(len(view.columns)), view.columns):
         with col:
-            st.markdown(f"**{shipped_set(side.kind).heading}**")
-            st.plotly_chart(built(hero_figure, side.ff, sess.num, i == len(recalls) - 1), width="stretch",
-                            key=f"{key}_{side.kind}", config={"displayModeBar": False})
-            st.caption(hero.side_caption(side, weights.record(side.kind), sess.num))
-    if text is not None:
+            st.markdown(f"**{c.head}**")
+            st.plotly_chart(c.figure, width="stretch", key=f"{key}_{c.kind}", config={"displayModeBar": False})
+            st.caption(c.caption)
+    if view.text_caption is not None:
         with st.expander("The text model"):
-            st.caption(hero.text_caption(text, weights.record("text"), text.ff.window) + " The pages on the global "
-                       "branch show every set side by side.")
+            st.caption(view.text_caption)
 
 
 HERO_HEIGHT = 560      # px: the headline, the line above, two pictures and their captions at 1400 px wide

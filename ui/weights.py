@@ -24,8 +24,10 @@ RECORD_MAX_BYTES = 16 << 20      # a training.json holds every step's log; a big
 PAIR_ORDER = RECALL_KINDS + tuple(k for k in KINDS if k not in RECALL_KINDS)   # the side-by-side's columns
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=32)
 def _read_json(path: str, mtime: float) -> dict | None:
+    """The file's object, shared read-only (a training record holds every step's log: handing out a copy per call,
+    as st.cache_data does, costs a page more than reading what it needs)."""
     p = Path(path)
     try:
         if p.stat().st_size > RECORD_MAX_BYTES:
@@ -37,7 +39,8 @@ def _read_json(path: str, mtime: float) -> dict | None:
 
 
 def json_at(p: Path) -> dict | None:
-    """A JSON object file, read once per change of the file (None when missing, unreadable or too big)."""
+    """A JSON object file, read once per change of the file (None when missing, unreadable or too big). The dict is
+    shared by every caller: not to be changed."""
     try:
         mtime = p.stat().st_mtime
     except OSError:

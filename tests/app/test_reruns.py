@@ -71,6 +71,66 @@ def test_built_keeps_a_bounded_number_of_results(monkeypatch):
     assert built(_bar, [0], title="bounded") is not first  # the oldest was dropped
 
 
+def test_a_built_figure_keeps_its_dict_until_it_changes():
+    fig = built(_bar, [5, 6], title="kept")
+    assert isinstance(fig, cache.KeptFigure) and isinstance(fig, go.Figure)
+    plain = _bar([5, 6], title="kept")
+    d = fig.to_dict()
+    assert fig.to_dict() is d and d == plain.to_dict()
+    assert go.Figure(fig).to_dict() == plain.to_dict()                    # a copy is made from the figure itself
+    changed = _bar([5, 6], title="kept")
+    kept = cache._kept(changed)
+    for change in (lambda f: f.update_layout(title="other"), lambda f: f.add_scatter(y=[1]),
+                   lambda f: f.update_traces(marker_color="red"), lambda f: setattr(f.layout, "height", 300),
+                   lambda f: setattr(f, "data", f.data[:1])):
+        before = kept.to_dict()
+        change(kept)
+        change(plain := go.Figure(plain))
+        assert kept.to_dict() is not before and kept.to_dict() == plain.to_dict()
+
+
+def test_held_names_its_objects_by_identity_and_the_rest_by_value():
+    from ui.cache import held
+
+    calls = []
+
+    def view(record, *, title):
+        calls.append(1)
+        return _bar(record["y"], title=title)
+
+    record = {"y": [1, 2]}
+    a = held(view, (record,), title="a")
+    assert held(view, (record,), title="a") is a and len(calls) == 1       # the same object: not made again
+    assert isinstance(a, cache.KeptFigure)
+    assert held(view, (record,), title="b") is not a                        # another value: made
+    assert held(view, ({"y": [1, 2]},), title="a") is not a                 # an equal but other object: made
+    assert len(calls) == 3
+
+
+def test_st_plotly_chart_sends_a_kept_figure_as_it_sends_the_figure():
+    import plotly.io as pio
+
+    fig = _bar([1, 2], title="sent")
+    assert pio.to_json(cache._kept(_bar([1, 2], title="sent")), validate=False) == pio.to_json(fig, validate=False)
+
+
+def test_a_warm_rerun_of_home_makes_no_figure_dict(monkeypatch):
+    """The home page's pictures (the far-fact pair, the Figure 3 thumbnail, the prompt's bars) are built once; a
+    warm rerun hands st.plotly_chart the dict each keeps instead of Plotly copying the figure again."""
+    from plotly.basedatatypes import BaseFigure
+
+    at = AppTest.from_file(str(ROOT / "pages" / "home.py"), default_timeout=300)
+    at.query_params["weights"] = "random"
+    at.run()
+    assert not at.exception and not at.error and at.get("plotly_chart")
+    made = []
+    to_dict = BaseFigure.to_dict
+    monkeypatch.setattr(BaseFigure, "to_dict", lambda self: made.append(type(self)) or to_dict(self))
+    at.run()
+    assert not at.exception and not at.error and at.get("plotly_chart")
+    assert made == []
+
+
 @pytest.mark.parametrize("page", stems(charts=True))
 def test_a_warm_rerun_builds_no_figure(page, monkeypatch):
     from plotly.basedatatypes import BaseFigure
