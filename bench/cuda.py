@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from bench._common import ROOT, best_of, line
-from model.shipped import shipped_weights
+from model.shipped import KINDS, shipped_weights
 
 FIXTURE = ROOT / "tests" / "fixtures" / "v41-parity-a"
 
@@ -108,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, float] = {"available": 1}
     failed = 0
     checks = [("parity", lambda: {"parity_max": parity(dev)})]
-    for kind in ("text", "recall"):
+    for kind in KINDS:          # every shipped set, CPU against GPU
         w = shipped_weights(kind)
-        name = w.name       # the set's folder ("tiny", "recall") names its keys
+        name = w.name       # the set's folder names its keys
         if (w / "model.safetensors").exists():
             checks.append((name, lambda w=w, name=name: {f"{name}_{k}": v
                                                         for k, v in cpu_against_gpu(w, dev, a.tokens).items()}))

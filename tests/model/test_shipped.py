@@ -11,7 +11,7 @@ import pytest
 from model.shipped import KINDS, RECALL_KINDS, SHIPPED, shipped_set, shipped_weights
 from tests.conftest import ROOT
 
-PRODUCT = ["app.py", "model", "lessons", "ui", "pages"]
+PRODUCT = ["app.py", "model", "lessons", "ui", "pages", "bench"]
 OWNER = ROOT / "model" / "shipped.py"
 
 
