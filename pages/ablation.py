@@ -34,8 +34,8 @@ from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.step_pair import other_kind
-from ui.text import lead, plain, quoted
-from ui.url import arrived, qp_get, qp_set, seed, stop
+from ui.text import lead, plain
+from ui.url import stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("Ablation lab", INTRO_LEAD)
@@ -60,29 +60,15 @@ names = list(CONFIGS)
 STORIES, NATURAL = [3, 15, 30, 90, 300], [512, 2048, 8192, 0]
 samples = [s for s in load_samples() if s.kind == "long"]
 topk_hi = max(1, cfg.index_topk - 1)
-raw = qp_get("configs") if arrived() else None
-asked = None
-if raw is not None:
-    asked = [x for x in raw.split(",") if x]
-    bad = [x for x in asked if x not in names]
-    asked = [x for x in asked if x in names] or (None if bad else asked)   # none known: every configuration
-    if bad:
-        st.warning(f"URL parameter configs: unknown {'configuration' if len(bad) == 1 else 'configurations'} "
-                   f"{', '.join(map(quoted, bad[:5]))}; "
-                   + ("showing the known ones." if asked else "showing every configuration."))
-seed("abl_configs", asked, names)
+CHOSEN = url.several("configs", names, names, "configuration", "configurations", "showing every configuration")
 TOPK = url.whole("topk", 1, topk_hi, min(4, topk_hi), f"showing {min(4, topk_hi)}")
 STORIES_P = url.choice("stories", STORIES, 30, "one of " + ", ".join(map(str, STORIES)))
 NATURAL_P = url.choice("natural", NATURAL, 2048, "one of " + ", ".join(map(str, NATURAL)))
 COST = url.whole("cost", 0, max(0, len(samples) - 1), 0, "showing the first long sample")
-url.seeded("abl_topk", TOPK)
-st.session_state["abl_topk"] = min(int(st.session_state["abl_topk"]), topk_hi)
-chosen = st.multiselect("Configurations", names, key="abl_configs", persist_state=url.KEEP)
-qp_set(configs=",".join(chosen) if chosen != names else None)
+chosen = url.bound(st.multiselect, "abl_configs", CHOSEN, "Configurations", names)
 c1, c2, c3 = st.columns(3)
-topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=url.KEEP,
+topk = url.bound(c1.slider, "abl_topk", TOPK, "Smaller top-k", 1, topk_hi, fit=lambda v: min(int(v), topk_hi),
                  help=f"The model reads {cfg.index_topk} entries per query.")
-url.to_link(TOPK, topk)
 stories = url.bound(c2.selectbox, "abl_stories", STORIES_P, "Stories per configuration", STORIES,
                     help="Held-out stories, split evenly over the three distance buckets; 300 is the whole "
                          "held-out set.")

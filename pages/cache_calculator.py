@@ -51,7 +51,7 @@ from ui.memory import (
 from ui.reproduce import reproduce
 from ui.session import page_header
 from ui.text import plain
-from ui.url import KEEP, arrived, qp_choice, qp_get, qp_set, seed, stop, url_moved
+from ui.url import KEEP, stop, url_moved
 
 P = "cc"
 CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens
@@ -59,7 +59,12 @@ sess = page_header("Cache calculator")
 st.markdown(CALC_INTRO)
 
 # ---- design and inputs (mirrored in the URL), with why this size beside them ----------------------------------
-seed(f"{P}_preset", qp_choice("preset", CALCULATOR_PRESETS, DESIGNS[CALC_DESIGN][0], "a design here"), CALC_DESIGN)
+PRESET = url.choice("preset", CALCULATOR_PRESETS, CALC_DESIGN, "a design here",
+                    instead=f"showing {DESIGNS[CALC_DESIGN][0]} instead")
+KEEPWIN = url.flag("keepwin", False)
+REUSES = [1, 10, 100, 1000, 10000]
+REUSE = url.choice("reuse", REUSES, 10, url.either(REUSES))
+url.seeded(f"{P}_preset", PRESET)
 
 
 def _switch_design() -> None:
@@ -85,7 +90,7 @@ if note := st.session_state.pop(f"{P}_switched", None):   # an event, not a stat
     st.toast(note, icon=":material/swap_horiz:", duration="long")
 base = page_defaults(preset)
 # a link to another design than the one this session showed: its URL is the whole state (defaults left out)
-linked = arrived() and qp_get("preset") is not None and shown_before not in (None, preset)
+linked = PRESET.given() and shown_before not in (None, preset)
 for msg in init_knobs(P, base, fresh=linked or url_moved()):
     notes.warning(f"URL parameter {plain(msg, limit=400)}")
 own = build(preset, base)
@@ -98,7 +103,7 @@ labels = {"context": "Context (tokens)", "batch": "Batch (sequences)",
           "numbers": "Numbers per entry", "replay": "Replay rows", "rollback": "Rollback slack",
           "mode": "Prefill mode"}
 shown = [n for n in labels if n in used]
-seed(f"{P}_keepwin", {"1": True, "0": False}.get(qp_get("keepwin") or "") if qp_get("keepwin") else None, False)
+url.seeded(f"{P}_keepwin", KEEPWIN)
 with inputs:
     per_row = 3
     cells = [cell for _ in range(0, len(shown) + own.has_replay, per_row) for cell in st.columns(per_row)]
@@ -128,7 +133,8 @@ try:
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
     stop()
-qp_set(preset=preset if preset != CALC_DESIGN else None, keepwin="1" if keep_windows else None)
+url.to_link(PRESET, preset)      # once the design computes: the link always holds one that does
+url.to_link(KEEPWIN, keep_windows)
 mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
@@ -236,13 +242,12 @@ with tabs[4]:
     if not design.has_replay:
         st.info(f"{design.label} has no bounded replay, so there is nothing to trade here: pick DeepSeek-V4.1-Flash "
                 "as the design to see it.")
-        qp_set(reuse=None)   # a link's reuse value means nothing for this design
+        url.leave_out(REUSE)   # a link's reuse value means nothing for this design
     else:
         pc = param_counts("v4.1-flash")
         cfg = V41Config.preset("v4.1-flash")
-        REUSE = url.choice("reuse", [1, 10, 100, 1000, 10000], 10, "1, 10, 100, 1000 or 10000")
         reuse = url.bound(st.select_slider, f"{P}_reuse", REUSE, "How often a saved context is reused as an input",
-                          [1, 10, 100, 1000, 10000])
+                          REUSES)
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse),
                              scans=decoder_scans(cfg), weights_read=(wread := replay_weight_bytes(cfg, knobs.context)))

@@ -51,7 +51,7 @@ from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.text import lead, plain
-from ui.url import KEEP, qp_get, qp_set, stop
+from ui.url import KEEP, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("DSpark: draft, then verify", INTRO_LEAD)
@@ -88,23 +88,17 @@ c1, c2, c3, c4 = st.columns(4)
 RULES, MODES = ["greedy", "stochastic"], ["bounded", "exact"]
 gmax = drafter.max_draft
 dl_opts = ["max", "auto"] + list(range(1, gmax))    # "max" is gmax: listed once
-if qp_get("draft") == str(gmax):                      # a link that names the longest draft by its number
-    qp_set(draft="max")
 MAX_NEW, MAX_SEED = 128, 10_000
-DRAFT = url.choice("draft", dl_opts, "max", f"a draft length here (max, auto or 1..{gmax})")
-url.seeded("ds_dl", DRAFT)
-if st.session_state["ds_dl"] == gmax:                 # a session from before "max" stood for it
-    st.session_state["ds_dl"] = "max"
-if st.session_state["ds_dl"] not in dl_opts:      # another drafter with a shorter block
-    st.session_state["ds_dl"] = "max"
+# a link may name the longest draft by its number, and a session from before "max" stood for it may hold it
+DRAFT = url.choice("draft", dl_opts + [gmax], "max", f"a draft length here (max, auto or 1..{gmax})")
 rule = url.bound(c1.radio, "ds_rule", url.choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"),
                  "Verification rule", RULES)
 temperature = url.bound(c1.slider, "ds_temp", url.decimal("temp", 0.1, 2.0, 1.0), "Temperature", 0.1, 2.0, step=0.1,
                         disabled=rule == "greedy")
-draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl", persist_state=KEEP,
-                            format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
-                            "auto (confidence)" if v == "auto" else str(v))
-url.to_link(DRAFT, draft_length)
+draft_length = url.bound(c2.selectbox, "ds_dl", DRAFT, "Draft length", dl_opts,
+                         fit=lambda v: v if v in dl_opts else "max",     # gmax, or a length past this block
+                         format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
+                         "auto (confidence)" if v == "auto" else str(v))
 threshold = url.bound(c2.slider, "ds_thr", url.decimal("thr", 0.05, 0.95, 0.3), "Confidence threshold (auto)", 0.05,
                       0.95, step=0.05, disabled=draft_length != "auto", help=AUTO_NOTE)
 max_new = url.bound(c3.number_input, "ds_new", url.whole("gen", 1, MAX_NEW, 24, "showing 24"), "New tokens", 1,

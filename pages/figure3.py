@@ -24,7 +24,7 @@ from ui.sources import page_link
 from ui.stepper import stepper
 from ui.text import plain, quoted
 from ui.tour import open_stop, shows
-from ui.url import KEEP, arrived, fragment, qp_get, qp_set, seed
+from ui.url import KEEP, fragment
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
@@ -75,10 +75,17 @@ tour_stop = open_stop()     # a tour stop opens the walkthrough at its own step
 tour_step = next((i for i, s in enumerate(story) if tour_stop is not None and s.key == tour_stop.step), None)
 if tour_step is not None:
     st.session_state["fig3_step"] = tour_step
-box_qp = qp_get("box") if arrived() else None
-if box_qp is not None and box_qp not in choices:
-    st.warning(f"URL parameter box = {quoted(box_qp)} names no box in this drawing; nothing is opened.")
-seed("fig3_box", None if box_qp is None else box_qp if box_qp in choices else NONE, NONE)
+
+
+def _box(raw: str) -> str:
+    if raw not in choices:
+        raise url.Refused("names no box in this drawing", kept=NONE)
+    return raw
+
+
+BOX = url.Param("box", NONE, _box, instead="nothing is opened")
+AT = url.layer(cfg.num_hidden_layers, None, name="at")   # the layer an open box of several shows (_pick_layer)
+url.seeded("fig3_box", BOX)
 if st.session_state["fig3_box"] not in choices and st.session_state["fig3_box"] != NONE:
     st.session_state["fig3_box"] = NONE   # the drawing changed under the open box
 # A box keeps its id across drawings but not its label ("layer 8: attention (Full r2)" in the release, "(Reindex
@@ -134,7 +141,9 @@ def walkthrough() -> None:
                 if which == "running":
                     st.caption(map_line(cfg, sess.one_based))
     url.to_link(STEP, step_i)
-    qp_set(box=selected, at=None if selected is None or which != "running" else qp_get("at"))
+    url.to_link(BOX, selected)
+    if selected is None or which != "running":
+        url.leave_out(AT)
 
     with right:
         if shows("fig3_stepper"):       # on a tour stop the card's Back / Next step the story
@@ -239,16 +248,10 @@ def _pick_layer(box, selected: str, tr) -> int | None:
         stack = selected.split(":")[1]
         layers = [s.spec.index for s in tr.layers if s.spec.stack == stack]
     if box.kind in ("attn", "moe", "engram", "mhc") and len(layers) > 1:
-        at_key = "fig3_mhc" if box.kind == "mhc" else "fig3_copy"
-        at = url.layer(cfg.num_hidden_layers, layers[0], name="at")
-        url.seeded(at_key, at)
-        if st.session_state[at_key] not in layers:
-            st.session_state[at_key] = layers[0]
-        layer = st.selectbox("Mixing at layer" if box.kind == "mhc" else "Which copy?", layers, key=at_key,
-                             format_func=lambda i: f"layer {sess.num(i)}", persist_state=KEEP)
-        url.to_link(at, layer)
-        return layer
-    qp_set(at=None)
+        return url.bound(st.selectbox, "fig3_mhc" if box.kind == "mhc" else "fig3_copy", AT.but(default=layers[0]),
+                         "Mixing at layer" if box.kind == "mhc" else "Which copy?", layers,
+                         fit=lambda v: v if v in layers else layers[0], format_func=lambda i: f"layer {sess.num(i)}")
+    url.leave_out(AT)
     return layers[0] if box.kind in ("attn", "moe", "engram") else None
 
 

@@ -34,7 +34,7 @@ from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.step_pair import pool_pair
 from ui.text import lead, plain
-from ui.url import KEEP, seed, stop
+from ui.url import stop
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
@@ -100,15 +100,10 @@ nb_hi, k_hi = max(2, blocks_total), max(2, min(256, inp.width))
 nb_default, k_default = min(cfg.candidate_topk_blocks, blocks_total), min(cfg.index_topk, k_hi)
 POOL = url.whole("pool", 1, nb_hi, nb_default, f"showing {nb_default}")
 K = url.whole("k", 1, k_hi, k_default, f"showing {k_default}")
-url.seeded("pool_nb", POOL)
-url.seeded("pool_k", K)
-st.session_state["pool_nb"] = min(max(1, int(st.session_state["pool_nb"])), nb_hi)   # a shorter prompt than before
-st.session_state["pool_k"] = min(max(1, int(st.session_state["pool_k"])), k_hi)
-nb = s1.slider("Pool size (blocks kept)", 1, nb_hi, key="pool_nb", persist_state=KEEP,
+nb = url.bound(s1.slider, "pool_nb", POOL, "Pool size (blocks kept)", 1, nb_hi,
+               fit=lambda v: min(max(1, int(v)), nb_hi),       # a shorter prompt than before
                help=f"Each block holds {inp.block_size} consecutive entries.")
-k = s2.slider("Top-k per query", 1, k_hi, key="pool_k", persist_state=KEEP)
-url.to_link(POOL, nb)
-url.to_link(K, k)
+k = url.bound(s2.slider, "pool_k", K, "Top-k per query", 1, k_hi, fit=lambda v: min(max(1, int(v)), k_hi))
 results = reselect(inp, nb, k)
 if nb == cfg.candidate_topk_blocks and k == cfg.index_topk:
     same = all(r.matches_model for r in results.values())
@@ -134,17 +129,10 @@ reproduce(snippets.indexer_pools(sess.weights, prompt, mode, int(nb), int(k), se
 
 layers = list(results)
 default_layer = layers[0]
-LAYER = url.layer(cfg.num_hidden_layers, default_layer, f"showing layer {sess.num(default_layer)}")
-ql = LAYER.read()
-if ql is not None and ql not in layers:
-    st.warning(f"URL parameter layer = {ql} (layer {sess.num(ql)}) is not a Reindex layer; showing layer "
-               f"{sess.num(default_layer)}.")
-    ql = default_layer
-seed("pool_layer", ql, default_layer)
-if st.session_state["pool_layer"] not in layers:
-    st.session_state["pool_layer"] = default_layer
-layer = st.radio("Reindex layer", layers, horizontal=True, key="pool_layer", persist_state=KEEP,
-                 format_func=lambda i: f"layer {sess.num(i)}")
+LAYER = url.layer(cfg.num_hidden_layers, default_layer, f"showing layer {sess.num(default_layer)}").only(
+    layers, "a Reindex layer")
+layer = url.bound(st.radio, "pool_layer", LAYER, "Reindex layer", layers, horizontal=True,
+                  fit=lambda v: v if v in layers else default_layer, format_func=lambda i: f"layer {sess.num(i)}")
 res = results[layer]
 pos_list = inp.positions.tolist()
 st.plotly_chart(built(recall_rows_figure, pos_list, {"recall": res.recall.tolist(),
@@ -153,17 +141,10 @@ st.plotly_chart(built(recall_rows_figure, pos_list, {"recall": res.recall.tolist
                       f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
 
 # ---- one query row ---------------------------------------------------------------------------------------------
-TOKEN = url.whole("token", pos_list[0], pos_list[-1], pos_list[-1], f"showing the last query row, {pos_list[-1]}")
-qt = TOKEN.read()
-if qt is not None and qt not in pos_list:
-    st.warning(f"URL parameter token = {qt} is not a query row of the decoder in this run; showing the last one.")
-    qt = pos_list[-1]
-seed("pool_token", qt, pos_list[-1])
-if st.session_state["pool_token"] not in pos_list:
-    st.session_state["pool_token"] = pos_list[-1]
-pos = st.select_slider("Query token (position)", options=pos_list, key="pool_token", persist_state=KEEP)
-url.to_link(LAYER, layer)
-url.to_link(TOKEN, pos)
+TOKEN = url.whole("token", pos_list[0], pos_list[-1], pos_list[-1], f"showing the last query row, {pos_list[-1]}").only(
+    pos_list, "a query row of the decoder in this run")
+pos = url.bound(st.select_slider, "pool_token", TOKEN, "Query token (position)", options=pos_list,
+                fit=lambda v: v if v in pos_list else pos_list[-1])
 row = pos_list.index(pos)
 tokens = [model.decode([i]) for i in ids]
 st.code(show_token(tokens[pos]), language=None)

@@ -38,11 +38,11 @@ from ui.far_fact import session_record
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
-from ui.prompt import typed_prompt
+from ui.prompt import PROMPT, typed_prompt
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.text import lead, plain, sentences
-from ui.url import KEEP, qp_set, stop
+from ui.url import stop
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
 
@@ -98,7 +98,7 @@ if source == "own":
                    f"least {SPAN_MIN}.")
         stop()
 else:
-    qp_set(prompt=None)
+    url.leave_out(PROMPT)
 ids, layout = copy_row(lead_ids, span_ids, filler)
 st.caption(f"The row: {LEAD} tokens of prose, the span ({layout.span} tokens), {gap} other tokens, the span again: "
            f"{layout.length} tokens. The span:")
@@ -147,12 +147,6 @@ st.subheader("One head, query by query")
 n_layers = len(trace.layers)
 LAYER = url.layer(n_layers, best.layer, "showing the strongest head's layer")
 HEAD = url.whole("head", 0, lb.n_heads - 1, best.head, "showing the strongest head")
-url.seeded("lb_layer", LAYER)
-url.seeded("lb_head", HEAD)
-if st.session_state["lb_layer"] not in lb.layers:       # another model, or a layer without shares
-    st.session_state["lb_layer"] = best.layer
-if st.session_state["lb_head"] >= lb.n_heads:
-    st.session_state["lb_head"] = best.head
 
 
 def _to_best() -> None:
@@ -160,12 +154,12 @@ def _to_best() -> None:
 
 
 h = st.columns([2, 1, 2])
-layer = h[0].selectbox("Layer", lb.layers, key="lb_layer", persist_state=KEEP,
-                       format_func=lambda i: f"layer {sess.num(i)}: {trace.layers[i].spec.role}")
-head = h[1].selectbox("Head", list(range(lb.n_heads)), key="lb_head", persist_state=KEEP)
+layer = url.bound(h[0].selectbox, "lb_layer", LAYER, "Layer", lb.layers,
+                  fit=lambda v: v if v in lb.layers else best.layer,      # another model, or a layer without shares
+                  format_func=lambda i: f"layer {sess.num(i)}: {trace.layers[i].spec.role}")
+head = url.bound(h[1].selectbox, "lb_head", HEAD, "Head", list(range(lb.n_heads)),
+                 fit=lambda v: v if v < lb.n_heads else best.head)
 h[2].button("Strongest look-back head", on_click=_to_best, key="lb_best")
-url.to_link(LAYER, layer)
-url.to_link(HEAD, head)
 hp = head_pattern(trace, layout, layer, head)
 first_tokens = [show_token(model.decode([i])) for i in span_ids]
 queries = [f"{k}: {label(t, 16)}" for k, t in enumerate(first_tokens[:-1])]
