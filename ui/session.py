@@ -51,6 +51,7 @@ TINY_DIR = shipped_weights("text")      # model/shipped.py lists the shipped set
 APP = ROOT / "app.py"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny",
                   "checkpoint": "Checkpoint directory"}
+NO_MODEL = "No model loaded: choose weights in the sidebar."
 NO_TRAINED = "The trained tiny weights (the text model) are not on this server yet; choose Random tiny."
 NUMBERING = {"0": "0-based (as the code and the report count)", "1": f"1-based ({ONE_BASED})"}
 NUMBERING_P = url.choice("numbering", list(NUMBERING), "0", "0 or 1", instead=f"showing {NUMBERING['0']} instead")
@@ -255,6 +256,6 @@ def page_header(title: str, intro: str | None = None) -> Session:
 def require_model(sess: Session):
     """Stop the page with a clear message when no model is loaded."""
     if sess.model is None:
-        st.info(sess.error or "No model loaded: choose weights in the sidebar.")
+        st.info(sess.error or NO_MODEL)
         stop()
     return sess.model
