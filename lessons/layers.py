@@ -215,6 +215,21 @@ MODES = [
     {"mode": "Reindex", "prepared global entries": "keep them", "selected locations": "choose again"},
 ]
 
+CSA2_PATH = ("One query's path through compressed sparse attention, read off a trace of the prompt: tokens packed "
+             "into entries, scored, pooled, picked, then read by a Full, a Reuse and a Reindex layer.")
+LABELS_TEXT = ("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
+               "the layer does itself: making the global entries, and choosing which of them to read.")
+COUNTED_NOT_RESTATED = ("The table below is not a restatement of the labels: every count is read off a trace of the "
+                        "running model on the prompt you choose.")
+HOW_COUNTED = ("Index scores exist only where a layer ran its indexer; entries are recorded only where a layer made "
+               "them; a reused selection is compared entry by entry with the one it claims to reuse.")
+MAP_DISAGREES = "The trace disagrees with the layer map somewhere above."
+
+
+def traced_caption(n_tokens: int, weights: str) -> str:
+    return f"{n_tokens} tokens traced on {weights}. 'Last query reads' is for the query at the last position."
+
+
 MODES_NOTE = (
     "The labels only say which preparation steps a layer skips. Whatever its label, every compressed "
     "layer still makes a fresh query from its own input, writes its own window keys and values, and "

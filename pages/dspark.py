@@ -12,25 +12,38 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.dspark import (
+    ALL_ACCEPTED,
     AUTO_NOTE,
     DEFINITIONS,
+    GREEDY_DIFFERS,
     INTRO,
+    NO_DRAFTER,
+    NO_DRAFTS,
+    PLAIN_PASSES,
+    PRESS_START,
+    RANDOM_DRAFTER,
     RULE_TEXT,
+    SAMPLED_DIFFERS,
     SIM_P,
     SIM_Q,
     SIM_TEXT,
+    WHOLE_RUN,
     active_sentence,
     block_sentence,
     cache_rows,
+    limit_why,
+    measured_sentence,
     passes_help,
     position_rows,
+    rejected,
     simulate,
     simulation_rows,
+    state_caption,
     step_rows,
+    step_sentence,
     summary_rows,
 )
 from lessons.inspector import load_samples
-from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter
 from model.inference import (
@@ -74,11 +87,10 @@ def _random_drafter(weights_key: str) -> Drafter:
 drafter = model.mtp if isinstance(getattr(model, "mtp", None), Drafter) else None
 if drafter is None:
     if cfg.num_nextn_predict_layers < 1:
-        st.info("This model's config has no drafter (num_nextn_predict_layers = 0).")
+        st.info(NO_DRAFTER)
         stop()
     drafter = _random_drafter(sess.label)
-    st.warning("These weights have no trained drafter, so a random one is used: expect most drafts to be rejected. "
-               "The rules, the cache bookkeeping and the statistics work the same way.")
+    st.warning(RANDOM_DRAFTER)
 
 # ---- settings --------------------------------------------------------------------------------------------------
 samples = load_samples()
@@ -108,8 +120,7 @@ draw_seed = url.bound(c3.number_input, "ds_seed", url.whole("seed", 0, MAX_SEED,
 mode = url.bound(c4.radio, "ds_mode", url.PREFILL_MODE, "Prefill", url.PREFILL_MODES)
 room = cfg.max_position_embeddings - int(max_new) - drafter.block_size
 limit = max(1, min(DSPARK_TOKENS, room))
-why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.block_size} inside the model's "
-       f"{cfg.max_position_embeddings:,} positions, this page" if room < DSPARK_TOKENS else "this page")
+why = limit_why(int(max_new), drafter.block_size, cfg.max_position_embeddings, room < DSPARK_TOKENS)
 ids = prompt_ids(model, "ds", text, limit, why, LONG_PROMPT_CHARS)
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
@@ -124,8 +135,7 @@ with st.expander("Why checking loses nothing: a simulation", expanded=False):
     st.write(SIM_TEXT)
     sim = st.cache_data(show_spinner=False)(simulate)(list(SIM_P), list(SIM_Q), n=5000, seed=0)
     st.dataframe(pd.DataFrame(simulation_rows(sim)).round(3), hide_index=True, key="ds_sim")
-    st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts "
-             f"{sim.predicted_acceptance:.3f}.")
+    st.write(sim.sentence())
 
 # ---- step through ------------------------------------------------------------------------------------------------
 st.subheader("Step through")
@@ -149,11 +159,10 @@ if b3.button("Reset", key="ds_reset"):
     state = None
 
 if state is None:
-    st.info("Press Start: the target reads the prompt, emits its first token, and the drafter is ready.")
+    st.info(PRESS_START)
 else:
     st.text("Output so far: " + model.decode(state.tokens))
-    st.caption(f"Prompt {state.prompt_tokens} tokens; cache length {state.cache.length}; {len(state.log)} steps"
-               + ("; done." if state.done else "; next anchor (the last emitted token, not yet in the cache):"))
+    st.caption(state_caption(state.prompt_tokens, state.cache.length, len(state.log), state.done))
     if not state.done:
         st.code(tok(state.anchor), language=None)
     if state.log:
@@ -170,21 +179,19 @@ else:
         if rule == "greedy":
             for r in rows:
                 r.pop("draw", None)
-        st.write(f"Step {si}: the drafter proposed {counted(len(lg.drafted), 'token')} after the anchor; the target "
-                 f"checked {'it' if len(lg.drafted) == 1 else 'them'} in one pass and accepted {lg.accepted}.")
+        st.write(step_sentence(si, lg))
         st.code("anchor: " + tok(lg.anchor), language=None)
         if lg.drafted:   # numbers to 4 significant digits; a dash where a value does not apply (never checked)
             st.dataframe(pd.DataFrame([{k: "–" if v is None else f"{v:.4g}" if isinstance(v, float) else v
                                         for k, v in r.items()} for r in rows]), hide_index=True)
         else:
-            st.caption("No drafts this step (the confidence or the token limit stopped the drafter): a plain step.")
+            st.caption(NO_DRAFTS)
         if lg.resampled is not None:   # token texts go to st.code, never into Markdown
             # a refusal is the rule working, not a fault: a warning's colour, not an error's
-            st.warning(f"Draft {lg.accepted + 1} REJECTED; the rest of the block is discarded and the target's "
-                       "replacement token is:", icon=":material/close:")
+            st.warning(rejected(lg), icon=":material/close:")
             st.code(tok(lg.resampled), language=None)
         elif lg.bonus is not None:
-            st.success("Every draft accepted; the target adds a bonus token:")
+            st.success(ALL_ACCEPTED)
             st.code(tok(lg.bonus), language=None)
         m = st.columns(4)
         for col, row in zip(m, cache_rows(lg)):
@@ -196,8 +203,7 @@ if draft_length == "auto":
 
 # ---- a whole run --------------------------------------------------------------------------------------------------
 st.subheader("A whole run")
-st.caption("The same prompt and settings, run to the end, and the same request decoded plainly (one target pass per "
-           "token) for comparison.")
+st.caption(WHOLE_RUN)
 
 
 def _whole(progress):
@@ -223,7 +229,7 @@ stats: SpecStats = spec.stats
 same = base.tokens == spec.tokens
 c = st.columns(4)
 c[0].metric("Target passes (plain)", base.target_passes,
-            help="1 pass over the prompt, which gives the first token, + 1 pass per further token")
+            help=PLAIN_PASSES)
 c[1].metric("Target passes (DSpark)", spec.target_passes, help=passes_help(spec.target_passes, stats.steps))
 speed = base.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
 c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
@@ -232,10 +238,9 @@ st.caption("DSpark's target passes: " + passes_help(spec.target_passes, stats.st
 if rule == "greedy" and drafter is getattr(model, "mtp", None):
     reproduce(snippets.dspark(sess.weights, text, int(max_new), mode, draft_length, float(threshold)), "dspark")
 if rule == "greedy" and not same:
-    st.error("Greedy speculative decoding should reproduce plain greedy decoding token for token; it did not here.")
+    st.error(GREEDY_DIFFERS)
 elif rule == "stochastic":
-    st.caption("With the stochastic rule the output follows the target's distribution, but the random draws differ "
-               "from plain sampling, so the tokens need not be identical.")
+    st.caption(SAMPLED_DIFFERS)
 st.text("Plain:  " + model.decode(base.tokens))
 st.text("DSpark: " + model.decode(spec.tokens))
 
@@ -243,9 +248,7 @@ g = stats.mean_draft_length
 st.latex(r"\mathbb{E}[\text{tokens per pass}] = \frac{1-\alpha^{\gamma+1}}{1-\alpha} = "
          + f"{expected_tokens_per_pass(stats.alpha, g):.2f}"
          + rf"\quad(\alpha = {stats.alpha:.3f},\ \gamma = {g:.2f})")
-st.write(f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass, mean accepted length "
-         f"{stats.mean_accepted_length:.2f} of {g:.2f} drafted. The formula assumes every position is accepted "
-         "independently with the same α; the per-position rates below show how far that holds.")
+st.write(measured_sentence(stats))
 expl = pd.DataFrame([vars(r) for r in summary_rows(stats, base.decode_seconds, len(base.tokens))])
 st.dataframe(expl, hide_index=True)
 pos = pd.DataFrame([vars(r) for r in position_rows(stats)])

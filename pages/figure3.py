@@ -7,10 +7,28 @@ import streamlit as st
 import torch
 
 from lessons import reproduce as snippets
-from lessons.figure3 import MECHANISM_LINK, MECHANISM_STEPS, box_text, live_layer, notation, sample_image, steps
+from lessons.figure3 import (
+    COMB_CAPTION,
+    COMPACT_HELP,
+    ENTRIES_STORED_HELP,
+    HOW_TO_READ,
+    LIVE_NEEDS_RUNNING,
+    MECHANISM_LINK,
+    MECHANISM_STEPS,
+    NO_BOX,
+    NO_VISION_PANEL,
+    VISION_BELOW,
+    box_text,
+    drawing_caption,
+    lens_guesses,
+    live_caption,
+    live_layer,
+    notation,
+    sample_image,
+    steps,
+)
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
-from lessons.sources import ONE_BASED
 from model import V41Config
 from ui import url
 from ui.cache import built
@@ -29,7 +47,7 @@ from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
 if shows("fig3_intro"):
-    st.caption("Step through the story, or click a box's dot to open it.")
+    st.caption(HOW_TO_READ)
 
 CONFIGS = {"full": "Released V4.1-Flash", "running": "The running model"}
 NONE = "(none)"
@@ -51,7 +69,7 @@ if top is not None:
                           horizontal=True)
     with top[1]:
         compact = url.bound(st.toggle, "fig3_compact", COMPACT, "Compact",
-                            help="Each repeated group drawn once, with its count; off, every layer has its own row.")
+                            help=COMPACT_HELP)
 else:       # a tour stop reads the release's compact drawing, with the stop's step and nothing else around it
     which, compact = "full", True
 if which == "running" and sess.model is None:
@@ -64,8 +82,7 @@ story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_par
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 if top is not None:
-    top[2].caption(f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
-                   + (f"1 ({ONE_BASED})." if sess.one_based else "0."))
+    top[2].caption(drawing_caption(cfg, sess.one_based))
 
 STEP = url.ordinal("step", len(story), 0, "showing step 1")
 url.seeded("fig3_step", STEP)
@@ -177,7 +194,7 @@ def walkthrough() -> None:
             st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
                          format_func=lambda b: b if b == NONE else choices[b])
             if selected is None:
-                st.caption("No box open: click a dot in the drawing.")
+                st.caption(NO_BOX)
 
 
 def _close_box() -> None:
@@ -202,8 +219,7 @@ def _open_box(selected: str, below) -> None:
     if box.kind == "vision":
         _vision_steps(below)
     if which != "running":
-        st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
-                   "model* to see them.")
+        st.caption(LIVE_NEEDS_RUNNING)
         return
 
     with st.expander("Prompt for the live numbers", expanded=False):
@@ -215,8 +231,7 @@ def _open_box(selected: str, below) -> None:
         return
     tr = lt.trace
     last = lt.n_tokens - 1
-    st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "
-               f"position ({last}: {quoted(lt.tokens[last])}).")
+    st.caption(live_caption(lt.n_tokens, sess.label, quoted(lt.tokens[last])))
     layer = _pick_layer(box, selected, tr)
     if layer is not None:
         ll = live_layer(tr, layer)
@@ -230,7 +245,7 @@ def _open_box(selected: str, below) -> None:
 
 def _vision_steps(below) -> None:
     if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
-        st.caption("The steps for a small sample picture are drawn below the figure.")
+        st.caption(VISION_BELOW)
         with below:
             st.subheader("Inside the vision box, for a sample picture")
             try:
@@ -238,7 +253,7 @@ def _vision_steps(below) -> None:
             except Exception as e:  # the panel is optional; its failure must not break the walkthrough
                 st.warning(f"The vision panel could not run: {plain(e)}")
     else:
-        st.caption("The step-by-step vision panel is not available in this build.")
+        st.caption(NO_VISION_PANEL)
 
 
 def _pick_layer(box, selected: str, tr) -> int | None:
@@ -262,32 +277,23 @@ def _layer_numbers(box, ll) -> None:
         c[0].metric("window rows read", ll.window_rows)
         if ll.entries_stored is not None:
             c[1].metric("entries stored", ll.entries_stored,
-                        help="compressed entries in this layer's group (made by its KV source)")
+                        help=ENTRIES_STORED_HELP)
             # a label no longer than "entries stored": a third of the narrow column, with its help icon
             c[2].metric("entries read", ll.entries_selected,
-                        help=f"the entries this query selected, out of {ll.entries_visible} it could see")
+                        help=ll.entries_read_help())
             st.write(ll.selection_sentence(cfg.candidate_topk_blocks * cfg.candidate_block_size))
         else:
             c[1].metric("entries stored", "none")
-        sh = ll.shares
-        st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
-                 f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
+        st.write(ll.shares_sentence())
         if ll.lens:
             tok = ", ".join(f"{quoted(show_token(sess.model.decode([i])))} {p:.1%}" for i, p in ll.lens[:3])
-            st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
+            st.caption(lens_guesses(tok))
     elif box.kind == "moe":
-        st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "
-                 f"(of {cfg.n_routed_experts}), weights "
-                 f"{', '.join(f'{w:.2f}' for w in ll.expert_weights)}, plus the shared expert.")
+        st.write(ll.experts_sentence(cfg.n_routed_experts))
     elif box.kind == "engram":
-        if ll.engram_gate is None:
-            st.write("No Engram record for this layer.")
-        else:
-            st.write("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
-                     + ", ".join(f"{g:.2f}" for g in ll.engram_gate))
+        st.write(ll.gate_sentence())
     elif box.kind == "mhc" and ll.comb is not None:
-        st.write("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
-                 "each add up to about 1:")
+        st.write(COMB_CAPTION)
         st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
                      hide_index=False)
 

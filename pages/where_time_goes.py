@@ -17,10 +17,14 @@ from lessons.where_time_goes import (
     HERE_TEXT,
     INTRO,
     NODE_TEXT,
+    PEAKS_NOTE,
     PRECISION_TEXT,
     REACH_TEXT,
     ROOF_TEXT,
+    ROUTER_TEXT,
     draft_choices,
+    ops_caption,
+    roof_caption,
 )
 from ui import url
 from ui.memory import run_on_click
@@ -83,7 +87,7 @@ with st.expander("How to read the roofline"):
     st.markdown(ROOF_TEXT)
 with st.expander("The chips' figures and where they come from"):
     st.markdown(PRECISION_TEXT)
-    st.caption("Every peak is dense (half the sheets' figure with sparsity); this machine's is fp32, measured.")
+    st.caption(PEAKS_NOTE)
     st.dataframe(chip_rows(chips()), hide_index=True, key=f"{P}_chips")
 st.dataframe(intensities(gpu, context), hide_index=True, key=f"{P}_intensity")
 
@@ -108,7 +112,7 @@ WORK = url.choice("work", list(WORKS), "decode", f"a workload ({url.either(WORKS
                   instead="the page's own choice is shown")
 work = url.bound(st.radio, f"{P}_work", WORK, "Workload", list(WORKS), horizontal=True, format_func=WORKS.get)
 kinds, ops, said, moved = op_tables(work, context, batch, drafts)
-st.caption(f"DeepSeek-V4.1-Flash, {said}, at the release's stored precision.")
+st.caption(ops_caption(said))
 st.markdown(moved)
 st.dataframe(kinds, hide_index=True, key=f"{P}_kinds")
 with st.expander("Every op, layer by layer (activations: if nothing were fused)"):
@@ -122,12 +126,11 @@ model = require_model(sess)
 res = run_on_click("Measure here", f"{P}_measure", lambda progress: measure_here(model, here(), progress=progress),
                    "Timing a prefill of 512 tokens and a few decode steps ...")
 m = here()
-st.caption(f"The roof of {m.chip().name}: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy).")
+st.caption(roof_caption(m))
 if res is not None:
     st.markdown(res.sentence())
     here_roofline(res, key=f"{P}_roofhere")
-st.markdown("The router of the running model, on real text: how many distinct experts rows drawn apart (a batch) "
-            "and rows in a row (a verify) reach, against uniform routing with the same experts.")
+st.markdown(ROUTER_TEXT)
 reach = run_on_click("Count the experts the router picks", f"{P}_reach", lambda progress: measured_experts(model),
                      "Tracing 512 tokens of held-out text ...")
 if reach is not None:
