@@ -20,11 +20,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model import Sampler, prefill
+from model import Sampler
 from model.inference import LAZY, LayerRecord, LensChoice, Trace, trace_generate
 
 from .figure3 import MHC_SITE
-from .layers import describe_layer
+from .layers import Agreement, describe_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "data" / "prompts.json"
@@ -545,44 +545,6 @@ def trace_to_json(trace: Trace, tokens: list[str], include_scores: bool = True, 
            "meta": {k: v for k, v in trace.meta.items() if isinstance(v, (int, float, str, bool))},
            "layers": layers}
     return json.dumps(doc, indent=indent, allow_nan=False, ensure_ascii=False)
-
-
-# --------------------------------------------------------------------------------------------------
-# Bounded vs exact, measured
-# --------------------------------------------------------------------------------------------------
-
-@dataclass
-class Agreement:
-    """How far bounded prefill's next-token scores are from exact prefill's, on one prompt (measured)."""
-
-    tokens: int
-    window: int
-    max_abs_diff: float        # largest |bounded - exact| over the next-token logits
-    same_top: bool             # both pick the same most likely next token
-
-    @property
-    def identical(self) -> bool:
-        return self.max_abs_diff == 0.0
-
-    def sentence(self) -> str:
-        fits = self.tokens <= self.window
-        where = (f"This prompt ({self.tokens} tokens) fits in the {self.window}-row replay segment"
-                 if fits else f"This prompt ({self.tokens} tokens) is longer than the {self.window}-row replay segment")
-        if self.identical:
-            how = "bounded and exact prefill gave identical next-token scores (measured)"
-        else:
-            how = (f"bounded and exact prefill differ by up to {self.max_abs_diff:.2g} in the next-token scores "
-                   f"(measured), and {'agree' if self.same_top else 'disagree'} on the most likely next token")
-        return f"{where}: {how}."
-
-
-def bounded_agreement(model, ids: list[int]) -> Agreement:
-    """Prefill `ids` both ways and compare the next-token logits."""
-    x = torch.tensor([ids])
-    b = prefill(model, x, "bounded").logits.float()
-    e = prefill(model, x, "exact").logits.float()
-    return Agreement(tokens=len(ids), window=model.cfg.sliding_window, max_abs_diff=float((b - e).abs().max()),
-                     same_top=bool((b.argmax(-1) == e.argmax(-1)).all()))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from lessons.inspector import (
     PROMPT_HELP,
     QUANTITIES,
     SLIDING_ONLY,
-    bounded_agreement,
     bounded_run_note,
     covered_rows,
     layer_sentence,
@@ -40,7 +39,7 @@ from lessons.inspector import (
     too_short_to_choose,
     trace_to_json,
 )
-from lessons.layers import bounded_note, map_line
+from lessons.layers import bounded_agreement, bounded_note, map_line
 from ui import url
 from ui.cache import built, cached_with_progress
 from ui.far_fact import far_fact_panel

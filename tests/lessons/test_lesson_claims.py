@@ -110,7 +110,7 @@ def test_bounded_note_gives_the_reason():
 
 
 def test_inspector_agreement_is_measured_not_typed():
-    from lessons.inspector import bounded_agreement
+    from lessons.layers import bounded_agreement
     from model import prefill
 
     m = random_model("micro")
