@@ -365,12 +365,13 @@ PREFILL_MODE = choice("mode", PREFILL_MODES, "bounded", "a prefill mode (bounded
 
 def seeded(key: str, p: Param[T], fit: Callable[[T], T] | None = None, session_wide: bool = False) -> T:
     """Seed the widget `key` from `p` (URL on arrival, else the session, else the default) and return it. `fit`
-    makes the value one the widget offers now (the session's from a longer prompt, another model's layer).
-    `session_wide` (the sidebar's choices): a bare address keeps the session's value even after Back or Forward,
-    since it is also what a click in the navigation opens, and that keeps the session's choices."""
+    makes the value one the widget offers now (the session's from a longer prompt, another model's layer), written
+    every run: a widget whose range or options changed is a new widget to Streamlit, which would otherwise start it
+    at its first value. `session_wide` (the sidebar's choices): a bare address keeps the session's value even after
+    Back or Forward, since it is also what a click in the navigation opens, and that keeps the session's choices."""
     v = _seed(key, p.read(), p.default, session_wide)
-    if fit is not None and (fitted := fit(v)) != v:
-        st.session_state[key] = v = fitted
+    if fit is not None:
+        st.session_state[key] = v = fit(v)
     return v
 
 
