@@ -254,3 +254,32 @@ def memory_note(cfg, tokens: int) -> str:
             f"{human_bytes(he)} on the accelerator after exact prefill and {human_bytes(hb)} after bounded prefill, "
             f"and a persistent copy of {human_bytes(pe)} (exact) or {human_bytes(pb)} (bounded, with the replay "
             "input). The Cache calculator derives the same bytes row by row, and for the released model.")
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+RANDOM_WEIGHTS = ("These are not trained weights: with random weights every configuration scores near chance, so "
+                  "the table shows the machinery, not the model's behaviour.")
+STORIES_HELP = "Held-out stories, split evenly over the three distance buckets; 300 is the whole held-out set."
+FALLBACK_PROMPT = "The key is in the blue box."     # the cost prompt when no long sample ships
+
+
+def topk_help(index_topk: int) -> str:
+    return f"The model reads {index_topk} entries per query."
+
+
+def not_run_yet(said: str, sets: int) -> str:
+    """Beside the run button: the configurations chosen but not run (`said`), on `sets` sets of weights."""
+    return (f"Not run yet: {said}" + (f", on {sets} sets of weights" if sets > 1 else "")
+            + " (seconds to minutes each on CPU; results are kept).")
+
+
+def bytes_and_reads(rows: list[dict]) -> str:
+    """Under the tables: why the cache bytes do not move (when they do not), and the entries each configuration
+    reads per query."""
+    same_bytes = len({r["cache_bytes"] for r in rows}) == 1
+    return (("Cache bytes are the same in every configuration: the trained model still writes its compressed "
+             "entries when a switch stops it from reading them, the selection size does not change what is "
+             "stored, and bounded prefill stores the same rows as exact (it saves decoder work, not memory). "
+             if same_bytes else "") +
+            "Compressed entries read per query in a selecting layer: "
+            + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in rows) + ".")

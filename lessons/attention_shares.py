@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .units import counted
+
 # Below this share (the most either layer gives one entry) the entries are idle on these weights, and a share
 # difference of 0 says nothing about the Reuse layer's own query.
 IDLE_SHARE = 1e-3
@@ -210,3 +212,24 @@ def reuse_comparison(trace, layer: int, position: int, head: int, tokens: list[s
                        for i in cols],
         layer_shares=[float(rec.shares.entries[0, r_row, head, i]) for i in cols],
         same_entries=ids == sids)
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+THREE_PLACES = ("A query's shares go to three places: the raw rows of its window, the compressed entries it selected, "
+                "and a learned sink that absorbs attention the head does not want to spend.")
+MAP_CAPTION = "Each row of the map is a head; the red lines separate window, entries and sink. Every row adds up to 1. "
+NO_REUSE = "This model has no Reuse layers."
+
+
+def query_caption(pos: int, token: str, layer: int, role: str, view: ShareView) -> str:
+    """The query the map shows and what its layer read (`token`: as the page shows it, quoted; `layer` as the reader
+    numbers it)."""
+    return (f"Query at position {pos}: {token}. Layer {layer} is {role}; it read "
+            f"{counted(sum(k == 'window' for k in view.kinds), 'window row')} and "
+            f"{counted(len(view.entry_ids), 'compressed entry', 'compressed entries')}.")
+
+
+def no_entry_yet(pos: int, ratio: int) -> str:
+    """No compressed entry is complete at `pos` (entries of `ratio` tokens)."""
+    return (f"At position {pos} no compressed entry is visible yet (the first entry completes at position "
+            f"{ratio - 1}); move the query position to the right.")

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from model import V41Config, layer_map
 from model.accounting import keep_rows
 
-from .units import counted, human_bytes, human_flops
+from .units import counted, human_bytes
 
 SUPPORTED_BITS = (4, 8, 16, 32)
 MODES = ("exact", "bounded")
@@ -386,123 +385,6 @@ def calculate(d: Design, knobs: Knobs, keep_windows: bool = False, first_layer: 
 
 
 # ------------------------------------------------------------------------------------------------
-# Bounded replay: store the decoder's window state, or recompute the last rows
-# ------------------------------------------------------------------------------------------------
-
-@dataclass
-class ReplayTradeoff:
-    rows_replayed: int
-    stored_bytes: int            # decoder window state kept per saved context
-    flops_per_reuse: float       # work to rebuild it by replaying the last rows
-    input_bytes: int             # the replay's input rows, as our engine's prefix cache keeps them
-    derivation: list[tuple[str, str, float, str]]   # (item, formula, value, shown)
-    by_reuse: list[tuple[int, float, int]]      # (reuses, total replay FLOPs, bytes read back if stored)
-
-    @property
-    def flops_per_byte(self) -> float:
-        return self.flops_per_reuse / self.stored_bytes if self.stored_bytes else math.inf
-
-    @property
-    def net_bytes(self) -> int:
-        """Bytes replay keeps beyond what storing the windows would: input kept minus windows not kept."""
-        return self.input_bytes - self.stored_bytes
-
-    @property
-    def window_bytes_per_row(self) -> float:
-        """The most a replay input may take per replayed row for replay to save storage."""
-        return self.stored_bytes / self.rows_replayed if self.rows_replayed else math.inf
-
-    @property
-    def input_bytes_per_row(self) -> float:
-        return self.input_bytes / self.rows_replayed if self.rows_replayed else 0.0
-
-
-@dataclass(frozen=True)
-class DecoderScans:
-    """The decoder's index scans during a replay: `broad` layers score every visible entry (the candidate source),
-    `pooled` layers only the candidate pool of `pool` entries (Reindex, with a pool-restricted kernel)."""
-
-    heads: int
-    dim: int
-    broad: int
-    pooled: int
-    pool: int
-
-
-def decoder_scans(cfg: V41Config) -> DecoderScans:
-    """The scans of a V4.1 config's decoder layers, from its layer map."""
-    dec = [s for s in layer_map(cfg) if s.index >= cfg.decoder_start and s.selects]
-    pooled = sum(1 for s in dec if s.searches_pool)
-    return DecoderScans(cfg.index_n_heads, cfg.index_head_dim, len(dec) - pooled, pooled,
-                        cfg.candidate_topk_blocks * cfg.candidate_block_size)
-
-
-def replay_tradeoff(d: Design, knobs: Knobs, active_per_layer: list[int], heads: int, head_dim: int,
-                    topk: int, input_numbers: int = 0,
-                    reuses: tuple[int, ...] = (1, 10, 100, 1000), scans: DecoderScans | None = None,
-                    weights_read: float = 0.0) -> ReplayTradeoff:
-    """Bytes of the decoder's window rows (what bounded replay does not keep) vs the work of replaying the last
-    `knobs.replay` rows through the decoder layers: 2 x active parameters per row (multiply-adds), plus
-    attention: 2 matmuls x 2 FLOPs x heads x head_dim x keys read (window + selected entries), plus, with `scans`,
-    the indexer's scans: 2 FLOPs x index heads x index dims x entries scored, per row, a broad scan over every entry
-    the row sees and a pool scan over at most the pool (an engine that scores every entry at every selecting layer,
-    as ours does, is also shown). `input_numbers` is the width of one decoder input row (mHC streams + pre mix)
-    that the replay starts from. `weights_read`: the bytes of weights one replay reads on its own
-    (lessons.cost.replay_weight_bytes), shown beside the work: a replay alone waits on them, not on its FLOPs."""
-    if not d.has_replay:
-        raise CalcError(f"{d.label} has no bounded replay: it keeps every window")
-    validate_knobs(knobs)
-    r = knobs.replay
-    dec = set(d.decoder_layers)
-    stored, parts = 0, []
-    for s in d.stores:
-        n_dec = sum(1 for i in s.layers if i in dec)
-        if s.kind == "window" and s.in_engine and n_dec:
-            rows = s.cap or r        # a window holds its rows whatever the replay length
-            stored += n_dec * rows * s.entry_bytes()
-            parts.append(f"{counted(n_dec, 'layer')} x {counted(rows, 'row')} x {s.entry_bytes()} B")
-    params = sum(active_per_layer[i] for i in sorted(dec))
-    mm = 2.0 * params * r
-    keys = min(r, knobs.window) + topk
-    att = 4.0 * heads * head_dim * keys * len(dec) * r
-    der = [
-        ("window rows kept (decoder)", " + ".join(parts) or "none", float(stored), human_bytes(stored)),
-        ("matmul work", f"2 x {params:,} active parameters in the decoder x {counted(r, 'row')}", mm, human_flops(mm)),
-        ("attention work", f"4 x {heads} heads x {head_dim} dims x ({min(r, knobs.window)} window + {topk} selected) "
-                           f"keys x {counted(len(dec), 'layer')} x {counted(r, 'row')}", att, human_flops(att)),
-    ]
-    work = mm + att
-    if scans is not None and scans.heads:
-        # the replayed rows are the context's last r: the row at position t sees t + 1 entries (ratio 1)
-        first = max(0, knobs.context - r)
-        seen = sum(t + 1 for t in range(first, knobs.context))
-        pooled = sum(min(t + 1, scans.pool) for t in range(first, knobs.context))
-        per = 2.0 * scans.heads * scans.dim
-        scan = per * (scans.broad * seen + scans.pooled * pooled)
-        engine = per * (scans.broad + scans.pooled) * seen
-        der.append(("indexer scan work", f"2 x {scans.heads} heads x {scans.dim} dims x ({scans.broad} broad "
-                    f"{'scan' if scans.broad == 1 else 'scans'} over up to {knobs.context:,} entries + "
-                    f"{scans.pooled} pool scans over up to {scans.pool:,}) per row, {counted(r, 'row')}; an engine "
-                    f"that scores every entry at all {scans.broad + scans.pooled} selecting layers, as ours does, "
-                    f"spends {human_flops(engine)}", scan, human_flops(scan)))
-        work += scan
-    der.append(("work per reuse", "matmul + attention" + (" + indexer scan" if work > mm + att else ""), work,
-                human_flops(work)))
-    if weights_read:
-        der.append(("weights read (one replay alone, release precision)",
-                    f"the decoder layers' dense weights, the routed experts {counted(r, 'row')} reach (uniform "
-                    "routing) and the head; batching many replays shares these reads", float(weights_read),
-                    f"{weights_read / 1e9:,.1f} GB"))
-    inp = r * input_numbers * 4
-    if input_numbers:
-        der.append(("replay input kept by our engine",
-                    f"{counted(r, 'row')} x {input_numbers:,} numbers (streams + pre) x 32 bits / 8", float(inp),
-                    human_bytes(inp)))
-    return ReplayTradeoff(rows_replayed=r, stored_bytes=stored, flops_per_reuse=work, input_bytes=inp, derivation=der,
-                          by_reuse=[(k, k * work, k * stored) for k in reuses])
-
-
-# ------------------------------------------------------------------------------------------------
 # Lesson texts (the cache calculator page)
 # ------------------------------------------------------------------------------------------------
 
@@ -518,31 +400,39 @@ CALC_LEVERS = (
     "running model actually holds."
 )
 
-REPLAY_TEXT = (
-    "Each V4.1 layer keeps its own window of recent raw rows. A persistent cache that lets a server pick up a "
-    "saved context later can either **store** the decoder's window rows with the shared latents, or leave them "
-    "out and **recompute** them when the context comes back, by running the decoder over the last few rows again "
-    "(bounded replay). Recomputing spends arithmetic to save storage and transfer, but only if what the replay "
-    "starts from is smaller than what it rebuilds.\n\nOur engine starts the replay from the decoder's input rows for "
-    "that stretch (every mHC stream plus the pre mix, in fp32), and its prefix cache keeps them: the persistent "
-    "figure above counts them whenever the windows are not kept. The replay is also an approximation: it rebuilds "
-    "the windows from a short recent stretch, not from the whole history."
-)
+ROW_FORMULA = ("Each row: **entries x numbers per entry x stored layer copies x bits per number / 8** (x sequences). "
+               "Block scales and padding are rows of their own.")
+GROWTH_HELP = "bytes the growing stores add per token, long run (batch included)"
+SHARED_COPY = ("A shared copy is drawn at the layer that makes it; the derivation's 'read_by' column says how many "
+               "layers read it.")
 
 
-def replay_verdict(tr: ReplayTradeoff) -> str:
-    """What the engine's replay saves or costs in bytes, and what a cheaper replay input would need."""
-    if tr.net_bytes > 0:
-        net = (f"In our engine replay does not save storage: the input it keeps ({human_bytes(tr.input_bytes)}) is "
-               f"{human_bytes(tr.net_bytes)} more than the windows it leaves out ({human_bytes(tr.stored_bytes)}).")
-    else:
-        net = (f"Here replay saves {human_bytes(-tr.net_bytes)}: its input ({human_bytes(tr.input_bytes)}) is smaller "
-               f"than the windows it leaves out ({human_bytes(tr.stored_bytes)}).")
-    return (net + f" For replay to pay in bytes, its input must take fewer than {tr.window_bytes_per_row:,.0f} B per "
-            f"replayed row (the windows' bytes per row); our engine keeps {tr.input_bytes_per_row:,.0f} B per row, and "
-            f"even in 16 bits the same streams would take {tr.input_bytes_per_row / 2:,.0f} B. How the release stores "
-            "its replay input is not described in our sources (our inference: it must be far smaller than ours for "
-            "the trade to favour recomputation).")
+def persistent_help(persistent_bytes: int) -> str:
+    return (f"{persistent_bytes:,} bytes in host memory or on SSD for one saved context, as our engine's prefix cache "
+            "saves it; a separate budget")
+
+
+def arrows_note(moved: str) -> str:
+    """Under the metrics: what their arrows compare (`moved`: the inputs the reader changed)."""
+    return f"Arrows: the change from before you moved {moved}."
+
+
+def about_title(d: Design) -> str:
+    return f"About {d.label} ({d.status}), and why the two memories are never added"
+
+
+def about_design(d: Design) -> str:
+    """The design's summary, and why its two figures are never added."""
+    return (f"{d.summary} The accelerator figure and the persistent figure are two separate results; adding them "
+            "would say nothing about either memory. The release, too, reports its savings against V4-Flash for "
+            "accelerator memory and for the persistent cache separately.")
+
+
+def full_layers_line(cfg: V41Config, num: Callable[[int], int]) -> str:
+    """Which layers of `cfg` hold the stored latents and index keys (`num`: the reader's layer numbering)."""
+    full = [f"{num(s.index)} (ratio {s.compress_ratio})" for s in layer_map(cfg) if s.role == "Full"]
+    return (f"Layers {', '.join(full)} are the Full layers holding the stored latents and index keys; every other "
+            "compressed layer reads theirs.")
 
 
 LEAVES_OUT = (

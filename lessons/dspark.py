@@ -14,6 +14,8 @@ import torch
 
 from model.inference import SpecStats, StepLog, expected_tokens_per_pass, residual, verify
 
+from .units import counted
+
 INTRO = (
     "Producing text one token per pass leaves most of a big model's arithmetic idle: each pass reads all the "
     "weights that token uses from memory (in a mixture-of-experts model, the active ones: the shared parts and "
@@ -244,6 +246,10 @@ class Simulation:
     acceptance: float         # measured share of kept guesses
     predicted_acceptance: float
 
+    def sentence(self) -> str:
+        return (f"Kept guesses: {self.acceptance:.3f} of the steps; sum(min(p, q)) predicts "
+                f"{self.predicted_acceptance:.3f}.")
+
 
 def simulate(p: list[float], q: list[float], n: int = 5000, seed: int = 0) -> Simulation:
     """n one-guess steps: draw x ~ q, apply the rule against p, count the emitted first token."""
@@ -282,3 +288,49 @@ def simulation_rows(sim: Simulation) -> list[dict]:
     """One row per token: target p, draft q, and the share of steps that emitted it."""
     return [{"token": i, "target p": p, "draft q": q, "emitted share": e}
             for i, (p, q, e) in enumerate(zip(sim.target, sim.draft, sim.empirical))]
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+NO_DRAFTER = "This model's config has no drafter (num_nextn_predict_layers = 0)."
+RANDOM_DRAFTER = ("These weights have no trained drafter, so a random one is used: expect most drafts to be rejected. "
+                  "The rules, the cache bookkeeping and the statistics work the same way.")
+PRESS_START = "Press Start: the target reads the prompt, emits its first token, and the drafter is ready."
+NO_DRAFTS = "No drafts this step (the confidence or the token limit stopped the drafter): a plain step."
+ALL_ACCEPTED = "Every draft accepted; the target adds a bonus token:"
+WHOLE_RUN = ("The same prompt and settings, run to the end, and the same request decoded plainly (one target pass per "
+             "token) for comparison.")
+PLAIN_PASSES = "1 pass over the prompt, which gives the first token, + 1 pass per further token"
+GREEDY_DIFFERS = "Greedy speculative decoding should reproduce plain greedy decoding token for token; it did not here."
+SAMPLED_DIFFERS = ("With the stochastic rule the output follows the target's distribution, but the random draws differ "
+                   "from plain sampling, so the tokens need not be identical.")
+
+
+def limit_why(new_tokens: int, block_size: int, positions: int, tight: bool) -> str:
+    """What the prompt limit is for (`tight`: the new tokens and the block leave less room than the page's limit)."""
+    return (f"with {new_tokens} new tokens and the drafter's block of {block_size} inside the model's "
+            f"{positions:,} positions, this page" if tight else "this page")
+
+
+def state_caption(prompt_tokens: int, cache_length: int, steps: int, done: bool) -> str:
+    return (f"Prompt {prompt_tokens} tokens; cache length {cache_length}; {steps} steps"
+            + ("; done." if done else "; next anchor (the last emitted token, not yet in the cache):"))
+
+
+def step_sentence(i: int, step: StepLog) -> str:
+    """Step `i` (1-based) in one sentence: how many drafts, one target pass, how many kept."""
+    n = len(step.drafted)
+    return (f"Step {i}: the drafter proposed {counted(n, 'token')} after the anchor; the target "
+            f"checked {'it' if n == 1 else 'them'} in one pass and accepted {step.accepted}.")
+
+
+def rejected(step: StepLog) -> str:
+    return (f"Draft {step.accepted + 1} REJECTED; the rest of the block is discarded and the target's "
+            "replacement token is:")
+
+
+def measured_sentence(stats: SpecStats) -> str:
+    """The measured tokens per verify pass against the formula's assumption."""
+    return (f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass, mean accepted length "
+            f"{stats.mean_accepted_length:.2f} of {stats.mean_draft_length:.2f} drafted. The formula assumes every "
+            "position is accepted independently with the same α; the per-position rates below show how far that "
+            "holds.")

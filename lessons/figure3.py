@@ -21,7 +21,7 @@ from .attention_shares import TOY_QUERIES, fmt, two_value_mix
 from .dspark import block_sentence
 from .figure3_layout import Box, _num
 from .layers import MODES, bounded_note, stack_runs
-from .sources import REPORT
+from .sources import ONE_BASED, REPORT
 from .workload import SPLIT_PRICE
 
 
@@ -404,6 +404,55 @@ class LiveLayer:
             return (f"Selection {made}: its indexer scored {self.scored or 0:,} entries, and from them it kept a "
                     f"candidate pool of {self.pool:,} entries (at most {pool_max:,}) for the Reindex layers.")
         return f"Selection {made}, inside the candidate pool of {self.pool:,} entries (at most {pool_max:,})."
+
+    def shares_sentence(self) -> str:
+        sh = self.shares
+        return (f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
+                f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
+
+    def entries_read_help(self) -> str:
+        return f"the entries this query selected, out of {self.entries_visible} it could see"
+
+    def experts_sentence(self, n_routed: int) -> str:
+        """The experts this row was routed to (of `n_routed`), with their weights."""
+        return (f"Experts routed for this row: **{', '.join(map(str, self.experts))}** (of {n_routed}), weights "
+                f"{', '.join(f'{w:.2f}' for w in self.expert_weights)}, plus the shared expert.")
+
+    def gate_sentence(self) -> str:
+        """The Engram gate per mHC stream, or that this layer has none."""
+        if self.engram_gate is None:
+            return "No Engram record for this layer."
+        return ("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
+                + ", ".join(f"{g:.2f}" for g in self.engram_gate))
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+HOW_TO_READ = "Step through the story, or click a box's dot to open it."
+COMPACT_HELP = "Each repeated group drawn once, with its count; off, every layer has its own row."
+NO_BOX = "No box open: click a dot in the drawing."
+LIVE_NEEDS_RUNNING = ("Live numbers come from a trace of the running model: switch **Draw** to *The running "
+                      "model* to see them.")
+VISION_BELOW = "The steps for a small sample picture are drawn below the figure."
+NO_VISION_PANEL = "The step-by-step vision panel is not available in this build."
+ENTRIES_STORED_HELP = "compressed entries in this layer's group (made by its KV source)"
+COMB_CAPTION = ("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
+                "each add up to about 1:")
+
+
+def drawing_caption(cfg: V41Config, one_based: bool) -> str:
+    """Which config the drawing shows and how its layers are numbered."""
+    return (f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
+            + (f"1 ({ONE_BASED})." if one_based else "0."))
+
+
+def live_caption(n_tokens: int, weights: str, last_token: str) -> str:
+    """Where the live numbers come from (`last_token`: the last token as the page shows it, quoted)."""
+    return (f"Live, from a trace of {n_tokens} tokens on {weights}; numbers for the query at the last "
+            f"position ({n_tokens - 1}: {last_token}).")
+
+
+def lens_guesses(guesses: str) -> str:
+    return f"Had the model stopped after this layer, its top guesses: {guesses}"
 
 
 def live_layer(trace, layer: int, position: int | None = None) -> LiveLayer:

@@ -357,3 +357,42 @@ def scale_note(cfg, release, blocks: int | None = None, topk: int | None = None,
     return (f"These statistics come from {whose}, not from the release's pool ({rel:,} entries, "
             f"top-{release.index_topk}). How often the release's pool drops a useful entry depends on its own sizes, "
             "prompts and weights, and is not measured here.")
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+NO_POOL = "This model has no candidate pool (no candidate source followed by Reindex layers)."
+LIMIT_WHY = "this page, which keeps attention logits for every Reindex layer,"    # what the prompt limit is for
+HOW_COMPUTED = ("Live (pure, from the cached index scores): pool, selections, recall, indexer mass. From the re-run "
+                "(each Reindex layer's attention logits recomputed once per prompt on the recorded hidden states): "
+                "attention mass. Hidden states of later layers are those of the real run at the configured sizes.")
+DROPPED_INTRO = "Entries the exhaustive search picked that the pool left out:"
+NOTHING_DROPPED = "Nothing dropped for this query: every exhaustive pick lies inside the pool."
+
+
+def mode_help(window: int) -> str:
+    return f"Exact: every prompt token is a query of the decoder. Bounded: only the last {window} prompt tokens are."
+
+
+def run_caption(n_tokens: int, inp: PoolInputs, mode: str, cfg) -> str:
+    """The prompt, the decoder's group and the model's pool, in one line."""
+    pool = cfg.candidate_topk_blocks * cfg.candidate_block_size
+    return (f"{n_tokens:,} prompt tokens; {inp.width:,} ratio-{inp.ratio} entries in the decoder's group; "
+            f"{len(inp.positions)} query rows ({mode} prefill). The model's pool: {cfg.candidate_topk_blocks} blocks "
+            f"x {cfg.candidate_block_size} = {pool} entries; top-{cfg.index_topk} inside it.")
+
+
+def short_prompt(width: int) -> str:
+    """A prompt whose entries all fit in the model's pool."""
+    return (f"This prompt has only {width} entries, so the model's pool holds all of them and nothing can be "
+            "dropped at the configured size. Pick a long prompt, or shrink the pool below.")
+
+
+def matches_model(same: bool) -> str:
+    """At the configured sizes: whether the recomputed selection is the model's own."""
+    return ("At the configured sizes the recomputed restricted selection " +
+            ("equals the model's own selection in every row." if same else
+             "differs from the model's own in some rows (ties in the scores)."))
+
+
+def strip_caption(layer: int) -> str:
+    return f"Layer {layer}: pool, choices and dropped entries, one row per stage."

@@ -20,10 +20,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model import Sampler, prefill
+from model import Sampler
 from model.inference import LAZY, LayerRecord, LensChoice, Trace, trace_generate
 
-from .layers import describe_layer
+from .figure3 import MHC_SITE
+from .layers import Agreement, describe_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "data" / "prompts.json"
@@ -209,6 +210,9 @@ class AttentionView:
                 ent[a:b] += s / (b - a)
         return win, ent
 
+    def packing_caption(self) -> str:
+        return f"Each compressed entry e packs tokens [e·{self.ratio}, (e+1)·{self.ratio}); its bar spans them."
+
 
 @dataclass
 class SelectionView:
@@ -227,6 +231,10 @@ class RouterView:
     experts: list[int]
     weights: list[float]
     n_shared: int
+
+    def sentence(self) -> str:
+        return (f"Every token also runs {self.n_shared} shared expert(s); the router adds {len(self.experts)} of "
+                f"{len(self.scores)} routed experts, weighted by their normalised scores.")
 
 
 @dataclass
@@ -540,38 +548,52 @@ def trace_to_json(trace: Trace, tokens: list[str], include_scores: bool = True, 
 
 
 # --------------------------------------------------------------------------------------------------
-# Bounded vs exact, measured
+# The page's other texts
 # --------------------------------------------------------------------------------------------------
 
-@dataclass
-class Agreement:
-    """How far bounded prefill's next-token scores are from exact prefill's, on one prompt (measured)."""
-
-    tokens: int
-    window: int
-    max_abs_diff: float        # largest |bounded - exact| over the next-token logits
-    same_top: bool             # both pick the same most likely next token
-
-    @property
-    def identical(self) -> bool:
-        return self.max_abs_diff == 0.0
-
-    def sentence(self) -> str:
-        fits = self.tokens <= self.window
-        where = (f"This prompt ({self.tokens} tokens) fits in the {self.window}-row replay segment"
-                 if fits else f"This prompt ({self.tokens} tokens) is longer than the {self.window}-row replay segment")
-        if self.identical:
-            how = "bounded and exact prefill gave identical next-token scores (measured)"
-        else:
-            how = (f"bounded and exact prefill differ by up to {self.max_abs_diff:.2g} in the next-token scores "
-                   f"(measured), and {'agree' if self.same_top else 'disagree'} on the most likely next token")
-        return f"{where}: {how}."
+PROMPT_HELP = "The long stories put an object somewhere early and ask for it at the end, far past the attention window."
+GENERATE_HELP = "Generated tokens are inspected like prompt tokens."
+LIMIT_WHY = "the inspector, which records every layer for every token,"    # what the prompt limit is for
+SLIDING_ONLY = "A sliding-window layer: no compressed branch, only its own recent rows and the sink."
+NO_SELECTION = "This layer has no compressed branch, so it selects nothing."
+ENGRAM_TEXT = ("Engram hashes the n-grams ending at this token (each order with several hash heads) into table rows, "
+               "and a gate per residual stream decides how much of the looked-up value to add.")
+LENS_TEXT = ("The logit lens: the model's own final norm and output head applied to this layer's streams, as if the "
+             "model stopped here.")
 
 
-def bounded_agreement(model, ids: list[int]) -> Agreement:
-    """Prefill `ids` both ways and compare the next-token logits."""
-    x = torch.tensor([ids])
-    b = prefill(model, x, "bounded").logits.float()
-    e = prefill(model, x, "exact").logits.float()
-    return Agreement(tokens=len(ids), window=model.cfg.sliding_window, max_abs_diff=float((b - e).abs().max()),
-                     same_top=bool((b.argmax(-1) == e.argmax(-1)).all()))
+def run_caption(run: Run, mode: str, device: str, weights: str) -> str:
+    """The run in one line: its tokens, its times and where it ran."""
+    return (f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
+            f"({mode}), decode {run.decode_s:.2f} s, on {device.upper()} with {weights}.")
+
+
+def bounded_run_note(run: Run, agree: Agreement) -> str:
+    """How bounded prefill shaped this run: the rows the decoder recorded, and how far it is from exact (measured)."""
+    here = (f" Here: decoder records for prompt tokens {run.replay_start}-{run.n_prompt - 1} only."
+            if run.replay_start > 0 else "")
+    return BOUNDED_NOTE.format(w=run.window) + here + " " + agree.sentence()
+
+
+def layer_sentence(view: LayerView, generated: bool) -> str:
+    """What this layer does, and for a generated token that it ran through every layer."""
+    return f"This layer {view.description}." + (" A generated token runs through every layer of both halves, "
+                                                 "whatever the prefill mode." if generated else "")
+
+
+def no_engram(engram_layers: list[int]) -> str:
+    """This layer has no Engram lookup; the ones that do, as the reader numbers them."""
+    return "No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(map(str, engram_layers)) + ")."
+                                               if engram_layers else ".")
+
+
+def mhc_sentence(hc_mult: int, sinkhorn_iters: int) -> str:
+    return (f"{hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns to; after "
+            f"{sinkhorn_iters} normalisation rounds every row and column sums to about 1.")
+
+
+def records_caption(covered: np.ndarray, quantity: str) -> str:
+    """How many layer-token cells hold a record, and what an empty cell means for `quantity`."""
+    return (f"Records: {int(covered.sum()):,} of {covered.size:,} layer-token cells ("
+            + ("dark cells, value 0" if quantity == "processed" else "blank cells") + ": the layer never ran that "
+            "token" + ("" if quantity == "processed" else ", or the quantity does not apply there") + ").")

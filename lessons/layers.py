@@ -1,5 +1,5 @@
-"""The layer map as a lesson: per-layer rows, the grouped count table, the CSA2 mode table, and
-what each layer actually computed on a traced prompt.
+"""The layer map as a lesson: per-layer rows, the grouped count table, the CSA2 mode table, what each layer
+actually computed on a traced prompt, and how far bounded prefill lands from exact on one prompt (measured).
 
 Follows docs/design/architecture.md §2 (the layer map, derived from the config) and docs/design/equations.md §5-6
 (CSA2 modes, candidate pool). Everything here is computed from `layer_map(cfg)` or from a `Trace`;
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model import V41Config, layer_map
+from model import V41Config, layer_map, prefill
 from model.layer_map import LayerSpec, describe
 
 from .sources import EXPLAINER_1
@@ -215,6 +215,21 @@ MODES = [
     {"mode": "Reindex", "prepared global entries": "keep them", "selected locations": "choose again"},
 ]
 
+CSA2_PATH = ("One query's path through compressed sparse attention, read off a trace of the prompt: tokens packed "
+             "into entries, scored, pooled, picked, then read by a Full, a Reuse and a Reindex layer.")
+LABELS_TEXT = ("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
+               "the layer does itself: making the global entries, and choosing which of them to read.")
+COUNTED_NOT_RESTATED = ("The table below is not a restatement of the labels: every count is read off a trace of the "
+                        "running model on the prompt you choose.")
+HOW_COUNTED = ("Index scores exist only where a layer ran its indexer; entries are recorded only where a layer made "
+               "them; a reused selection is compared entry by entry with the one it claims to reuse.")
+MAP_DISAGREES = "The trace disagrees with the layer map somewhere above."
+
+
+def traced_caption(n_tokens: int, weights: str) -> str:
+    return f"{n_tokens} tokens traced on {weights}. 'Last query reads' is for the query at the last position."
+
+
 MODES_NOTE = (
     "The labels only say which preparation steps a layer skips. Whatever its label, every compressed "
     "layer still makes a fresh query from its own input, writes its own window keys and values, and "
@@ -403,6 +418,40 @@ def bounded_note(cfg: V41Config, whose: str | None = None) -> str:
             "windows of the first replayed rows are cut at the start of that segment, so those rows cannot read the "
             "older rows that exact prefill would let them read; the difference can travel up through the decoder "
             f"to the last row. Only a prompt that fits in the {w}-row segment loses nothing.")
+
+
+@dataclass
+class Agreement:
+    """How far bounded prefill's next-token scores are from exact prefill's, on one prompt (measured)."""
+
+    tokens: int
+    window: int
+    max_abs_diff: float        # largest |bounded - exact| over the next-token logits
+    same_top: bool             # both pick the same most likely next token
+
+    @property
+    def identical(self) -> bool:
+        return self.max_abs_diff == 0.0
+
+    def sentence(self) -> str:
+        fits = self.tokens <= self.window
+        where = (f"This prompt ({self.tokens} tokens) fits in the {self.window}-row replay segment"
+                 if fits else f"This prompt ({self.tokens} tokens) is longer than the {self.window}-row replay segment")
+        if self.identical:
+            how = "bounded and exact prefill gave identical next-token scores (measured)"
+        else:
+            how = (f"bounded and exact prefill differ by up to {self.max_abs_diff:.2g} in the next-token scores "
+                   f"(measured), and {'agree' if self.same_top else 'disagree'} on the most likely next token")
+        return f"{where}: {how}."
+
+
+def bounded_agreement(model, ids: list[int]) -> Agreement:
+    """Prefill `ids` both ways and compare the next-token logits."""
+    x = torch.tensor([ids])
+    b = prefill(model, x, "bounded").logits.float()
+    e = prefill(model, x, "exact").logits.float()
+    return Agreement(tokens=len(ids), window=model.cfg.sliding_window, max_abs_diff=float((b - e).abs().max()),
+                     same_top=bool((b.argmax(-1) == e.argmax(-1)).all()))
 
 
 def describe_layer(spec, num=lambda i: i) -> str:

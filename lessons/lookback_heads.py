@@ -19,6 +19,7 @@ followed it the first time (the copy), against the same positions of the first c
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -425,3 +426,54 @@ def explain(lb: LookBack, num: Callable[[int], int] = lambda i: i) -> list[str]:
         out.append(f"The model's top guess continues the span at {round(c.second_rate * n)} of {n} positions the "
                    f"second time, {round(c.first_rate * n)} of {n} the first time.")
     return out
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+MISSING_TEXT = "The shipped held-out text is missing or too short for this page."
+PASSAGE_HELP = "Also supplies the text before the first copy and between the copies."
+EVEN_HELP = "one key's share if that head spread its attention evenly over the window rows and entries it reads"
+INDUCTION_COUNTS = ("Induction counts a head's window slot on the token to copy and, in a layer whose entries hold one "
+                    "token each, the selected entry that holds it. Entries that pack two tokens are left out of this "
+                    "map; the pattern below shows them apart.")
+DIAGONAL = ("An induction head lights the diagonal just right of the main one: at the k-th token of the second copy it "
+            "looks at token k + 1 of the first, the one to say next.")
+SWEEP_WAITS = "Press the button to trace this span at every gap (a few seconds on a CPU)."
+NO_LOGITS = "This trace has no final logits for every position."
+
+
+def gap_help(window: int) -> str:
+    return f"The window holds {window} rows: with span + gap <= {window} the token to copy is still inside it."
+
+
+def too_short(n_tokens: int) -> str:
+    """The reader's text gives fewer tokens than a span needs."""
+    return f"Your text gives {n_tokens} token{'' if n_tokens == 1 else 's'}; the span needs at least {SPAN_MIN}."
+
+
+def row_caption(layout: CopyLayout, gap: int) -> str:
+    """What the traced row is made of, above the span itself."""
+    return (f"The row: {LEAD} tokens of prose, the span ({layout.span} tokens), {gap} other tokens, the span again: "
+            f"{layout.length} tokens. The span:")
+
+
+def mean_share_line(after_match: list[float], even: float) -> str:
+    """One head's mean share on the token after the match, against an even spread over what its layer reads."""
+    return (f"Mean share on the token after the match: {statistics.fmean(after_match):.3f} "
+            f"(spread evenly over what this layer reads: {even:.3f}).")
+
+
+def sweep_line(points: list[ReachPoint], window: int) -> str | None:
+    """The strongest head's share inside the window against beyond it; None unless the sweep reached both."""
+    inside = [p for p in points if p.back <= window - 1]
+    beyond = [p for p in points if p.back > window - 1]
+    if not (inside and beyond):
+        return None
+    return (f"Inside the window the strongest head gives up to {max(p.share for p in inside):.2f} to the "
+            f"token to copy; beyond it, up to {max(p.share for p in beyond):.2f}.")
+
+
+def lens_line(rise: LensRise, num: Callable[[int], int] = lambda i: i) -> str:
+    """How much surer the output is of the span's next token the second time, and where the biggest step is."""
+    at, step = rise.biggest_step()
+    return (f"At the output the second time gives the right next token {rise.rise[-1]:+.2f} nats of log-probability "
+            f"against the first time; the biggest step is at layer {num(at)} ({step:+.2f}).")

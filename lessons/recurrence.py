@@ -9,6 +9,7 @@ queries). The checks compare parameter storage (data pointers) and values; they 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -77,6 +78,13 @@ class StorageCheck:
     tensors: int          # parameter tensors in the backbone layers
     distinct: int         # distinct storages among them
     shared_pairs: list[tuple[str, str]]
+
+    def sentence(self, n_layers: int) -> str:
+        """Whether any tensor is stored once for two layers (the page's verdict on recurrence in depth)."""
+        if self.shared_pairs:
+            return f"{len(self.shared_pairs)} tensors share storage across layers, e.g. {self.shared_pairs[0]}."
+        return (f"Across all {n_layers} layers: {self.tensors} parameter tensors, {self.distinct} distinct storages. "
+                "No layer applies another layer's weights, so this is not recurrence in depth.")
 
 
 def storage_check(model) -> StorageCheck:
@@ -156,3 +164,37 @@ def reuse_facts(trace, layer: int) -> ReuseFacts:
     per_query = int((rec.shares.entry_ids >= 0).sum(-1).max()) if rec.shares.entry_ids.numel() else 0
     return ReuseFacts(layer, s.kv_source, s.index_source, trace.layers[s.kv_source].source_len, per_query, same, gap,
                       differs, big)
+
+
+# ---- the page's other texts ------------------------------------------------------------------------------------------
+NO_REUSE = "This model has no Reuse layers to check."
+
+
+def not_reuse(layer: int, shown: int) -> str:
+    """A layer (as the reader numbers it) that is not a Reuse layer, and the one shown instead."""
+    return f"Layer {layer} is not a Reuse layer; showing layer {shown}."
+
+
+def own_params(layer: int, own: int, source: int, source_own: int) -> str:
+    """The Reuse layer's parameters against its source's (layers as the reader numbers them)."""
+    return (f"Layer {layer} has {own:,} parameters of its own; layer {source} has {source_own:,}. The extra tensors on "
+            "the source side are its compressor and indexer: the machinery that prepares the entries the Reuse "
+            "layer only reads.")
+
+
+def picks_sentence(rf: ReuseFacts, n_tokens: int, num: Callable[[int], int]) -> str:
+    """What the Reuse layer read on the trace: its source's entries, at its picker's positions."""
+    return (f"On {n_tokens} tokens, layer {num(rf.kv_source)} made {rf.entries_read} entries. Each query of "
+            f"layer {num(rf.layer)} read only the ones layer {num(rf.index_source)} picked for it: at most "
+            f"{rf.max_read_per_query} per query, at the same positions: "
+            + ("**identical picks on every row** (checked)." if rf.same_selection else "**the picks differ**."))
+
+
+def own_update(rf: ReuseFacts, picker: str, n_tokens: int) -> str:
+    """Its shares (shares_sentence), then how often its logit-lens top token differs from its picker's."""
+    return (f"{shares_sentence(rf, picker)} And its update is its own: on {rf.lens_differs} of {n_tokens} rows, "
+            f"the top logit-lens token after this layer differs from the one after layer {picker}.")
+
+
+def beside_title(layer: int) -> str:
+    return f"**Layer {layer} beside a recall checkpoint's, at the last token**"

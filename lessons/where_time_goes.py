@@ -15,7 +15,7 @@ from model.config import V41Config
 
 from .cost import Cost, Workload, cost
 from .deploy import Deployment, StepBound, step_bound
-from .roofline import Chip, ms, place
+from .roofline import Chip, Machine, ms, place
 from .units import human_flops
 
 AGENT_READ, AGENT_WRITTEN = 10_000, 100     # the seeds' agent round: 10,000 tokens read, 100 written
@@ -210,3 +210,16 @@ CHECK_TEXT = (
     "stores. It counts what this engine computes rather than what a kernel needs: its window attention multiplies "
     "blocks of queries by twice the window of keys, and its index sources score every entry before masking."
 )
+PEAKS_NOTE = "Every peak is dense (half the sheets' figure with sparsity); this machine's is fp32, measured."
+ROUTER_TEXT = ("The router of the running model, on real text: how many distinct experts rows drawn apart (a batch) "
+               "and rows in a row (a verify) reach, against uniform routing with the same experts.")
+
+
+def ops_caption(said: str) -> str:
+    """Whose ops the tables count (`said`: the workload, in words)."""
+    return f"DeepSeek-V4.1-Flash, {said}, at the release's stored precision."
+
+
+def roof_caption(m: Machine) -> str:
+    """This machine's measured roof."""
+    return f"The roof of {m.chip().name}: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy)."

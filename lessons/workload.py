@@ -21,7 +21,7 @@ from model import decode_step, prefill
 
 from .cache_calculator import CalcError, Knobs, calculate
 from .designs import v41_design
-from .units import counted, human_flops
+from .units import counted, human_bytes, human_flops
 
 AGENT_READ = 10_000
 AGENT_WRITTEN = 100
@@ -52,6 +52,16 @@ class RoundWork:
     @property
     def work_ratio(self) -> float:
         return self.prefill_flops / self.decode_flops
+
+    def split_sentence(self) -> str:
+        """Which side of the round a cheaper token touches more, and its share of the weight-multiply work."""
+        if self.token_ratio >= 1:
+            return (f"Making each prompt token cheaper touches **{self.token_ratio:,.0f}x** as many tokens as making "
+                    f"each generated token cheaper; with these counts, prefill is **{self.work_ratio:,.1f}x** the "
+                    "weight-multiply work of decode in this round.")
+        return (f"Here the round writes **{1 / self.token_ratio:,.0f}x** as many tokens as it reads: making each "
+                "generated token cheaper touches more tokens, and decode is "
+                f"**{1 / self.work_ratio:,.1f}x** the weight-multiply work of prefill in this round.")
 
 
 def agent_round(read: int, written: int, active_prefill: int, active_decode: int, stored: int,
@@ -122,6 +132,19 @@ class Measured:
     def time_ratio(self) -> float:
         return self.prefill_s / self.decode_s if self.decode_s else float("inf")
 
+    def sentence(self, active_prefill: int, active_decode: int) -> str:
+        """The measured cost of a generated token against a prompt token, beside their active parameters (the
+        running model's own counts)."""
+        per = self.decode_ms_per_token / self.prefill_ms_per_token if self.prefill_ms_per_token else float("inf")
+        return (f"On {self.device.upper()}, reading {counted(self.read, 'token')} took **{self.prefill_s:.2f} s** and "
+                f"writing {self.written:,} took **{self.decode_s:.2f} s**: a generated token cost **{per:,.1f}x** the "
+                f"time of a prompt token, although it passes only "
+                f"{active_decode / max(1, active_prefill):.1f}x the active parameters. On this small "
+                "model the gap is mostly per-call overhead and the "
+                "one-token-at-a-time loop, the sequential side of the difference; on the full model, the memory "
+                "traffic of each decoded token dominates instead. Either way, a token-count ratio is a place to "
+                "start measuring, not a prediction of total time.")
+
 
 def measure_round(model, read: int, written: int, mode: str = "bounded",
                   progress: Callable[[float, str], None] | None = None) -> Measured:
@@ -171,6 +194,34 @@ class EngineCheck:
     @property
     def difference(self) -> int:
         return sum(self.measured.values()) - sum(self.formula.values())
+
+    def sentence(self) -> str:
+        """The check's verdict, then its totals: what the cache calculator page says under the table."""
+        said = (f"{counted(self.tokens, 'token')}, {self.mode} prefill, rollback {self.rollback}: formula "
+                f"{sum(self.formula.values()):,} B, measured {sum(self.measured.values()):,} B, "
+                f"difference {self.difference:,} B (prefill took {self.seconds:.2f} s).")
+        return ("Equal, layer by layer. " if self.equal else "Not equal. ") + said
+
+
+def active_counts(counts: dict) -> str:
+    """What the full config's active counts are, from model.count_params (as plain numbers)."""
+    return (f"Counted from the full config's module tree: **{counts['active_prefill']:,}** parameters take part per "
+            f"prompt token and **{counts['active_decode']:,}** per generated token, out of **{counts['backbone']:,}** "
+            f"stored in the backbone (plus {counts['engram']:,} in Engram: its tables and the projections that feed "
+            "them into the streams). Active counts are computation, not the memory needed to hold the weights.")
+
+
+def cache_growth(growth_per_token: float, tokens: int) -> str:
+    """What a round adds to the request's cache (`growth_per_token` from the cache calculator)."""
+    return (f"Each round also adds about {human_bytes(growth_per_token * tokens)} to the request's "
+            f"DeepSeek-V4.1 cache ({growth_per_token:,.0f} bytes per token, from the cache calculator).")
+
+
+def check_intro(label: str, layers: int, window: int, mode: str, rollback: int) -> str:
+    """What the check against the running model does (`label`: the loaded weights, `layers` and `window` theirs)."""
+    return (f"Runs a prompt through the running model ({label}: {layers} layers, window {window}) with prefill mode "
+            f"**{mode}** and rollback slack **{rollback}**, then compares the bytes its cache holds "
+            "(`cache.nbytes()`) with the same formula applied to its config.")
 
 
 def check_against_engine(model, tokens: int, mode: str = "bounded", rollback: int = 1,

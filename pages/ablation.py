@@ -12,13 +12,19 @@ from lessons import reproduce as snippets
 from lessons.ablation import (
     CAVEAT,
     CONFIGS,
+    FALLBACK_PROMPT,
     INTRO,
+    RANDOM_WEIGHTS,
+    STORIES_HELP,
     ablation_table,
+    bytes_and_reads,
     config_rows,
     label,
     memory_note,
+    not_run_yet,
     reading,
     run_config,
+    topk_help,
 )
 from lessons.far_compare import TITLES, learned_line
 from lessons.far_fact import CHANCE
@@ -34,8 +40,8 @@ from ui.pair import far_pair
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.step_pair import other_kind
-from ui.text import lead, plain, quoted
-from ui.url import arrived, qp_get, qp_set, seed, stop
+from ui.text import lead, plain
+from ui.url import stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("Ablation lab", INTRO_LEAD)
@@ -43,8 +49,7 @@ far_pair(sess, "abl_pair", "ablation")     # first: the far recall that the glob
 model = require_model(sess)
 cfg = model.cfg
 if sess.weights == "random":
-    st.warning("These are not trained weights: with random weights every configuration scores near chance, so "
-               "the table shows the machinery, not the model's behaviour.")
+    st.warning(RANDOM_WEIGHTS)
 else:
     weights_line_link(sess)
 
@@ -60,37 +65,22 @@ names = list(CONFIGS)
 STORIES, NATURAL = [3, 15, 30, 90, 300], [512, 2048, 8192, 0]
 samples = [s for s in load_samples() if s.kind == "long"]
 topk_hi = max(1, cfg.index_topk - 1)
-raw = qp_get("configs") if arrived() else None
-asked = None
-if raw is not None:
-    asked = [x for x in raw.split(",") if x]
-    bad = [x for x in asked if x not in names]
-    asked = [x for x in asked if x in names] or (None if bad else asked)   # none known: every configuration
-    if bad:
-        st.warning(f"URL parameter configs: unknown {'configuration' if len(bad) == 1 else 'configurations'} "
-                   f"{', '.join(map(quoted, bad[:5]))}; "
-                   + ("showing the known ones." if asked else "showing every configuration."))
-seed("abl_configs", asked, names)
+CHOSEN = url.several("configs", names, names, "configuration", "configurations", "showing every configuration")
 TOPK = url.whole("topk", 1, topk_hi, min(4, topk_hi), f"showing {min(4, topk_hi)}")
 STORIES_P = url.choice("stories", STORIES, 30, "one of " + ", ".join(map(str, STORIES)))
 NATURAL_P = url.choice("natural", NATURAL, 2048, "one of " + ", ".join(map(str, NATURAL)))
 COST = url.whole("cost", 0, max(0, len(samples) - 1), 0, "showing the first long sample")
-url.seeded("abl_topk", TOPK)
-st.session_state["abl_topk"] = min(int(st.session_state["abl_topk"]), topk_hi)
-chosen = st.multiselect("Configurations", names, key="abl_configs", persist_state=url.KEEP)
-qp_set(configs=",".join(chosen) if chosen != names else None)
+chosen = url.bound(st.multiselect, "abl_configs", CHOSEN, "Configurations", names)
 c1, c2, c3 = st.columns(3)
-topk = c1.slider("Smaller top-k", 1, topk_hi, key="abl_topk", persist_state=url.KEEP,
-                 help=f"The model reads {cfg.index_topk} entries per query.")
-url.to_link(TOPK, topk)
+topk = url.bound(c1.slider, "abl_topk", TOPK, "Smaller top-k", 1, topk_hi, fit=lambda v: min(int(v), topk_hi),
+                 help=topk_help(cfg.index_topk))
 stories = url.bound(c2.selectbox, "abl_stories", STORIES_P, "Stories per configuration", STORIES,
-                    help="Held-out stories, split evenly over the three distance buckets; 300 is the whole "
-                         "held-out set.")
+                    help=STORIES_HELP)
 natural = url.bound(c3.selectbox, "abl_natural", NATURAL_P, "Natural-text tokens", NATURAL,
                     format_func=lambda n: "all" if n == 0 else f"{n:,}", help="Held-out natural text.")
 cost_sample = url.bound(st.selectbox, "abl_cost", COST, "Prompt (time and cache bytes)", range(len(samples)),
                         format_func=lambda i: samples[i].name) if samples else None
-cost_ids, problem = encode_prompt(model, samples[cost_sample].text if samples else "The key is in the blue box.")
+cost_ids, problem = encode_prompt(model, samples[cost_sample].text if samples else FALLBACK_PROMPT)
 if problem:
     st.warning(problem)
     stop()
@@ -114,7 +104,7 @@ go = run_col.button("Run the selected configurations", type="primary", key="abl_
 tables, missing = [], []
 for kind, side in sides:
     side_ids = cost_ids if side is sess else encode_prompt(side.model, samples[cost_sample].text if samples else
-                                                           "The key is in the blue box.")[0]
+                                                           FALLBACK_PROMPT)[0]
     budget = (side.label, stories, natural, tuple(side_ids))
     rows = []
     for name in chosen:
@@ -133,8 +123,7 @@ for kind, side in sides:
         tables.append((kind, side, ablation_table(rows)))
 if missing:     # beside the button: every one chosen is named only when some have run
     said = counted(len(missing), "configuration") if len(missing) == len(chosen) else ", ".join(missing)
-    note_col.caption(f"Not run yet: {said}" + (f", on {len(sides)} sets of weights" if len(sides) > 1 else "")
-                     + " (seconds to minutes each on CPU; results are kept).")
+    note_col.caption(not_run_yet(said, len(sides)))
 
 if tables:   # the results right under the button, one column per set; the one-story panel after them
     st.subheader("Side by side")
@@ -163,16 +152,9 @@ if tables:   # the results right under the button, one column per set; the one-s
                             width="stretch", key=f"abl_chart_{kind or 'own'}")
             for line in reading(table):
                 st.write(line)
-    table = tables[0][2]
-    same_bytes = len({r["cache_bytes"] for r in table}) == 1
-    st.caption(("Cache bytes are the same in every configuration: the trained model still writes its compressed "
-                "entries when a switch stops it from reading them, the selection size does not change what is "
-                "stored, and bounded prefill stores the same rows as exact (it saves decoder work, not memory). "
-                if same_bytes else "") +
-               "Compressed entries read per query in a selecting layer: "
-               + ", ".join(f"{r['configuration']} {r['entries_read']}" for r in table) + ".")
+    st.caption(bytes_and_reads(tables[0][2]))
     st.markdown(memory_note(cfg, len(cost_ids)))
 # one story, global branch on and off (lessons/far_fact.py); the weights' far recall is said at the top already
 far_fact_panel(sess, "abl", focus="ablation", note=False)
 reproduce(snippets.ablation(sess.weights, chosen, int(topk), int(stories), int(natural),
-                            samples[cost_sample].text if samples else "The key is in the blue box."), "ablation")
+                            samples[cost_sample].text if samples else FALLBACK_PROMPT), "ablation")

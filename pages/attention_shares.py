@@ -7,18 +7,23 @@ from lessons import reproduce as snippets
 from lessons.attention_shares import (
     CHECK_FOLLOWUP,
     CHECK_QUESTION,
+    MAP_CAPTION,
+    NO_REUSE,
+    THREE_PLACES,
     TOY_INTRO,
     TOY_POINT,
     TOY_QUERIES,
     TOY_VALUES,
     check_answer,
     fmt,
+    no_entry_yet,
+    query_caption,
     reuse_comparison,
     share_view,
     two_value_mix,
 )
 from lessons.layers import map_line
-from lessons.units import counted
+from lessons.recurrence import not_reuse
 from ui import url
 from ui.cache import built
 from ui.far_fact import far_fact_panel
@@ -55,8 +60,7 @@ st.write(TOY_POINT)
 # ---- live shares -----------------------------------------------------------------------------------------
 st.subheader("The same idea in the running model")
 far_pair(sess, "sh_pair", "shares")
-st.write("A query's shares go to three places: the raw rows of its window, the compressed entries it selected, "
-         "and a learned sink that absorbs attention the head does not want to spend.")
+st.write(THREE_PLACES)
 lt = picked_trace(sess)
 tr, n_tok = lt.trace, lt.n_tokens
 n_layers = len(tr.layers)
@@ -86,14 +90,11 @@ else:
 for p, v in ((LAYER, layer), (HEAD, head), (POS, pos)):
     url.to_link(p, v)
 view = share_view(tr, layer, pos, lt.tokens)
-st.caption(f"Query at position {pos}: {quoted(lt.tokens[pos])}. Layer {sess.num(layer)} is "
-           f"{tr.layers[layer].spec.role}; it read {counted(sum(k == 'window' for k in view.kinds), 'window row')} "
-           f"and {counted(len(view.entry_ids), 'compressed entry', 'compressed entries')}.")
+st.caption(query_caption(pos, quoted(lt.tokens[pos]), sess.num(layer), tr.layers[layer].spec.role, view))
 st.plotly_chart(built(share_heatmap, view.shares, view.labels, [f"head {h}" for h in range(heads)], kinds=view.kinds,
                       title=f"Shares at layer {sess.num(layer)}, position {pos}"),
                 key="sh_heat", config={"displayModeBar": False})
-st.caption("Each row of the map is a head; the red lines separate window, entries and sink. Every row adds up to 1. "
-           + map_line(sess.model.cfg, sess.one_based))
+st.caption(MAP_CAPTION + map_line(sess.model.cfg, sess.one_based))
 tot = view.totals
 st.dataframe({"head": list(range(heads)), "window": [round(t["window"], 3) for t in tot],
               "selected entries": [round(t["entries"], 3) for t in tot], "sink": [round(t["sink"], 3) for t in tot],
@@ -109,14 +110,13 @@ far_fact_panel(sess, "sh", focus="shares")
 st.subheader("A Reuse layer beside the layer it copies from")
 reuse_layers = [r.spec.index for r in tr.layers if r.spec.role == "Reuse"]
 if not reuse_layers:
-    st.info("This model has no Reuse layers.")
+    st.info(NO_REUSE)
     reproduce(snippets.attention_shares(sess.weights, lt.text, layer, pos), "attention-shares")
     stop()
 REUSE = url.layer(n_layers, reuse_layers[0], f"showing layer {sess.num(reuse_layers[0])}", name="reuse")
 url.seeded("sh_reuse", REUSE)
 if st.session_state["sh_reuse"] not in reuse_layers:
-    st.warning(f"Layer {sess.num(st.session_state['sh_reuse'])} is not a Reuse layer; showing layer "
-               f"{sess.num(reuse_layers[0])}.")
+    st.warning(not_reuse(sess.num(st.session_state["sh_reuse"]), sess.num(reuse_layers[0])))
     st.session_state["sh_reuse"] = reuse_layers[0]
 ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse", persist_state=url.KEEP,
                   format_func=lambda i: f"layer {sess.num(i)} "
@@ -124,8 +124,7 @@ ru = st.selectbox("Reuse layer", reuse_layers, key="sh_reuse", persist_state=url
 url.to_link(REUSE, ru)
 cmp = reuse_comparison(tr, ru, pos, head, lt.tokens)
 if not cmp.entry_ids:
-    st.info(f"At position {pos} no compressed entry is visible yet (the first entry completes at position "
-            f"{tr.layers[ru].spec.compress_ratio - 1}); move the query position to the right.")
+    st.info(no_entry_yet(pos, tr.layers[ru].spec.compress_ratio))
 else:
     src, me = f"layer {sess.num(cmp.source)} (picks)", f"layer {sess.num(cmp.layer)} (Reuse)"
     st.plotly_chart(built(grouped_bars, cmp.spans, {src: cmp.source_shares, me: cmp.layer_shares},

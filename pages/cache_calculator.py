@@ -6,21 +6,34 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
+from lessons.bounded_replay import (
+    PERSIST_WINDOWS_HELP,
+    REPLAY_TEXT,
+    decoder_scans,
+    no_replay,
+    persistent_holds,
+    replay_tradeoff,
+    replay_verdict,
+    reuse_sentence,
+)
 from lessons.cache_calculator import (
     CALC_INTRO,
     CALC_LEVERS,
+    GROWTH_HELP,
     LEAVES_OUT,
-    REPLAY_TEXT,
+    ROW_FORMULA,
+    SHARED_COPY,
     WEIGHTS_LABEL,
     CalcError,
     Knobs,
+    about_design,
+    about_title,
+    arrows_note,
     calculate,
-    decoder_scans,
+    full_layers_line,
     layer_label,
-    replay_tradeoff,
-    replay_verdict,
+    persistent_help,
     weights_left_out,
-    windows_persist,
 )
 from lessons.cache_growth import growth_sum, growth_terms
 from lessons.cost import replay_weight_bytes
@@ -28,7 +41,7 @@ from lessons.design_inputs import CALC_DESIGN, own_values, page_defaults, switch
 from lessons.designs import CALCULATOR_PRESETS, DESIGNS, SHARING_BUTTON, build, sharing_help
 from lessons.layers import map_line
 from lessons.units import counted, human_bytes, human_flops
-from lessons.workload import check_against_engine
+from lessons.workload import check_against_engine, check_intro
 from model import V41Config, layer_map
 from ui import url
 from ui.cache import built
@@ -49,9 +62,9 @@ from ui.memory import (
     typed_warning,
 )
 from ui.reproduce import reproduce
-from ui.session import page_header
+from ui.session import NO_MODEL, page_header
 from ui.text import plain
-from ui.url import KEEP, arrived, qp_choice, qp_get, qp_set, seed, stop, url_moved
+from ui.url import KEEP, stop, url_moved
 
 P = "cc"
 CHECK_TOKENS = 4096        # the check against the running model prefills at most this many tokens
@@ -59,7 +72,12 @@ sess = page_header("Cache calculator")
 st.markdown(CALC_INTRO)
 
 # ---- design and inputs (mirrored in the URL), with why this size beside them ----------------------------------
-seed(f"{P}_preset", qp_choice("preset", CALCULATOR_PRESETS, DESIGNS[CALC_DESIGN][0], "a design here"), CALC_DESIGN)
+PRESET = url.choice("preset", CALCULATOR_PRESETS, CALC_DESIGN, "a design here",
+                    instead=f"showing {DESIGNS[CALC_DESIGN][0]} instead")
+KEEPWIN = url.flag("keepwin", False)
+REUSES = [1, 10, 100, 1000, 10000]
+REUSE = url.choice("reuse", REUSES, 10, url.either(REUSES))
+url.seeded(f"{P}_preset", PRESET)
 
 
 def _switch_design() -> None:
@@ -85,7 +103,7 @@ if note := st.session_state.pop(f"{P}_switched", None):   # an event, not a stat
     st.toast(note, icon=":material/swap_horiz:", duration="long")
 base = page_defaults(preset)
 # a link to another design than the one this session showed: its URL is the whole state (defaults left out)
-linked = arrived() and qp_get("preset") is not None and shown_before not in (None, preset)
+linked = PRESET.given() and shown_before not in (None, preset)
 for msg in init_knobs(P, base, fresh=linked or url_moved()):
     notes.warning(f"URL parameter {plain(msg, limit=400)}")
 own = build(preset, base)
@@ -98,7 +116,7 @@ labels = {"context": "Context (tokens)", "batch": "Batch (sequences)",
           "numbers": "Numbers per entry", "replay": "Replay rows", "rollback": "Rollback slack",
           "mode": "Prefill mode"}
 shown = [n for n in labels if n in used]
-seed(f"{P}_keepwin", {"1": True, "0": False}.get(qp_get("keepwin") or "") if qp_get("keepwin") else None, False)
+url.seeded(f"{P}_keepwin", KEEPWIN)
 with inputs:
     per_row = 3
     cells = [cell for _ in range(0, len(shown) + own.has_replay, per_row) for cell in st.columns(per_row)]
@@ -106,9 +124,7 @@ with inputs:
         knob_widget(P, name, labels[name], cell, design=preset)
     if own.has_replay:
         cells[len(shown)].toggle("Persist windows", key=f"{P}_keepwin", persist_state=KEEP,
-                                 help="Off, with bounded prefill: the persistent cache keeps the replay "
-                                      "input and bounded replay recomputes the decoder's windows. "
-                                      "Exact prefill always keeps the windows.")
+                                 help=PERSIST_WINDOWS_HELP)
     typed_warning(P)
 keep_windows = bool(st.session_state[f"{P}_keepwin"]) and own.has_replay   # the toggle is drawn only there
 
@@ -128,7 +144,8 @@ try:
 except CalcError as e:
     st.error(f"Cannot compute this design: {plain(e)}")
     stop()
-qp_set(preset=preset if preset != CALC_DESIGN else None, keepwin="1" if keep_windows else None)
+url.to_link(PRESET, preset)      # once the design computes: the link always holds one that does
+url.to_link(KEEPWIN, keep_windows)
 mirror_knobs(knobs, used, base)
 
 hbm, per = calc.hbm, calc.persistent
@@ -141,15 +158,14 @@ with left:
                 delta_color="inverse", help=f"{hbm.total:,} bytes for {counted(knobs.batch, 'sequence')} of "
                                             f"{counted(knobs.context, 'token')}")
     m[1].metric("Per further token", f"{hbm.growth_per_token:,.1f} B", delta=change.delta("growth", "{:,.1f} B"),
-                delta_color="inverse", help="bytes the growing stores add per token, long run (batch included)")
+                delta_color="inverse", help=GROWTH_HELP)
     m = st.columns(2)
     m[0].metric("Average per token", f"{hbm.per_token:,.1f} B", delta=change.delta("average", "{:,.1f} B"),
                 delta_color="inverse", help="total / (context x batch)")
     m[1].metric("Persistent, per context", human_bytes(per.total), delta=change.delta("persistent", human_bytes),
-                delta_color="inverse", help=f"{per.total:,} bytes in host memory or on SSD for one saved context, "
-                                            "as our engine's prefix cache saves it; a separate budget")
+                delta_color="inverse", help=persistent_help(per.total))
     if change.said:
-        st.caption(f"Arrows: the change from before you moved {change.said}.")
+        st.caption(arrows_note(change.said))
 with right:
     st.markdown("**Why this size**")
     st.markdown(growth_sum(growth_terms(design, knobs.batch)))
@@ -158,10 +174,8 @@ with right:
           f"{P}_kind", fmt, f"cache-{preset}-by-kind")
     if line := own_values(own):
         st.caption(line)
-with st.expander(f"About {design.label} ({design.status}), and why the two memories are never added"):
-    st.caption(f"{design.summary} The accelerator figure and the persistent figure are two separate results; adding "
-               "them would say nothing about either memory. The release, too, reports its savings against V4-Flash "
-               "for accelerator memory and for the persistent cache separately.")
+with st.expander(about_title(design)):
+    st.caption(about_design(design))
 
 reproduce(snippets.cache_calculator(preset, knobs, keep_windows), f"cache-{preset}")
 
@@ -178,18 +192,13 @@ with tabs[1]:
     names = {i: layer_label(design, i, int(sess.one_based)) for i in hbm.by_layer}
     chart(built(layer_bar, hbm, names, "Bytes by the layer that holds each stored copy", log), f"{P}_layer",
           st.session_state.get(f"{P}_fmt", "png"), f"cache-{preset}-by-layer")
-    st.caption("A shared copy is drawn at the layer that makes it; the derivation's 'read_by' column says how many "
-               "layers read it.")
+    st.caption(SHARED_COPY)
     if preset == "v4.1-flash":
         st.plotly_chart(built(layer_map_figure, [(design.label, layer_map(V41Config.preset("v4.1-flash")))],
                               sess.one_based), width="stretch", key=f"{P}_map")
-        full = [f"{sess.num(s.index)} (ratio {s.compress_ratio})" for s in layer_map(V41Config.preset("v4.1-flash"))
-                if s.role == "Full"]
-        st.caption(f"Layers {', '.join(full)} are the Full layers holding the stored latents and index keys; every "
-                   "other compressed layer reads theirs.")
+        st.caption(full_layers_line(V41Config.preset("v4.1-flash"), sess.num))
 with tabs[2]:
-    st.markdown("Each row: **entries x numbers per entry x stored layer copies x bits per number / 8** "
-                "(x sequences). Block scales and padding are rows of their own.")
+    st.markdown(ROW_FORMULA)
     st.markdown(CALC_LEVERS)
     st.dataframe(derivation_table(calc), hide_index=True, width="stretch", key=f"{P}_rows",
                  column_config={"bytes": st.column_config.NumberColumn(format="localized")})
@@ -198,14 +207,10 @@ with tabs[2]:
 with tabs[3]:
     model = sess.model
     if model is None:
-        st.info(sess.error or "No model loaded: choose weights in the sidebar.")
+        st.info(sess.error or NO_MODEL)
     else:
         cfg = model.cfg
-        st.markdown(f"Runs a prompt through the running model ({sess.label}: {cfg.num_hidden_layers} layers, window "
-                    f"{cfg.sliding_window}) with prefill mode **{knobs.mode}** and rollback slack "
-                    f"**{knobs.rollback}**, "
-                    "then compares the bytes its cache holds (`cache.nbytes()`) with the same formula applied to its "
-                    "config.")
+        st.markdown(check_intro(sess.label, cfg.num_hidden_layers, cfg.sliding_window, knobs.mode, knobs.rollback))
         checkn = url.whole("checkn", 1, CHECK_TOKENS, min(knobs.context, 200), "showing the session's value")
         n = url.bound(st.number_input, f"{P}_checkn", checkn, "Prompt length for the check (tokens)", 1, CHECK_TOKENS,
                       step=1)
@@ -218,13 +223,7 @@ with tabs[3]:
             rows.append({"kind": "total", "formula bytes": sum(chk.formula.values()),
                          "measured bytes": sum(chk.measured.values()), "difference": chk.difference})
             st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{P}_checktable")
-            text = (f"{counted(chk.tokens, 'token')}, {chk.mode} prefill, rollback {chk.rollback}: formula "
-                    f"{sum(chk.formula.values()):,} B, measured {sum(chk.measured.values()):,} B, "
-                    f"difference {chk.difference:,} B (prefill took {chk.seconds:.2f} s).")
-            if chk.equal:
-                st.success("Equal, layer by layer. " + text)
-            else:
-                st.error("Not equal. " + text)
+            (st.success if chk.equal else st.error)(chk.sentence())
             st.caption(map_line(cfg, sess.one_based))
             with st.expander("Per layer"):
                 lay = [{"layer": sess.num(i), **{f"formula {k}": v for k, v in chk.formula_by_layer.get(i, {}).items()},
@@ -234,15 +233,13 @@ with tabs[3]:
 with tabs[4]:
     st.markdown(REPLAY_TEXT)
     if not design.has_replay:
-        st.info(f"{design.label} has no bounded replay, so there is nothing to trade here: pick DeepSeek-V4.1-Flash "
-                "as the design to see it.")
-        qp_set(reuse=None)   # a link's reuse value means nothing for this design
+        st.info(no_replay(design.label))
+        url.leave_out(REUSE)   # a link's reuse value means nothing for this design
     else:
         pc = param_counts("v4.1-flash")
         cfg = V41Config.preset("v4.1-flash")
-        REUSE = url.choice("reuse", [1, 10, 100, 1000, 10000], 10, "1, 10, 100, 1000 or 10000")
         reuse = url.bound(st.select_slider, f"{P}_reuse", REUSE, "How often a saved context is reused as an input",
-                          [1, 10, 100, 1000, 10000])
+                          REUSES)
         tr = replay_tradeoff(design, knobs, pc["active_per_layer"], cfg.num_attention_heads, cfg.head_dim,
                              cfg.index_topk, input_numbers=cfg.hc_mult * (cfg.hidden_size + 1), reuses=(1, reuse),
                              scans=decoder_scans(cfg), weights_read=(wread := replay_weight_bytes(cfg, knobs.context)))
@@ -254,16 +251,8 @@ with tabs[4]:
         st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in tr.derivation]),
                      hide_index=True, key=f"{P}_replayrows")
         st.markdown(replay_verdict(tr))
-        kept = "the decoder's windows" if windows_persist(knobs, keep_windows) else "the replay input"
-        st.caption(f"The persistent figure above ({human_bytes(per.total)}) holds {kept} in this mode "
-                   f"({knobs.mode} prefill{', windows kept' if keep_windows else ''}).")
-        k, total, read = tr.by_reuse[-1]
-        st.markdown(f"Reused **{counted(k, 'time')}**, replay spends **{human_flops(total)}** in all; storing the "
-                    f"windows keeps **{human_bytes(tr.stored_bytes)}** for as long as the context is kept and reads it "
-                    f"back {counted(k, 'time')} ({human_bytes(read)} moved). A replay run alone also reads "
-                    f"**{wread / 1e9:,.1f} GB** of weights. Which side wins depends on the hardware, "
-                    "on how long and how often the context is kept, and on the size of the replay input, so the page "
-                    "gives the numbers rather than a verdict on time.")
+        st.caption(persistent_holds(per.total, knobs, keep_windows))
+        st.markdown(reuse_sentence(tr, wread))
 with tabs[5]:
     st.markdown(LEAVES_OUT)
     if preset == "v4.1-flash":

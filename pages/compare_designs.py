@@ -25,9 +25,9 @@ from ui.figures_memory import compare_bar, role_strip, waterfall_figure
 from ui.memory import chart, chart_format
 from ui.reproduce import reproduce
 from ui.session import page_header
-from ui.text import plain, quoted
+from ui.text import plain
 from ui.tour import shows
-from ui.url import KEEP, arrived, qp_get, qp_set, seed, stop
+from ui.url import stop
 
 P = "cd"
 
@@ -56,16 +56,6 @@ if not shows("cd_compare"):     # the tour's cache stop: the waterfall alone, th
 st.markdown(COMPARE_INTRO)
 
 keys = [k for k in DESIGNS if k != "teaching"]
-raw = qp_get("designs") if arrived() else None
-chosen = None
-if raw is not None:
-    asked = [x for x in raw.split(",") if x]
-    bad = [x for x in asked if x not in keys]
-    if bad:
-        st.warning(f"URL parameter designs: unknown design{'s' if len(bad) > 1 else ''} "
-                   f"{', '.join(map(quoted, bad[:5]))}"
-                   f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}; showing the known ones.")
-    chosen = [x for x in asked if x in keys] or (list(COMPARE_DEFAULT) if bad else [])
 CTX = 1 << 20
 c = st.columns([1, 1, 3])
 lo, hi = LIMITS["context"]
@@ -74,9 +64,8 @@ ctx = url.bound(c[0].number_input, f"{P}_ctx", url.whole("ctx", lo, hi, CTX, f"s
 lo, hi = LIMITS["batch"]
 batch = url.bound(c[1].number_input, f"{P}_batch", url.whole("batch", lo, hi, 1, "showing 1"), "Batch (sequences)",
                   lo, hi)
-seed(f"{P}_designs", chosen, list(COMPARE_DEFAULT))
-sel = c[2].multiselect("Designs", keys, format_func=lambda k: DESIGNS[k][0], key=f"{P}_designs", persist_state=KEEP)
-qp_set(designs=",".join(sel) if sel != list(COMPARE_DEFAULT) else None)
+CHOSEN = url.several("designs", keys, COMPARE_DEFAULT, "design", "designs", "showing the default designs")
+sel = url.bound(c[2].multiselect, f"{P}_designs", CHOSEN, "Designs", keys, format_func=lambda k: DESIGNS[k][0])
 if not sel:
     st.info("Choose at least one design.")
     stop()

@@ -7,6 +7,11 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.layers import (
+    COUNTED_NOT_RESTATED,
+    CSA2_PATH,
+    HOW_COUNTED,
+    LABELS_TEXT,
+    MAP_DISAGREES,
     MODES,
     MODES_NOTE,
     POOL_SCORING,
@@ -16,6 +21,7 @@ from lessons.layers import (
     full_reads_subset,
     map_line,
     mode_checks,
+    traced_caption,
 )
 from ui.live import picked_trace
 from ui.mechanism import mechanism_view
@@ -26,31 +32,26 @@ from ui.url import stop
 
 sess = page_header("CSA2: Full, Reuse, Reindex")
 if shows("csa2_intro"):
-    st.write("One query's path through compressed sparse attention, read off a trace of the prompt: tokens packed "
-             "into entries, scored, pooled, picked, then read by a Full, a Reuse and a Reindex layer.")
+    st.write(CSA2_PATH)
 lt = picked_trace(sess)
 mechanism_view(sess, lt, "csa2_mech")
 if not shows("csa2_rest"):     # the tour's stop on the picture: the rest of the page folds away
     stop()
 
 st.subheader("The three labels")
-st.write("Each compressed layer carries one of three labels. The labels name which of two preparation steps "
-         "the layer does itself: making the global entries, and choosing which of them to read.")
+st.write(LABELS_TEXT)
 st.table(pd.DataFrame(MODES), hide_index=True)   # sentences: wrapped in full, not cut to one line
 st.info(MODES_NOTE)
 
 st.subheader("What each layer actually did")
-st.write("The table below is not a restatement of the labels: every count is read off a trace of the running "
-         "model on the prompt you choose.")
+st.write(COUNTED_NOT_RESTATED)
 comp = computed_by_layer(lt.trace)
-st.caption(f"{lt.n_tokens} tokens traced on {sess.label}. 'Last query reads' is for the query at the last "
-           f"position.")
+st.caption(traced_caption(lt.n_tokens, sess.label))
 st.dataframe(pd.DataFrame(computed_rows(comp, sess.one_based)), hide_index=True, key="csa2_computed",
              height=40 + 35 * len(comp))
 st.markdown(SEPARATE_DECISIONS)
 with st.expander("Fine print: how the counts are read, and the pool's scoring work"):
-    st.caption("Index scores exist only where a layer ran its indexer; entries are recorded only where a layer made "
-               "them; a reused selection is compared entry by entry with the one it claims to reuse.")
+    st.caption(HOW_COUNTED)
     st.caption(POOL_SCORING)
     st.caption(map_line(sess.model.cfg, sess.one_based))
 reproduce(snippets.csa2_modes(sess.weights, lt.text, sess.one_based), "csa2-modes")
@@ -60,7 +61,7 @@ st.markdown("**Counted from the trace vs. predicted by the layer map**")
 st.dataframe(pd.DataFrame([{"what": c.what, "trace": c.from_trace, "layer map": c.from_map,
                             "agree": "yes" if c.ok else "NO"} for c in checks]), hide_index=True, key="csa2_checks")
 if not all(c.ok for c in checks):
-    st.error("The trace disagrees with the layer map somewhere above.")
+    st.error(MAP_DISAGREES)
 
 st.markdown("**\"Full\" still reads a subset**")
 for line in full_reads_subset(comp, sess.one_based):

@@ -12,25 +12,38 @@ import streamlit as st
 
 from lessons import reproduce as snippets
 from lessons.dspark import (
+    ALL_ACCEPTED,
     AUTO_NOTE,
     DEFINITIONS,
+    GREEDY_DIFFERS,
     INTRO,
+    NO_DRAFTER,
+    NO_DRAFTS,
+    PLAIN_PASSES,
+    PRESS_START,
+    RANDOM_DRAFTER,
     RULE_TEXT,
+    SAMPLED_DIFFERS,
     SIM_P,
     SIM_Q,
     SIM_TEXT,
+    WHOLE_RUN,
     active_sentence,
     block_sentence,
     cache_rows,
+    limit_why,
+    measured_sentence,
     passes_help,
     position_rows,
+    rejected,
     simulate,
     simulation_rows,
+    state_caption,
     step_rows,
+    step_sentence,
     summary_rows,
 )
 from lessons.inspector import load_samples
-from lessons.units import counted
 from model import Sampler
 from model.arch import Drafter
 from model.inference import (
@@ -51,7 +64,7 @@ from ui.prompt import prompt_ids, sample_or_text
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.text import lead, plain
-from ui.url import KEEP, qp_get, qp_set, stop
+from ui.url import KEEP, stop
 
 INTRO_LEAD, INTRO_REST = lead(INTRO, 2)
 sess = page_header("DSpark: draft, then verify", INTRO_LEAD)
@@ -74,11 +87,10 @@ def _random_drafter(weights_key: str) -> Drafter:
 drafter = model.mtp if isinstance(getattr(model, "mtp", None), Drafter) else None
 if drafter is None:
     if cfg.num_nextn_predict_layers < 1:
-        st.info("This model's config has no drafter (num_nextn_predict_layers = 0).")
+        st.info(NO_DRAFTER)
         stop()
     drafter = _random_drafter(sess.label)
-    st.warning("These weights have no trained drafter, so a random one is used: expect most drafts to be rejected. "
-               "The rules, the cache bookkeeping and the statistics work the same way.")
+    st.warning(RANDOM_DRAFTER)
 
 # ---- settings --------------------------------------------------------------------------------------------------
 samples = load_samples()
@@ -88,23 +100,17 @@ c1, c2, c3, c4 = st.columns(4)
 RULES, MODES = ["greedy", "stochastic"], ["bounded", "exact"]
 gmax = drafter.max_draft
 dl_opts = ["max", "auto"] + list(range(1, gmax))    # "max" is gmax: listed once
-if qp_get("draft") == str(gmax):                      # a link that names the longest draft by its number
-    qp_set(draft="max")
 MAX_NEW, MAX_SEED = 128, 10_000
-DRAFT = url.choice("draft", dl_opts, "max", f"a draft length here (max, auto or 1..{gmax})")
-url.seeded("ds_dl", DRAFT)
-if st.session_state["ds_dl"] == gmax:                 # a session from before "max" stood for it
-    st.session_state["ds_dl"] = "max"
-if st.session_state["ds_dl"] not in dl_opts:      # another drafter with a shorter block
-    st.session_state["ds_dl"] = "max"
+# a link may name the longest draft by its number, and a session from before "max" stood for it may hold it
+DRAFT = url.choice("draft", dl_opts + [gmax], "max", f"a draft length here (max, auto or 1..{gmax})")
 rule = url.bound(c1.radio, "ds_rule", url.choice("rule", RULES, "greedy", "a verification rule (greedy or stochastic)"),
                  "Verification rule", RULES)
 temperature = url.bound(c1.slider, "ds_temp", url.decimal("temp", 0.1, 2.0, 1.0), "Temperature", 0.1, 2.0, step=0.1,
                         disabled=rule == "greedy")
-draft_length = c2.selectbox("Draft length", dl_opts, key="ds_dl", persist_state=KEEP,
-                            format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
-                            "auto (confidence)" if v == "auto" else str(v))
-url.to_link(DRAFT, draft_length)
+draft_length = url.bound(c2.selectbox, "ds_dl", DRAFT, "Draft length", dl_opts,
+                         fit=lambda v: v if v in dl_opts else "max",     # gmax, or a length past this block
+                         format_func=lambda v: f"{gmax} (every drafted position of the block)" if v == "max" else
+                         "auto (confidence)" if v == "auto" else str(v))
 threshold = url.bound(c2.slider, "ds_thr", url.decimal("thr", 0.05, 0.95, 0.3), "Confidence threshold (auto)", 0.05,
                       0.95, step=0.05, disabled=draft_length != "auto", help=AUTO_NOTE)
 max_new = url.bound(c3.number_input, "ds_new", url.whole("gen", 1, MAX_NEW, 24, "showing 24"), "New tokens", 1,
@@ -114,8 +120,7 @@ draw_seed = url.bound(c3.number_input, "ds_seed", url.whole("seed", 0, MAX_SEED,
 mode = url.bound(c4.radio, "ds_mode", url.PREFILL_MODE, "Prefill", url.PREFILL_MODES)
 room = cfg.max_position_embeddings - int(max_new) - drafter.block_size
 limit = max(1, min(DSPARK_TOKENS, room))
-why = (f"with {int(max_new)} new tokens and the drafter's block of {drafter.block_size} inside the model's "
-       f"{cfg.max_position_embeddings:,} positions, this page" if room < DSPARK_TOKENS else "this page")
+why = limit_why(int(max_new), drafter.block_size, cfg.max_position_embeddings, room < DSPARK_TOKENS)
 ids = prompt_ids(model, "ds", text, limit, why, LONG_PROMPT_CHARS)
 temp = 0.0 if rule == "greedy" else float(temperature)
 settings = (sess.label, tuple(ids), rule, temp, str(draft_length), float(threshold), int(max_new), int(draw_seed), mode)
@@ -130,8 +135,7 @@ with st.expander("Why checking loses nothing: a simulation", expanded=False):
     st.write(SIM_TEXT)
     sim = st.cache_data(show_spinner=False)(simulate)(list(SIM_P), list(SIM_Q), n=5000, seed=0)
     st.dataframe(pd.DataFrame(simulation_rows(sim)).round(3), hide_index=True, key="ds_sim")
-    st.write(f"Kept guesses: {sim.acceptance:.3f} of the steps; sum(min(p, q)) predicts "
-             f"{sim.predicted_acceptance:.3f}.")
+    st.write(sim.sentence())
 
 # ---- step through ------------------------------------------------------------------------------------------------
 st.subheader("Step through")
@@ -155,11 +159,10 @@ if b3.button("Reset", key="ds_reset"):
     state = None
 
 if state is None:
-    st.info("Press Start: the target reads the prompt, emits its first token, and the drafter is ready.")
+    st.info(PRESS_START)
 else:
     st.text("Output so far: " + model.decode(state.tokens))
-    st.caption(f"Prompt {state.prompt_tokens} tokens; cache length {state.cache.length}; {len(state.log)} steps"
-               + ("; done." if state.done else "; next anchor (the last emitted token, not yet in the cache):"))
+    st.caption(state_caption(state.prompt_tokens, state.cache.length, len(state.log), state.done))
     if not state.done:
         st.code(tok(state.anchor), language=None)
     if state.log:
@@ -176,21 +179,19 @@ else:
         if rule == "greedy":
             for r in rows:
                 r.pop("draw", None)
-        st.write(f"Step {si}: the drafter proposed {counted(len(lg.drafted), 'token')} after the anchor; the target "
-                 f"checked {'it' if len(lg.drafted) == 1 else 'them'} in one pass and accepted {lg.accepted}.")
+        st.write(step_sentence(si, lg))
         st.code("anchor: " + tok(lg.anchor), language=None)
         if lg.drafted:   # numbers to 4 significant digits; a dash where a value does not apply (never checked)
             st.dataframe(pd.DataFrame([{k: "–" if v is None else f"{v:.4g}" if isinstance(v, float) else v
                                         for k, v in r.items()} for r in rows]), hide_index=True)
         else:
-            st.caption("No drafts this step (the confidence or the token limit stopped the drafter): a plain step.")
+            st.caption(NO_DRAFTS)
         if lg.resampled is not None:   # token texts go to st.code, never into Markdown
             # a refusal is the rule working, not a fault: a warning's colour, not an error's
-            st.warning(f"Draft {lg.accepted + 1} REJECTED; the rest of the block is discarded and the target's "
-                       "replacement token is:", icon=":material/close:")
+            st.warning(rejected(lg), icon=":material/close:")
             st.code(tok(lg.resampled), language=None)
         elif lg.bonus is not None:
-            st.success("Every draft accepted; the target adds a bonus token:")
+            st.success(ALL_ACCEPTED)
             st.code(tok(lg.bonus), language=None)
         m = st.columns(4)
         for col, row in zip(m, cache_rows(lg)):
@@ -202,8 +203,7 @@ if draft_length == "auto":
 
 # ---- a whole run --------------------------------------------------------------------------------------------------
 st.subheader("A whole run")
-st.caption("The same prompt and settings, run to the end, and the same request decoded plainly (one target pass per "
-           "token) for comparison.")
+st.caption(WHOLE_RUN)
 
 
 def _whole(progress):
@@ -229,7 +229,7 @@ stats: SpecStats = spec.stats
 same = base.tokens == spec.tokens
 c = st.columns(4)
 c[0].metric("Target passes (plain)", base.target_passes,
-            help="1 pass over the prompt, which gives the first token, + 1 pass per further token")
+            help=PLAIN_PASSES)
 c[1].metric("Target passes (DSpark)", spec.target_passes, help=passes_help(spec.target_passes, stats.steps))
 speed = base.decode_seconds / spec.decode_seconds if spec.decode_seconds > 0 else float("nan")
 c[2].metric("Decode speed-up (wall clock)", f"{speed:.2f}x")
@@ -238,10 +238,9 @@ st.caption("DSpark's target passes: " + passes_help(spec.target_passes, stats.st
 if rule == "greedy" and drafter is getattr(model, "mtp", None):
     reproduce(snippets.dspark(sess.weights, text, int(max_new), mode, draft_length, float(threshold)), "dspark")
 if rule == "greedy" and not same:
-    st.error("Greedy speculative decoding should reproduce plain greedy decoding token for token; it did not here.")
+    st.error(GREEDY_DIFFERS)
 elif rule == "stochastic":
-    st.caption("With the stochastic rule the output follows the target's distribution, but the random draws differ "
-               "from plain sampling, so the tokens need not be identical.")
+    st.caption(SAMPLED_DIFFERS)
 st.text("Plain:  " + model.decode(base.tokens))
 st.text("DSpark: " + model.decode(spec.tokens))
 
@@ -249,9 +248,7 @@ g = stats.mean_draft_length
 st.latex(r"\mathbb{E}[\text{tokens per pass}] = \frac{1-\alpha^{\gamma+1}}{1-\alpha} = "
          + f"{expected_tokens_per_pass(stats.alpha, g):.2f}"
          + rf"\quad(\alpha = {stats.alpha:.3f},\ \gamma = {g:.2f})")
-st.write(f"Measured: {stats.tokens_per_pass:.2f} tokens per verify pass, mean accepted length "
-         f"{stats.mean_accepted_length:.2f} of {g:.2f} drafted. The formula assumes every position is accepted "
-         "independently with the same α; the per-position rates below show how far that holds.")
+st.write(measured_sentence(stats))
 expl = pd.DataFrame([vars(r) for r in summary_rows(stats, base.decode_seconds, len(base.tokens))])
 st.dataframe(expl, hide_index=True)
 pos = pd.DataFrame([vars(r) for r in position_rows(stats)])

@@ -7,10 +7,28 @@ import streamlit as st
 import torch
 
 from lessons import reproduce as snippets
-from lessons.figure3 import MECHANISM_LINK, MECHANISM_STEPS, box_text, live_layer, notation, sample_image, steps
+from lessons.figure3 import (
+    COMB_CAPTION,
+    COMPACT_HELP,
+    ENTRIES_STORED_HELP,
+    HOW_TO_READ,
+    LIVE_NEEDS_RUNNING,
+    MECHANISM_LINK,
+    MECHANISM_STEPS,
+    NO_BOX,
+    NO_VISION_PANEL,
+    VISION_BELOW,
+    box_text,
+    drawing_caption,
+    lens_guesses,
+    live_caption,
+    live_layer,
+    notation,
+    sample_image,
+    steps,
+)
 from lessons.figure3_layout import box_choices, layout, picked_box
 from lessons.layers import map_line
-from lessons.sources import ONE_BASED
 from model import V41Config
 from ui import url
 from ui.cache import built
@@ -24,12 +42,12 @@ from ui.sources import page_link
 from ui.stepper import stepper
 from ui.text import plain, quoted
 from ui.tour import open_stop, shows
-from ui.url import KEEP, arrived, fragment, qp_get, qp_set, seed
+from ui.url import KEEP, fragment
 from ui.vision_panel import draw_vision_steps
 
 sess = page_header("Figure 3, read from the bottom up")
 if shows("fig3_intro"):
-    st.caption("Step through the story, or click a box's dot to open it.")
+    st.caption(HOW_TO_READ)
 
 CONFIGS = {"full": "Released V4.1-Flash", "running": "The running model"}
 NONE = "(none)"
@@ -51,7 +69,7 @@ if top is not None:
                           horizontal=True)
     with top[1]:
         compact = url.bound(st.toggle, "fig3_compact", COMPACT, "Compact",
-                            help="Each repeated group drawn once, with its count; off, every layer has its own row.")
+                            help=COMPACT_HELP)
 else:       # a tour stop reads the release's compact drawing, with the stop's step and nothing else around it
     which, compact = "full", True
 if which == "running" and sess.model is None:
@@ -64,8 +82,7 @@ story = steps(cfg, sess.one_based, engram_params=counts.get("engram"), total_par
 diagram = layout(cfg, compact=compact, one_based=sess.one_based)
 choices = box_choices(diagram, sess.one_based)
 if top is not None:
-    top[2].caption(f"{cfg.num_hidden_layers} layers of {cfg.name}, drawn from its layer map, numbered from "
-                   + (f"1 ({ONE_BASED})." if sess.one_based else "0."))
+    top[2].caption(drawing_caption(cfg, sess.one_based))
 
 STEP = url.ordinal("step", len(story), 0, "showing step 1")
 url.seeded("fig3_step", STEP)
@@ -75,10 +92,17 @@ tour_stop = open_stop()     # a tour stop opens the walkthrough at its own step
 tour_step = next((i for i, s in enumerate(story) if tour_stop is not None and s.key == tour_stop.step), None)
 if tour_step is not None:
     st.session_state["fig3_step"] = tour_step
-box_qp = qp_get("box") if arrived() else None
-if box_qp is not None and box_qp not in choices:
-    st.warning(f"URL parameter box = {quoted(box_qp)} names no box in this drawing; nothing is opened.")
-seed("fig3_box", None if box_qp is None else box_qp if box_qp in choices else NONE, NONE)
+
+
+def _box(raw: str) -> str:
+    if raw not in choices:
+        raise url.Refused("names no box in this drawing", kept=NONE)
+    return raw
+
+
+BOX = url.Param("box", NONE, _box, instead="nothing is opened")
+AT = url.layer(cfg.num_hidden_layers, None, name="at")   # the layer an open box of several shows (_pick_layer)
+url.seeded("fig3_box", BOX)
 if st.session_state["fig3_box"] not in choices and st.session_state["fig3_box"] != NONE:
     st.session_state["fig3_box"] = NONE   # the drawing changed under the open box
 # A box keeps its id across drawings but not its label ("layer 8: attention (Full r2)" in the release, "(Reindex
@@ -134,7 +158,9 @@ def walkthrough() -> None:
                 if which == "running":
                     st.caption(map_line(cfg, sess.one_based))
     url.to_link(STEP, step_i)
-    qp_set(box=selected, at=None if selected is None or which != "running" else qp_get("at"))
+    url.to_link(BOX, selected)
+    if selected is None or which != "running":
+        url.leave_out(AT)
 
     with right:
         if shows("fig3_stepper"):       # on a tour stop the card's Back / Next step the story
@@ -168,7 +194,7 @@ def walkthrough() -> None:
             st.selectbox("Open a box", [NONE] + list(choices), key="fig3_box", persist_state=KEEP,
                          format_func=lambda b: b if b == NONE else choices[b])
             if selected is None:
-                st.caption("No box open: click a dot in the drawing.")
+                st.caption(NO_BOX)
 
 
 def _close_box() -> None:
@@ -193,8 +219,7 @@ def _open_box(selected: str, below) -> None:
     if box.kind == "vision":
         _vision_steps(below)
     if which != "running":
-        st.caption("Live numbers come from a trace of the running model: switch **Draw** to *The running "
-                   "model* to see them.")
+        st.caption(LIVE_NEEDS_RUNNING)
         return
 
     with st.expander("Prompt for the live numbers", expanded=False):
@@ -206,8 +231,7 @@ def _open_box(selected: str, below) -> None:
         return
     tr = lt.trace
     last = lt.n_tokens - 1
-    st.caption(f"Live, from a trace of {lt.n_tokens} tokens on {sess.label}; numbers for the query at the last "
-               f"position ({last}: {quoted(lt.tokens[last])}).")
+    st.caption(live_caption(lt.n_tokens, sess.label, quoted(lt.tokens[last])))
     layer = _pick_layer(box, selected, tr)
     if layer is not None:
         ll = live_layer(tr, layer)
@@ -221,7 +245,7 @@ def _open_box(selected: str, below) -> None:
 
 def _vision_steps(below) -> None:
     if importlib.util.find_spec("ui.vision_panel") is not None and sess.model is not None:
-        st.caption("The steps for a small sample picture are drawn below the figure.")
+        st.caption(VISION_BELOW)
         with below:
             st.subheader("Inside the vision box, for a sample picture")
             try:
@@ -229,7 +253,7 @@ def _vision_steps(below) -> None:
             except Exception as e:  # the panel is optional; its failure must not break the walkthrough
                 st.warning(f"The vision panel could not run: {plain(e)}")
     else:
-        st.caption("The step-by-step vision panel is not available in this build.")
+        st.caption(NO_VISION_PANEL)
 
 
 def _pick_layer(box, selected: str, tr) -> int | None:
@@ -239,16 +263,10 @@ def _pick_layer(box, selected: str, tr) -> int | None:
         stack = selected.split(":")[1]
         layers = [s.spec.index for s in tr.layers if s.spec.stack == stack]
     if box.kind in ("attn", "moe", "engram", "mhc") and len(layers) > 1:
-        at_key = "fig3_mhc" if box.kind == "mhc" else "fig3_copy"
-        at = url.layer(cfg.num_hidden_layers, layers[0], name="at")
-        url.seeded(at_key, at)
-        if st.session_state[at_key] not in layers:
-            st.session_state[at_key] = layers[0]
-        layer = st.selectbox("Mixing at layer" if box.kind == "mhc" else "Which copy?", layers, key=at_key,
-                             format_func=lambda i: f"layer {sess.num(i)}", persist_state=KEEP)
-        url.to_link(at, layer)
-        return layer
-    qp_set(at=None)
+        return url.bound(st.selectbox, "fig3_mhc" if box.kind == "mhc" else "fig3_copy", AT.but(default=layers[0]),
+                         "Mixing at layer" if box.kind == "mhc" else "Which copy?", layers,
+                         fit=lambda v: v if v in layers else layers[0], format_func=lambda i: f"layer {sess.num(i)}")
+    url.leave_out(AT)
     return layers[0] if box.kind in ("attn", "moe", "engram") else None
 
 
@@ -259,32 +277,23 @@ def _layer_numbers(box, ll) -> None:
         c[0].metric("window rows read", ll.window_rows)
         if ll.entries_stored is not None:
             c[1].metric("entries stored", ll.entries_stored,
-                        help="compressed entries in this layer's group (made by its KV source)")
+                        help=ENTRIES_STORED_HELP)
             # a label no longer than "entries stored": a third of the narrow column, with its help icon
             c[2].metric("entries read", ll.entries_selected,
-                        help=f"the entries this query selected, out of {ll.entries_visible} it could see")
+                        help=ll.entries_read_help())
             st.write(ll.selection_sentence(cfg.candidate_topk_blocks * cfg.candidate_block_size))
         else:
             c[1].metric("entries stored", "none")
-        sh = ll.shares
-        st.write(f"Share of attention (mean over heads): window {sh['window']:.1%}, selected entries "
-                 f"{sh['entries']:.1%}, sink {sh['sink']:.1%}.")
+        st.write(ll.shares_sentence())
         if ll.lens:
             tok = ", ".join(f"{quoted(show_token(sess.model.decode([i])))} {p:.1%}" for i, p in ll.lens[:3])
-            st.caption(f"Had the model stopped after this layer, its top guesses: {tok}")
+            st.caption(lens_guesses(tok))
     elif box.kind == "moe":
-        st.write(f"Experts routed for this row: **{', '.join(map(str, ll.experts))}** "
-                 f"(of {cfg.n_routed_experts}), weights "
-                 f"{', '.join(f'{w:.2f}' for w in ll.expert_weights)}, plus the shared expert.")
+        st.write(ll.experts_sentence(cfg.n_routed_experts))
     elif box.kind == "engram":
-        if ll.engram_gate is None:
-            st.write("No Engram record for this layer.")
-        else:
-            st.write("Gate per mHC stream (0 = ignore the looked-up row, 1 = add all of it): "
-                     + ", ".join(f"{g:.2f}" for g in ll.engram_gate))
+        st.write(ll.gate_sentence())
     elif box.kind == "mhc" and ll.comb is not None:
-        st.write("`comb` at the attention site (row: from stream, column: to stream); rows and columns "
-                 "each add up to about 1:")
+        st.write(COMB_CAPTION)
         st.dataframe({f"to {k}": [round(r[k], 3) for r in ll.comb] for k in range(len(ll.comb))},
                      hide_index=False)
 

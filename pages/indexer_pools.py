@@ -11,11 +11,21 @@ import streamlit as st
 from lessons import reproduce as snippets
 from lessons.indexer_pools import (
     DEFINITIONS,
+    DROPPED_INTRO,
+    HOW_COMPUTED,
     INTRO,
+    LIMIT_WHY,
+    NO_POOL,
+    NOTHING_DROPPED,
+    matches_model,
+    mode_help,
     reindex_inputs,
     reselect,
     row_detail,
+    run_caption,
     scale_note,
+    short_prompt,
+    strip_caption,
     summary_rows,
     trace_for_pools,
 )
@@ -34,7 +44,7 @@ from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.step_pair import pool_pair
 from ui.text import lead, plain
-from ui.url import KEEP, seed, stop
+from ui.url import stop
 
 MAX_TOKENS = POOL_TOKENS  # the re-run keeps [rows, heads, entries] logits per Reindex layer
 
@@ -43,7 +53,7 @@ sess = page_header("Indexer pools", INTRO_LEAD)
 model = require_model(sess)
 cfg = model.cfg
 if not any(s.uses_candidates for s in layer_map(cfg)):
-    st.info("This model has no candidate pool (no candidate source followed by Reindex layers).")
+    st.info(NO_POOL)
     stop()
 far_pair(sess, "pool_pair", "pools")
 with st.expander("Definitions", expanded=False):
@@ -55,12 +65,10 @@ options = [i for i in long_first] + [OWN_TEXT]
 c1, c2 = st.columns([4, 1])
 MODE = url.choice("mode", ["exact", "bounded"], "exact", "a prefill mode (exact or bounded)")
 mode = url.bound(c2.radio, "pool_mode", MODE, "Prefill", ["exact", "bounded"],
-                 help="Exact: every prompt token is a query of the decoder. Bounded: only the last "
-                      f"{cfg.sliding_window} prompt tokens are.")
+                 help=mode_help(cfg.sliding_window))
 sample_i, text = sample_or_text("pool", samples, long_first[1] if len(long_first) > 1 else 0, LONG_PROMPT_CHARS,
                                 options=options, label="Prompt", text_label="Prompt text", columns=[c1])
-ids = prompt_ids(model, "pool", text, MAX_TOKENS, "this page, which keeps attention logits for every Reindex layer,",
-                 LONG_PROMPT_CHARS)
+ids = prompt_ids(model, "pool", text, MAX_TOKENS, LIMIT_WHY, LONG_PROMPT_CHARS)
 prompt = text
 
 
@@ -87,12 +95,9 @@ except Exception as e:  # a model-side rejection becomes a message
 
 blocks_total = (inp.width + inp.block_size - 1) // inp.block_size
 pool_positions = cfg.candidate_topk_blocks * cfg.candidate_block_size
-st.caption(f"{len(ids):,} prompt tokens; {inp.width:,} ratio-{inp.ratio} entries in the decoder's group; "
-           f"{len(inp.positions)} query rows ({mode} prefill). The model's pool: {cfg.candidate_topk_blocks} blocks "
-           f"x {cfg.candidate_block_size} = {pool_positions} entries; top-{cfg.index_topk} inside it.")
+st.caption(run_caption(len(ids), inp, mode, cfg))
 if inp.width <= pool_positions:
-    st.info(f"This prompt has only {inp.width} entries, so the model's pool holds all of them and nothing can be "
-            "dropped at the configured size. Pick a long prompt, or shrink the pool below.")
+    st.info(short_prompt(inp.width))
 
 # ---- live re-selection ---------------------------------------------------------------------------------------
 s1, s2 = st.columns(2)
@@ -100,28 +105,18 @@ nb_hi, k_hi = max(2, blocks_total), max(2, min(256, inp.width))
 nb_default, k_default = min(cfg.candidate_topk_blocks, blocks_total), min(cfg.index_topk, k_hi)
 POOL = url.whole("pool", 1, nb_hi, nb_default, f"showing {nb_default}")
 K = url.whole("k", 1, k_hi, k_default, f"showing {k_default}")
-url.seeded("pool_nb", POOL)
-url.seeded("pool_k", K)
-st.session_state["pool_nb"] = min(max(1, int(st.session_state["pool_nb"])), nb_hi)   # a shorter prompt than before
-st.session_state["pool_k"] = min(max(1, int(st.session_state["pool_k"])), k_hi)
-nb = s1.slider("Pool size (blocks kept)", 1, nb_hi, key="pool_nb", persist_state=KEEP,
+nb = url.bound(s1.slider, "pool_nb", POOL, "Pool size (blocks kept)", 1, nb_hi,
+               fit=lambda v: min(max(1, int(v)), nb_hi),       # a shorter prompt than before
                help=f"Each block holds {inp.block_size} consecutive entries.")
-k = s2.slider("Top-k per query", 1, k_hi, key="pool_k", persist_state=KEEP)
-url.to_link(POOL, nb)
-url.to_link(K, k)
+k = url.bound(s2.slider, "pool_k", K, "Top-k per query", 1, k_hi, fit=lambda v: min(max(1, int(v)), k_hi))
 results = reselect(inp, nb, k)
 if nb == cfg.candidate_topk_blocks and k == cfg.index_topk:
-    same = all(r.matches_model for r in results.values())
-    st.caption("At the configured sizes the recomputed restricted selection " +
-               ("equals the model's own selection in every row." if same else
-                "differs from the model's own in some rows (ties in the scores)."))
+    st.caption(matches_model(all(r.matches_model for r in results.values())))
 with st.expander("Fine print: whose pool these statistics describe, and how they are computed"):
     st.caption(INTRO_REST)
     st.caption(scale_note(cfg, V41Config.preset("v4.1-flash"), int(nb), int(k),
                           chosen=(nb, k) != (nb_default, k_default)))
-    st.caption("Live (pure, from the cached index scores): pool, selections, recall, indexer mass. From the re-run "
-               "(each Reindex layer's attention logits recomputed once per prompt on the recorded hidden states): "
-               "attention mass. Hidden states of later layers are those of the real run at the configured sizes.")
+    st.caption(HOW_COMPUTED)
     st.caption(map_line(cfg, sess.one_based))
 
 rows = summary_rows(inp, results, sess.one_based)
@@ -134,17 +129,10 @@ reproduce(snippets.indexer_pools(sess.weights, prompt, mode, int(nb), int(k), se
 
 layers = list(results)
 default_layer = layers[0]
-LAYER = url.layer(cfg.num_hidden_layers, default_layer, f"showing layer {sess.num(default_layer)}")
-ql = LAYER.read()
-if ql is not None and ql not in layers:
-    st.warning(f"URL parameter layer = {ql} (layer {sess.num(ql)}) is not a Reindex layer; showing layer "
-               f"{sess.num(default_layer)}.")
-    ql = default_layer
-seed("pool_layer", ql, default_layer)
-if st.session_state["pool_layer"] not in layers:
-    st.session_state["pool_layer"] = default_layer
-layer = st.radio("Reindex layer", layers, horizontal=True, key="pool_layer", persist_state=KEEP,
-                 format_func=lambda i: f"layer {sess.num(i)}")
+LAYER = url.layer(cfg.num_hidden_layers, default_layer, f"showing layer {sess.num(default_layer)}").only(
+    layers, "a Reindex layer")
+layer = url.bound(st.radio, "pool_layer", LAYER, "Reindex layer", layers, horizontal=True,
+                  fit=lambda v: v if v in layers else default_layer, format_func=lambda i: f"layer {sess.num(i)}")
 res = results[layer]
 pos_list = inp.positions.tolist()
 st.plotly_chart(built(recall_rows_figure, pos_list, {"recall": res.recall.tolist(),
@@ -153,17 +141,10 @@ st.plotly_chart(built(recall_rows_figure, pos_list, {"recall": res.recall.tolist
                       f"Layer {sess.num(layer)}: every query row"), width="stretch", key="pool_rows")
 
 # ---- one query row ---------------------------------------------------------------------------------------------
-TOKEN = url.whole("token", pos_list[0], pos_list[-1], pos_list[-1], f"showing the last query row, {pos_list[-1]}")
-qt = TOKEN.read()
-if qt is not None and qt not in pos_list:
-    st.warning(f"URL parameter token = {qt} is not a query row of the decoder in this run; showing the last one.")
-    qt = pos_list[-1]
-seed("pool_token", qt, pos_list[-1])
-if st.session_state["pool_token"] not in pos_list:
-    st.session_state["pool_token"] = pos_list[-1]
-pos = st.select_slider("Query token (position)", options=pos_list, key="pool_token", persist_state=KEEP)
-url.to_link(LAYER, layer)
-url.to_link(TOKEN, pos)
+TOKEN = url.whole("token", pos_list[0], pos_list[-1], pos_list[-1], f"showing the last query row, {pos_list[-1]}").only(
+    pos_list, "a query row of the decoder in this run")
+pos = url.bound(st.select_slider, "pool_token", TOKEN, "Query token (position)", options=pos_list,
+                fit=lambda v: v if v in pos_list else pos_list[-1])
 row = pos_list.index(pos)
 tokens = [model.decode([i]) for i in ids]
 st.code(show_token(tokens[pos]), language=None)
@@ -176,7 +157,7 @@ m[3].metric("Attention mass dropped", f"{d.attention_mass:.1%}")
 st.plotly_chart(built(block_scores_figure, d, inp.block_size, f"Broad scan at layer {sess.num(inp.candidate_layer)}: "
                       "block scores"), width="stretch", key="pool_blocks")
 # the strip beside a recall checkpoint's for the same prompt, layer and row, the fact's entry outlined in both
-st.caption(f"Layer {sess.num(layer)}: pool, choices and dropped entries, one row per stage.")
+st.caption(strip_caption(sess.num(layer)))
 pool_pair(sess, ids, prompt, mode, int(nb), int(k), layer, pos, inp, d,
           lambda m, i, progress: _compute_for(m, i, mode, progress))
 if d.dropped:
@@ -191,12 +172,12 @@ if d.dropped:
                        "index score": [float(li.scores[row, e]) for e in d.dropped],
                        "rank (exhaustive)": [rank[e] for e in d.dropped],
                        "would-be share (vs actual denominator)": [float(share[e]) for e in d.dropped]})
-    st.write("Entries the exhaustive search picked that the pool left out:")
+    st.write(DROPPED_INTRO)
     st.dataframe(df, hide_index=True, key="pool_dropped")
     st.download_button("Dropped entries (CSV)", df.to_csv(index=False), file_name="dropped_entries.csv",
                        mime="text/csv", key="pool_dl_dropped")
 else:
-    st.success("Nothing dropped for this query: every exhaustive pick lies inside the pool.")
+    st.success(NOTHING_DROPPED)
 
 # ---- a fact far past the window: is it in the pool and the top-k? (lessons/far_fact.py) ----------------------
 far_fact_panel(sess, "pool", focus="pools")

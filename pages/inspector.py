@@ -11,25 +11,35 @@ import pandas as pd
 import streamlit as st
 
 from lessons import reproduce as snippets
-from lessons.figure3 import MHC_SITE
 from lessons.inspector import (
-    BOUNDED_NOTE,
+    ENGRAM_TEXT,
     EXACT_NOTE,
+    GENERATE_HELP,
     INTRO,
+    LENS_TEXT,
+    LIMIT_WHY,
     MAX_NEW_TOKENS,
     MAX_PROMPT_TOKENS,
+    NO_SELECTION,
+    PROMPT_HELP,
     QUANTITIES,
-    bounded_agreement,
+    SLIDING_ONLY,
+    bounded_run_note,
     covered_rows,
+    layer_sentence,
     layer_view,
     load_samples,
+    mhc_sentence,
+    no_engram,
     one_line,
     overview,
+    records_caption,
+    run_caption,
     run_prompt,
     too_short_to_choose,
     trace_to_json,
 )
-from lessons.layers import bounded_note, map_line
+from lessons.layers import bounded_agreement, bounded_note, map_line
 from ui import url
 from ui.cache import built, cached_with_progress
 from ui.far_fact import far_fact_panel
@@ -83,19 +93,17 @@ ctl, right = st.columns([1, 2.4], gap="medium")
 first_long = next((i for i, s in enumerate(samples) if s.kind == "long"), 0)
 with ctl:
     sample_i, text = sample_or_text("insp", samples, first_long, LONG_PROMPT_CHARS, text_label="Prompt", height=110,
-                                    help="The long stories put an object somewhere early and ask for it "
-                                         "at the end, far past the attention window.")
+                                    help=PROMPT_HELP)
     c2, c3 = st.columns(2)
     with c2:
         mode = url.bound(st.radio, "insp_mode", url.PREFILL_MODE, "Prefill", url.PREFILL_MODES, horizontal=True)
     with c3:
         n_new = url.bound(st.number_input, "insp_gen", url.whole("gen", 0, MAX_NEW_TOKENS, 4, "showing 4"),
                           "Generate tokens", 0, MAX_NEW_TOKENS,
-                                help="Generated tokens are inspected like prompt tokens.")
+                                help=GENERATE_HELP)
 
 with ctl:
-    ids = prompt_ids(model, "insp", text, MAX_PROMPT_TOKENS,
-                     "the inspector, which records every layer for every token,", LONG_PROMPT_CHARS)
+    ids = prompt_ids(model, "insp", text, MAX_PROMPT_TOKENS, LIMIT_WHY, LONG_PROMPT_CHARS)
     prompt = text
     try:
         run = cached_with_progress("inspector", (sess.label, tuple(ids), mode, int(n_new)),
@@ -106,16 +114,13 @@ with ctl:
         stop()
     if run.generated:
         st.text("Generated: " + one_line("".join(run.tokens[run.n_prompt:])))
-    st.caption(f"{run.n_prompt:,} prompt tokens + {len(run.generated)} generated; prefill {run.prefill_s:.2f} s "
-               f"({mode}), decode {run.decode_s:.2f} s, on {sess.device.upper()} with {sess.label}.")
+    st.caption(run_caption(run, mode, sess.device, sess.label))
     with st.expander(f"How {mode} prefill shaped this run"):
         if mode == "bounded":
             agree = cached_with_progress("inspector_agree", (sess.label, tuple(ids)),
                                          lambda progress: bounded_agreement(model, ids),
                                          "Comparing with exact prefill ...")
-            st.write(BOUNDED_NOTE.format(w=run.window) + (f" Here: decoder records for prompt tokens "
-                                                          f"{run.replay_start}-{run.n_prompt - 1} only."
-                                                          if run.replay_start > 0 else "") + " " + agree.sentence())
+            st.write(bounded_run_note(run, agree))
             st.caption(bounded_note(cfg))
         else:
             st.write(EXACT_NOTE)
@@ -175,9 +180,7 @@ with right:
     if isinstance(view, str):
         st.warning(view)
     else:
-        st.write(f"This layer {view.description}." + (" A generated token runs through every layer of both "
-                                                       "halves, whatever the prefill mode."
-                                                       if kind == "generated" else ""))
+        st.write(layer_sentence(view, kind == "generated"))
         # a tab's content runs only while it is open: the side-by-side of "Selected entries" costs nothing unseen
         tabs = st.tabs(["Attention", "Selected entries", "Experts", "Engram", "mHC", "Logit lens"], key="insp_tab",
                        on_change="rerun")
@@ -194,19 +197,18 @@ with right:
                     m3.metric("Sink", f"{a.sink:.1%}")
                 reproduce(snippets.inspector(sess.weights, prompt, mode, int(n_new), layer, pos, head), "inspector")
                 if a.entry_ids:
-                    st.caption(f"Each compressed entry e packs tokens [e·{a.ratio}, (e+1)·{a.ratio}); "
-                               "its bar spans them.")
+                    st.caption(a.packing_caption())
                     df = pd.DataFrame({"entry": a.entry_ids, "tokens": [f"{s}-{e - 1}" for s, e in a.entry_spans],
                                        "text": ["".join(show_token(run.tokens[p]) for p in range(s, min(e, run.n)))
                                                 for s, e in a.entry_spans], "share": a.entry_share})
                     st.dataframe(df.sort_values("share", ascending=False), hide_index=True, key="insp_entries_df")
                 elif a.ratio == 0:
-                    st.caption("A sliding-window layer: no compressed branch, only its own recent rows and the sink.")
+                    st.caption(SLIDING_ONLY)
         with tabs[1]:
             if tabs[1].open is not False:
                 sel = view.selection
                 if sel is None:
-                    st.write("This layer has no compressed branch, so it selects nothing.")
+                    st.write(NO_SELECTION)
                 else:
                     # the same prompt, layer and token on the checkpoint that learned to select, beside the text model
                     selection_pair(sess, "insp_sel", prompt, mode, int(n_new), layer, pos)
@@ -224,8 +226,7 @@ with right:
         with tabs[2]:
             if tabs[2].open is not False:
                 r = view.router
-                st.write(f"Every token also runs {r.n_shared} shared expert(s); the router adds {len(r.experts)} of "
-                         f"{len(r.scores)} routed experts, weighted by their normalised scores.")
+                st.write(r.sentence())
                 st.plotly_chart(built(router_figure, r, "Router scores (chosen experts in green, with their weights)"),
                                 width="stretch", key="insp_router")
                 st.dataframe(pd.DataFrame({"expert": ["shared"] + [str(x) for x in r.experts],
@@ -234,12 +235,9 @@ with right:
             if tabs[3].open is not False:
                 e = view.engram
                 if e is None:
-                    st.write("No Engram lookup at this layer" + (" (Engram layers: " + ", ".join(
-                        str(sess.num(i)) for i in cfg.engram_layer_ids) + ")." if cfg.engram_layer_ids else "."))
+                    st.write(no_engram([sess.num(i) for i in cfg.engram_layer_ids]))
                 else:
-                    st.write("Engram hashes the n-grams ending at this token (each order with several hash heads) "
-                             "into table rows, and a gate per residual stream decides how much of the looked-up "
-                             "value to add.")
+                    st.write(ENGRAM_TEXT)
                     st.dataframe(pd.DataFrame({"n": [g["order"] for g in e.ngrams],
                                                "head": [g["head"] for g in e.ngrams],
                                                "table row": [g["row"] for g in e.ngrams],
@@ -253,9 +251,7 @@ with right:
                 if view.hc is None:
                     st.write("No mHC record.")
                 else:
-                    st.write(f"{cfg.hc_mult} residual streams. " + MHC_SITE + " In `comb`, rows are from and columns "
-                             f"to; after {cfg.hc_sinkhorn_iters} normalisation rounds every row and column sums to "
-                             "about 1.")
+                    st.write(mhc_sentence(cfg.hc_mult, cfg.hc_sinkhorn_iters))
                     st.plotly_chart(built(comb_figure, view.hc, "mHC comb matrices"), width="stretch", key="insp_comb")
                     df = pd.DataFrame({f"{site} {k}": v[k] for site, v in view.hc.items() for k in ("pre", "post")})
                     df.index = [f"stream {i}" for i in range(len(df))]
@@ -263,8 +259,7 @@ with right:
                     st.dataframe(df, key="insp_hc_df")
         with tabs[5]:
             if tabs[5].open is not False:
-                st.write("The logit lens: the model's own final norm and output head applied to this layer's "
-                         "streams, as if the model stopped here.")
+                st.write(LENS_TEXT)
                 st.plotly_chart(built(lens_figure, view.lens, "Top next tokens after this layer"), width="stretch",
                                 key="insp_lens")
 
@@ -282,9 +277,7 @@ st.plotly_chart(built(overview_figure, mat, run.tokens, [str(sess.num(i)) for i 
                       f"{quantity}: layer x token", mark=(layer, pos), n_prompt=run.n_prompt,
                       categorical=quantity == "top expert"), width="stretch", key="insp_overview")
 cov = covered_rows(run)
-st.caption(f"Records: {int(cov.sum()):,} of {cov.size:,} layer-token cells ("
-           + ("dark cells, value 0" if quantity == "processed" else "blank cells") + ": the layer never ran that "
-           "token" + ("" if quantity == "processed" else ", or the quantity does not apply there") + ").")
+st.caption(records_caption(cov, quantity))
 
 # ---- downloads ---------------------------------------------------------------------------------------------
 st.subheader("Downloads")

@@ -12,24 +12,36 @@ import streamlit as st
 from lessons import reproduce as snippets
 from lessons.how_trained import training_clause
 from lessons.lookback_heads import (
+    DIAGONAL,
+    EVEN_HELP,
     GAP_MAX,
+    INDUCTION_COUNTS,
     INTRO,
-    LEAD,
     LOOK_NOT_COPY,
+    MISSING_TEXT,
+    NO_LOGITS,
+    PASSAGE_HELP,
     REACH,
     SPAN_DEFAULT,
     SPAN_MAX,
     SPAN_MIN,
     SWEEP,
     SWEEP_GAPS,
+    SWEEP_WAITS,
     copy_row,
     explain,
+    gap_help,
     head_pattern,
+    lens_line,
     lens_rise,
     look_back,
+    mean_share_line,
     passage_count,
     passage_parts,
     reach_sweep,
+    row_caption,
+    sweep_line,
+    too_short,
 )
 from model.heldout import heldout_natural_tokens
 from ui import url
@@ -38,11 +50,11 @@ from ui.far_fact import session_record
 from ui.figures import share_heatmap, show_token, stacked_bars, two_places
 from ui.figures_run import label, lens_rise_figure, reach_figure
 from ui.live import forward
-from ui.prompt import typed_prompt
+from ui.prompt import PROMPT, typed_prompt
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.text import lead, plain, sentences
-from ui.url import KEEP, qp_set, stop
+from ui.url import stop
 
 OWN_CHARS = 2_000          # the reader's span: only its first SPAN_MAX tokens are used
 
@@ -66,7 +78,7 @@ def heldout_ids(weights_label: str, _tokenizer) -> list[int]:
 tokens = heldout_ids(sess.label, model.tokenizer)
 n_passages = passage_count(len(tokens))
 if n_passages < 1:
-    st.error("The shipped held-out text is missing or too short for this page.")
+    st.error(MISSING_TEXT)
     stop()
 
 # ---- the row: which span, how far apart ----------------------------------------------------------------------------
@@ -78,14 +90,13 @@ source = url.bound(c[0].radio, "lb_source",
                    "Span", list(SOURCES), format_func=lambda s: SOURCES[s])
 passage = url.bound(c[1].number_input, "lb_passage", url.whole("passage", 1, n_passages, 1, "showing passage 1"),
                     "Passage", 1, n_passages,
-                    help="Also supplies the text before the first copy and between the copies.")
+                    help=PASSAGE_HELP)
 span = url.bound(c[2].slider, "lb_span",
                  url.whole("span", SPAN_MIN, SPAN_MAX, SPAN_DEFAULT, f"showing {SPAN_DEFAULT} tokens"),
                  "Span length (tokens)", SPAN_MIN, SPAN_MAX)
 gap = url.bound(c[3].slider, "lb_gap", url.whole("gap", 0, GAP_MAX, 4, "showing a gap of 4"),
                 "Other tokens between the copies", 0, GAP_MAX,
-                help=f"The window holds {window} rows: with span + gap <= {window} the token to copy is still "
-                     "inside it.")
+                help=gap_help(window))
 lead_ids, span_ids, filler = passage_parts(tokens, passage - 1, span, gap)
 if source == "own":
     own, problem = typed_prompt("lb_text", "", OWN_CHARS, "Your text (its first tokens are the span)", samples=True)
@@ -94,14 +105,12 @@ if source == "own":
         stop()
     span_ids = model.encode(own)[:span]
     if len(span_ids) < SPAN_MIN:
-        st.warning(f"Your text gives {len(span_ids)} token{'' if len(span_ids) == 1 else 's'}; the span needs at "
-                   f"least {SPAN_MIN}.")
+        st.warning(too_short(len(span_ids)))
         stop()
 else:
-    qp_set(prompt=None)
+    url.leave_out(PROMPT)
 ids, layout = copy_row(lead_ids, span_ids, filler)
-st.caption(f"The row: {LEAD} tokens of prose, the span ({layout.span} tokens), {gap} other tokens, the span again: "
-           f"{layout.length} tokens. The span:")
+st.caption(row_caption(layout, gap))
 st.code(model.decode(span_ids), language=None, wrap_lines=True)
 
 try:
@@ -122,7 +131,7 @@ m = st.columns(4)
 m[0].metric("Strongest look-back share", f"{best.induction:.2f}",
             help=f"layer {sess.num(best.layer)}, head {best.head}")
 m[1].metric("Same head, spread evenly", f"{best.even:.3f}",
-            help="one key's share if that head spread its attention evenly over the window rows and entries it reads")
+            help=EVEN_HELP)
 if lb.copy is not None:
     n_rows = len(lb.copy.expected)
     m[2].metric("Copied, second time", f"{round(lb.copy.second_rate * n_rows)} of {n_rows}")
@@ -136,9 +145,7 @@ g[0].plotly_chart(built(share_heatmap, lb.grid("induction"), head_names, layer_n
 g[1].plotly_chart(built(share_heatmap, lb.grid("prev"), head_names, layer_names, zmax=1.0,
                         title="On the token just before (previous token)"), key="lb_prev",
                   config={"displayModeBar": False})
-st.caption("Induction counts a head's window slot on the token to copy and, in a layer whose entries hold one token "
-           "each, the selected entry that holds it. Entries that pack two tokens are left out of this map; the "
-           "pattern below shows them apart.")
+st.caption(INDUCTION_COUNTS)
 for sentence in explain(lb, sess.num):       # what the maps show, in words, under them
     st.write(sentence)
 
@@ -147,12 +154,6 @@ st.subheader("One head, query by query")
 n_layers = len(trace.layers)
 LAYER = url.layer(n_layers, best.layer, "showing the strongest head's layer")
 HEAD = url.whole("head", 0, lb.n_heads - 1, best.head, "showing the strongest head")
-url.seeded("lb_layer", LAYER)
-url.seeded("lb_head", HEAD)
-if st.session_state["lb_layer"] not in lb.layers:       # another model, or a layer without shares
-    st.session_state["lb_layer"] = best.layer
-if st.session_state["lb_head"] >= lb.n_heads:
-    st.session_state["lb_head"] = best.head
 
 
 def _to_best() -> None:
@@ -160,12 +161,12 @@ def _to_best() -> None:
 
 
 h = st.columns([2, 1, 2])
-layer = h[0].selectbox("Layer", lb.layers, key="lb_layer", persist_state=KEEP,
-                       format_func=lambda i: f"layer {sess.num(i)}: {trace.layers[i].spec.role}")
-head = h[1].selectbox("Head", list(range(lb.n_heads)), key="lb_head", persist_state=KEEP)
+layer = url.bound(h[0].selectbox, "lb_layer", LAYER, "Layer", lb.layers,
+                  fit=lambda v: v if v in lb.layers else best.layer,      # another model, or a layer without shares
+                  format_func=lambda i: f"layer {sess.num(i)}: {trace.layers[i].spec.role}")
+head = url.bound(h[1].selectbox, "lb_head", HEAD, "Head", list(range(lb.n_heads)),
+                 fit=lambda v: v if v < lb.n_heads else best.head)
 h[2].button("Strongest look-back head", on_click=_to_best, key="lb_best")
-url.to_link(LAYER, layer)
-url.to_link(HEAD, head)
 hp = head_pattern(trace, layout, layer, head)
 first_tokens = [show_token(model.decode([i])) for i in span_ids]
 queries = [f"{k}: {label(t, 16)}" for k, t in enumerate(first_tokens[:-1])]
@@ -173,8 +174,7 @@ st.plotly_chart(built(share_heatmap, hp.on_first, [label(t, 16) for t in first_t
                       title=f"Layer {sess.num(layer)}, head {head}: each token of the second copy (rows) "
                             "looking at the first copy (columns)"),
                 key="lb_pattern", config={"displayModeBar": False})
-st.caption("An induction head lights the diagonal just right of the main one: at the k-th token of the second copy it "
-           "looks at token k + 1 of the first, the one to say next.")
+st.caption(DIAGONAL)
 parts = {"token after the match": hp.after_match,
          "rest of the first copy": [sum(r) - a for r, a in zip(hp.on_first, hp.after_match)],
          "entries packing the first copy": hp.packed_first,
@@ -182,8 +182,7 @@ parts = {"token after the match": hp.after_match,
 st.plotly_chart(built(stacked_bars, queries, parts, title="Where each query's attention went", axis_title="share",
                       text_fmt=two_places, height=380), key="lb_split", config={"displayModeBar": False})
 even = statistics.fmean(r.even for r in lb.heads if r.layer == layer)
-st.write(f"Mean share on the token after the match: {statistics.fmean(hp.after_match):.3f} "
-         f"(spread evenly over what this layer reads: {even:.3f}).")
+st.write(mean_share_line(hp.after_match, even))
 
 # ---- how far back? ------------------------------------------------------------------------------------------------
 st.subheader("How far back can it look?")
@@ -202,19 +201,16 @@ if st.session_state.get("lb_swept") == sweep_key:
     else:
         st.plotly_chart(built(reach_figure, points, window, title="The strongest head and the copy, by distance"),
                         key="lb_reach", config={"displayModeBar": False})
-        inside = [p for p in points if p.back <= window - 1]
-        beyond = [p for p in points if p.back > window - 1]
-        if inside and beyond:
-            st.write(f"Inside the window the strongest head gives up to {max(p.share for p in inside):.2f} to the "
-                     f"token to copy; beyond it, up to {max(p.share for p in beyond):.2f}.")
+        if (line := sweep_line(points, window)) is not None:
+            st.write(line)
 else:
-    st.caption("Press the button to trace this span at every gap (a few seconds on a CPU).")
+    st.caption(SWEEP_WAITS)
 
 # ---- does it copy? -------------------------------------------------------------------------------------------------
 st.subheader("Does the model copy?")
 st.write(LOOK_NOT_COPY)
 if lb.copy is None:
-    st.info("This trace has no final logits for every position.")
+    st.info(NO_LOGITS)
 else:
     cc = lb.copy
 
@@ -233,8 +229,6 @@ if rise is not None:
     st.plotly_chart(built(lens_rise_figure, rise, [f"layer {sess.num(i)}" for i in rise.layers],
                           title="The span's next token, layer by layer (logit lens)"),
                     key="lb_lens", config={"displayModeBar": False})
-    at, step = rise.biggest_step()
-    st.write(f"At the output the second time gives the right next token {rise.rise[-1]:+.2f} nats of log-probability "
-             f"against the first time; the biggest step is at layer {sess.num(at)} ({step:+.2f}).")
+    st.write(lens_line(rise, sess.num))
 reproduce(snippets.lookback_heads(sess.weights, passage - 1, span, gap, layer, head, own if source == "own" else None),
           "lookback-heads")

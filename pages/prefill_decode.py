@@ -9,7 +9,7 @@ from lessons import reproduce as snippets
 from lessons.cache_calculator import CalcError, calculate
 from lessons.designs import build, defaults
 from lessons.layers import bounded_note
-from lessons.units import counted, human_bytes, human_flops
+from lessons.units import counted, human_flops
 from lessons.workload import (
     CLAIM_NOTE,
     MEASURE_TEXT,
@@ -18,7 +18,9 @@ from lessons.workload import (
     WORK_NOT_TIME,
     WORKLOAD_INTRO,
     WORKLOADS,
+    active_counts,
     agent_round,
+    cache_growth,
     measure_round,
 )
 from model import V41Config
@@ -87,22 +89,12 @@ if not shows("pd_rest"):
     stop()
 st.markdown(V41_SPLIT)
 with st.expander("Fine print: what the active counts include, and bounded replay"):
-    st.caption(f"Counted from the full config's module tree: **{pc['active_prefill']:,}** parameters take part per "
-               f"prompt token and **{pc['active_decode']:,}** per generated token, out of **{pc['backbone']:,}** "
-               f"stored in the backbone (plus {pc['engram']:,} in Engram: its tables and the projections that feed "
-               "them into the streams). Active counts are computation, not the memory needed to hold the weights.")
+    st.caption(active_counts(pc))
     st.caption(RELEASE_ACTIVE)
     st.caption(bounded_note(V41Config.preset("v4.1-flash"), "the full-size DeepSeek-V4.1-Flash"))
 st.dataframe(pd.DataFrame([{"item": i, "formula": f, "value": shown} for i, f, _, shown in work.rows]),
              hide_index=True, key=f"{P}_rows")
-if work.token_ratio >= 1:
-    st.markdown(f"Making each prompt token cheaper touches **{work.token_ratio:,.0f}x** as many tokens as making "
-                f"each generated token cheaper; with these counts, prefill is **{work.work_ratio:,.1f}x** the "
-                "weight-multiply work of decode in this round.")
-else:
-    st.markdown(f"Here the round writes **{1 / work.token_ratio:,.0f}x** as many tokens as it reads: making each "
-                "generated token cheaper touches more tokens, and decode is "
-                f"**{1 / work.work_ratio:,.1f}x** the weight-multiply work of prefill in this round.")
+st.markdown(work.split_sentence())
 reproduce(snippets.prefill_decode(int(read), int(written), int(rounds)), "prefill-decode-round")
 st.info(WORK_NOT_TIME)
 st.markdown(CLAIM_NOTE)
@@ -110,8 +102,7 @@ st.markdown(CLAIM_NOTE)
 k = dataclasses.replace(defaults("v4.1-flash"), context=min(work.read + work.written, 1 << 24))
 try:
     grow = calculate(build("v4.1-flash", k), k).hbm.growth_per_token
-    st.caption(f"Each round also adds about {human_bytes(grow * (work.read + work.written))} to the request's "
-               f"DeepSeek-V4.1 cache ({grow:,.0f} bytes per token, from the cache calculator).")
+    st.caption(cache_growth(grow, work.read + work.written))
 except CalcError:
     pass
 
@@ -137,12 +128,4 @@ if res is not None:
          "ms per token": round(res.decode_ms_per_token, 2), "active params per token": tiny["active_decode"]},
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{P}_measured")
-    per = res.decode_ms_per_token / res.prefill_ms_per_token if res.prefill_ms_per_token else float("inf")
-    st.markdown(f"On {res.device.upper()}, reading {counted(res.read, 'token')} took **{res.prefill_s:.2f} s** and "
-                f"writing {res.written:,} took **{res.decode_s:.2f} s**: a generated token cost **{per:,.1f}x** the "
-                f"time of a prompt token, although it passes only "
-                f"{tiny['active_decode'] / max(1, tiny['active_prefill']):.1f}x the active parameters. On this small "
-                "model the gap is mostly per-call overhead and the "
-                "one-token-at-a-time loop, the sequential side of the difference; on the full model, the memory "
-                "traffic of each decoded token dominates instead. Either way, a token-count ratio is a place to "
-                "start measuring, not a prediction of total time.")
+    st.markdown(res.sentence(tiny["active_prefill"], tiny["active_decode"]))

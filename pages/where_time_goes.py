@@ -17,16 +17,20 @@ from lessons.where_time_goes import (
     HERE_TEXT,
     INTRO,
     NODE_TEXT,
+    PEAKS_NOTE,
     PRECISION_TEXT,
     REACH_TEXT,
     ROOF_TEXT,
+    ROUTER_TEXT,
     draft_choices,
+    ops_caption,
+    roof_caption,
 )
+from ui import url
 from ui.memory import run_on_click
 from ui.reproduce import reproduce
 from ui.session import page_header, require_model
 from ui.text import lead
-from ui.url import KEEP, qp_choice, qp_set, seed
 from ui.where_time_goes import (
     bounds,
     chips,
@@ -53,21 +57,19 @@ sess = page_header("Where the time goes")
 intro, intro_rest = lead(INTRO, 1)     # the point beside the chart; the rest under "Every op"
 st.markdown(intro)
 
+GPU = url.choice("gpu", list(GPUS), "h100", f"a GPU here ({url.either(GPUS)})")
+GPUS_P = url.choice("gpus", GPUS_PER, NODE, f"a number of GPUs here (1 to {NODE})")
+BATCH = url.choice("batch", BATCHES, 1, "a batch size here")
+CONTEXT = url.choice("context", CONTEXTS, AGENT_READ, "a context here")
+DRAFTS_P = url.choice("drafts", DRAFTS, DRAFTS[-1], f"a number of drafts (1 to {DRAFTS[-1]})")
 c = st.columns(5)
-seed(f"{P}_gpu", qp_choice("gpu", list(GPUS), "h100", "a GPU here (h100, h200 or b200)"), "h100")
-seed(f"{P}_gpus", qp_choice("gpus", GPUS_PER, NODE, f"a number of GPUs here (1 to {NODE})"), NODE)
-seed(f"{P}_batch", qp_choice("batch", BATCHES, 1, "a batch size here"), 1)
-seed(f"{P}_context", qp_choice("context", CONTEXTS, AGENT_READ, "a context here"), AGENT_READ)
-seed(f"{P}_drafts", qp_choice("drafts", DRAFTS, 4, f"a number of drafts (1 to {DRAFTS[-1]})"), DRAFTS[-1])
-gpu = c[0].selectbox("GPU", list(GPUS), format_func=lambda k: GPUS[k].name, key=f"{P}_gpu", persist_state=KEEP)
-gpus = c[1].select_slider("GPUs per replica", GPUS_PER, key=f"{P}_gpus", persist_state=KEEP,
-                          format_func=lambda n: f"{n} (a node)" if n == NODE else str(n))
-batch = c[2].select_slider("Batch (sequences)", BATCHES, key=f"{P}_batch", persist_state=KEEP)
-context = c[3].select_slider("Context (tokens)", CONTEXTS, format_func=lambda n: f"{n:,}", key=f"{P}_context",
-                             persist_state=KEEP)
-drafts = c[4].select_slider("DSpark drafts per verify", DRAFTS, key=f"{P}_drafts", persist_state=KEEP)
-qp_set(gpu=gpu if gpu != "h100" else None, gpus=gpus if gpus != NODE else None, batch=batch if batch != 1 else None,
-       context=context if context != AGENT_READ else None, drafts=drafts if drafts != DRAFTS[-1] else None)
+gpu = url.bound(c[0].selectbox, f"{P}_gpu", GPU, "GPU", list(GPUS), format_func=lambda k: GPUS[k].name)
+gpus = url.bound(c[1].select_slider, f"{P}_gpus", GPUS_P, "GPUs per replica", GPUS_PER,
+                 format_func=lambda n: f"{n} (a node)" if n == NODE else str(n))
+batch = url.bound(c[2].select_slider, f"{P}_batch", BATCH, "Batch (sequences)", BATCHES)
+context = url.bound(c[3].select_slider, f"{P}_context", CONTEXT, "Context (tokens)", CONTEXTS,
+                    format_func=lambda n: f"{n:,}")
+drafts = url.bound(c[4].select_slider, f"{P}_drafts", DRAFTS_P, "DSpark drafts per verify", DRAFTS)
 
 steps = bounds(gpu, gpus, context, batch, drafts)
 st.markdown(fit_text(gpu, gpus, context, batch))
@@ -85,7 +87,7 @@ with st.expander("How to read the roofline"):
     st.markdown(ROOF_TEXT)
 with st.expander("The chips' figures and where they come from"):
     st.markdown(PRECISION_TEXT)
-    st.caption("Every peak is dense (half the sheets' figure with sparsity); this machine's is fp32, measured.")
+    st.caption(PEAKS_NOTE)
     st.dataframe(chip_rows(chips()), hide_index=True, key=f"{P}_chips")
 st.dataframe(intensities(gpu, context), hide_index=True, key=f"{P}_intensity")
 
@@ -106,11 +108,11 @@ st.markdown(intro_rest)
 st.markdown(COUNT_TEXT)
 WORKS = {"decode": f"decode (batch {batch:,})", "verify": f"verify {drafts} drafts",
          "prefill": f"prefill {context:,} tokens"}
-seed(f"{P}_work", qp_choice("work", list(WORKS), None, "a workload (decode, verify or prefill)"), "decode")
-work = st.radio("Workload", list(WORKS), horizontal=True, key=f"{P}_work", persist_state=KEEP, format_func=WORKS.get)
-qp_set(work=None if work == "decode" else work)
+WORK = url.choice("work", list(WORKS), "decode", f"a workload ({url.either(WORKS)})",
+                  instead="the page's own choice is shown")
+work = url.bound(st.radio, f"{P}_work", WORK, "Workload", list(WORKS), horizontal=True, format_func=WORKS.get)
 kinds, ops, said, moved = op_tables(work, context, batch, drafts)
-st.caption(f"DeepSeek-V4.1-Flash, {said}, at the release's stored precision.")
+st.caption(ops_caption(said))
 st.markdown(moved)
 st.dataframe(kinds, hide_index=True, key=f"{P}_kinds")
 with st.expander("Every op, layer by layer (activations: if nothing were fused)"):
@@ -124,12 +126,11 @@ model = require_model(sess)
 res = run_on_click("Measure here", f"{P}_measure", lambda progress: measure_here(model, here(), progress=progress),
                    "Timing a prefill of 512 tokens and a few decode steps ...")
 m = here()
-st.caption(f"The roof of {m.chip().name}: {m.gflops:,.1f} GFLOP/s (fp32 matmul), {m.gbs:,.1f} GB/s (memory copy).")
+st.caption(roof_caption(m))
 if res is not None:
     st.markdown(res.sentence())
     here_roofline(res, key=f"{P}_roofhere")
-st.markdown("The router of the running model, on real text: how many distinct experts rows drawn apart (a batch) "
-            "and rows in a row (a verify) reach, against uniform routing with the same experts.")
+st.markdown(ROUTER_TEXT)
 reach = run_on_click("Count the experts the router picks", f"{P}_reach", lambda progress: measured_experts(model),
                      "Tracing 512 tokens of held-out text ...")
 if reach is not None:

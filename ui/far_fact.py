@@ -31,7 +31,7 @@ from lessons.far_weights import ShippedFacts, weights_line
 from lessons.how_trained import training_clause
 from model import Ablation, shipped_weights
 from model.shipped import KINDS
-from ui import weights
+from ui import url, weights
 from ui.cache import built, cached_with_progress
 from ui.checkpoints import find_checkpoints
 from ui.figures_run import label
@@ -40,13 +40,25 @@ from ui.live import forward
 from ui.reproduce import reproduce
 from ui.sources import page_link
 from ui.text import plain
-from ui.url import KEEP, arrived, fragment, qp_choice, qp_get, qp_int_or_none, qp_set, seed
+from ui.url import fragment
 from ui.weights import training_record
 
 SOURCES = ("The far-fact sample (held-out story)", "Your own story")
 EXAMPLE_STORY = ("Tom put the coin in the red bag. Anna walked to the park. It was a sunny day. Anna and Mia talked "
                  "about the weather for a long time. Where is the coin? The coin is in the")
 EXAMPLE_FACT = "Tom put the coin in the red bag."
+# the panel's link: which story (`ff`), the held-out one by its place (`ffrank`), the reader's own (`ffstory`, ...)
+SOURCE = url.choice("ff", SOURCES, SOURCES[0], "own or sample", instead="the page's own choice is shown",
+                    spell={SOURCES[0]: "sample", SOURCES[1]: "own"}.get)
+OWN = (url.any_text("ffstory", EXAMPLE_STORY, link_chars=URL_PROMPT_CHARS),
+       url.any_text("fffact", EXAMPLE_FACT, link_chars=URL_PROMPT_CHARS),
+       url.any_text("ffanswer", "", link_chars=URL_PROMPT_CHARS))
+
+
+def rank_param(n: int, own_place: int) -> url.Param[int]:
+    """`ffrank`: a held-out far story by its place in distance order, 1-based (1 = the nearest of `n`), left out
+    at the rule's own story."""
+    return url.whole("ffrank", 1, n, own_place, "showing the rule's story", unit="1 = the nearest far story")
 
 
 HOLDS, MISSES, FACT, WINDOW = "#2ca02c", "#d62728", "#000000", "#1f77b4"
@@ -157,15 +169,11 @@ def _held_out(key: str, sess, model):
     None for the rule's story, else the 0-based place (what the reproduce snippet passes to far_sample)."""
     rule = _sample(sess, model)
     n, own_place = rule.candidates, rule.median + 1
-    k = f"{key}_ff_rank"
-    seed(k, qp_int_or_none("ffrank", 1, n, "showing the rule's story", unit="1 = the nearest far story"), own_place)
-    if not 1 <= int(st.session_state[k]) <= n:   # another window or tokenizer: fewer far stories than before
-        st.session_state[k] = own_place
-    place = int(st.number_input(f"Far story by distance (1 = the nearest of {n}; {own_place} = the rule's median)",
-                                1, n, key=k, step=1, persist_state=KEEP,
-                                help="Step through every held-out far story to see where the fact comes back "
-                                     "and where it does not."))
-    qp_set(ffrank=None if place == own_place else str(place))
+    place = int(url.bound(st.number_input, f"{key}_ff_rank", rank_param(n, own_place),
+                          f"Far story by distance (1 = the nearest of {n}; {own_place} = the rule's median)", 1, n,
+                          step=1, fit=lambda v: v if 1 <= int(v) <= n else own_place,   # fewer stories than before
+                          help="Step through every held-out far story to see where the fact comes back "
+                               "and where it does not."))
     rank = None if place == own_place else place - 1
     sample = rule if rank is None else _sample(sess, model, rank)
     story, tokens = sample.story, sample.tokens
@@ -179,19 +187,13 @@ def _own(key: str, model):
     """The reader's story, fact and answer: seeded from the URL on arrival (`ffstory`, `fffact`, `ffanswer`), kept
     for the session, written back to the URL (a story longer than a link keeps is left out)."""
     st.caption(OWN_HELP)
-    fields = (("story", "ffstory", EXAMPLE_STORY), ("fact", "fffact", EXAMPLE_FACT), ("answer", "ffanswer", ""))
-    for name, param, default in fields:
-        seed(f"{key}_ff_{name}", qp_get(param) if arrived() else None, default)
-    text = st.text_area("Your story (ending right before the answer)", key=f"{key}_ff_story", height=110,
-                        persist_state=KEEP)
+    story_p, fact_p, answer_p = OWN
+    text = url.bound(st.text_area, f"{key}_ff_story", story_p, "Your story (ending right before the answer)",
+                     height=110)
     c1, c2 = st.columns([3, 1])
-    fact = c1.text_input("The fact (a word or a sentence copied from the story)", key=f"{key}_ff_fact",
-                         persist_state=KEEP)
-    answer = c2.text_input("Right answer (optional)", key=f"{key}_ff_answer", persist_state=KEEP,
-                           help="Defaults to the colour word in the fact, when it has exactly one.")
-    values = {"ffstory": text, "fffact": fact, "ffanswer": answer}
-    qp_set(**{k: None if v == d or len(v or "") > URL_PROMPT_CHARS else v
-              for (_, _, d), (k, v) in zip(fields, values.items())})
+    fact = url.bound(c1.text_input, f"{key}_ff_fact", fact_p, "The fact (a word or a sentence copied from the story)")
+    answer = url.bound(c2.text_input, f"{key}_ff_answer", answer_p, "Right answer (optional)",
+                       help="Defaults to the colour word in the fact, when it has exactly one.")
     story, tokens, problem = own_story(text, fact, answer, model.tokenizer)
     if problem:
         st.warning(problem)
@@ -294,16 +296,13 @@ def _panel_body(sess, key: str, focus: str, note: bool) -> None:
         st.write(intro)
         for line in notes:
             st.caption(line)
-    seed(f"{key}_ff_src", {"own": SOURCES[1], "sample": SOURCES[0]}.get(qp_choice("ff", ["own", "sample"], None,
-                                                                                   "own or sample") or ""), SOURCES[0])
-    src = st.radio("Story", SOURCES, horizontal=True, key=f"{key}_ff_src", label_visibility="collapsed",
-                   persist_state=KEEP)
+    src = url.bound(st.radio, f"{key}_ff_src", SOURCE, "Story", SOURCES, horizontal=True,
+                    label_visibility="collapsed")
     own = src == SOURCES[1]
-    qp_set(ff="own" if own else None)
-    if not own:
-        qp_set(ffstory=None, fffact=None, ffanswer=None)
+    if own:
+        url.leave_out(rank_param(1, 1))     # the held-out story's place (its bounds do not matter here)
     else:
-        qp_set(ffrank=None)
+        url.leave_out(*OWN)                 # the reader's story, fact and answer
     rank = None
     try:
         if not own:

@@ -17,13 +17,14 @@ from streamlit.logger import get_logger
 from lessons.home import NextTokens, prompt_ids, top_tokens
 from model import Ablation
 from model.inference import LensChoice, batched_logits, batched_next_logits, batched_traces
+from ui import url
 from ui.figures import show_token
 from ui.limits import LIVE_TOKENS, PROMPT_CHARS
-from ui.prompt import clean_prompt, note_own_text, offer_own_text, prompt_to_url
+from ui.prompt import PROMPT, clean_prompt, note_own_text, offer_own_text, prompt_to_url, sample_param
 from ui.queue import BatchWorker, Busy, run_rows, wait_for, waiting_box
 from ui.session import ROOT, Session
 from ui.text import plain
-from ui.url import arrived, qp_get, qp_int_or_none, qp_set, seed, stop
+from ui.url import stop
 
 MAX_TOKENS = LIVE_TOKENS  # keeps a traced forward under a second on CPU for the tiny model
 CUSTOM = "Your own text"
@@ -57,10 +58,12 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
     identity), seeded from the shared value on every run and copying a change back into it."""
     prompts = sample_prompts()
     n = len(prompts)
-    custom_qp = qp_get("prompt") if arrived() else None
-    url_sample = n if custom_qp is not None else qp_int_or_none("sample", 0, n - 1, "showing the session's choice")
-    seed(KEPT_SAMPLE, url_sample, default_sample(prompts))
-    seed(KEPT_TEXT, custom_qp, "")
+    sample = sample_param(n, default_sample(prompts))
+    url.seeded(KEPT_TEXT, PROMPT.but(default=""))
+    if PROMPT.read() is None:
+        url.seeded(KEPT_SAMPLE, sample)
+    else:                   # a link's own text: the choice is "your own text"
+        st.session_state[KEPT_SAMPLE] = n
     st.session_state["live_sample"] = st.session_state[KEPT_SAMPLE]
     choice = st.selectbox(label, list(range(n + 1)), key="live_sample", on_change=_keep,
                           args=("live_sample", KEPT_SAMPLE),
@@ -76,7 +79,7 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
                                         "traces it as soon as you press Ctrl+Enter or click outside the box.")
         note_own_text(text, "live", tuple(p["text"] for p in prompts))
         offer_own_text(text, PROMPT_CHARS, _use, "live_use_own")
-        qp_set(sample=None)
+        url.leave_out(sample)
         prompt_to_url(text)
         ok, problem = clean_prompt(text, PROMPT_CHARS)
         if problem:
@@ -85,7 +88,8 @@ def prompt_picker(label: str = "Prompt for the live numbers") -> str | None:
         return ok
     note_own_text(None, "live")
     offer_own_text(prompts[choice]["text"], PROMPT_CHARS, _use, "live_use_own")
-    qp_set(sample=choice, prompt=None)
+    url.to_link(sample, choice)
+    url.leave_out(PROMPT)
     return prompts[choice]["text"]
 
 

@@ -16,14 +16,13 @@ from lessons import hero
 from lessons.fact_in_prompt import prompt_fact
 from lessons.far_compare import TITLES
 from lessons.mechanism import MechanismPicture, mechanism_picture
-from ui import weights
+from ui import url, weights
 from ui.cache import built
 from ui.far_fact import FACT
 from ui.figures_run import label
 from ui.live import LiveTrace, live_trace
 from ui.pair import MISSING, pair_sessions, pair_toggle
 from ui.session import Session
-from ui.url import KEEP, qp_choice, qp_set, seed
 
 ENTRY_COLOURS = ("#9ecae1", "#3182bd")       # alternate entries, so a pair of tokens packed together shows
 READ_SCALE = [[0, "#c7e9c0"], [1, "#00441b"]]  # a read entry is always visible, darker with more attention
@@ -178,6 +177,8 @@ def _draw(sess: Session, lt: LiveTrace, title: str, key: str) -> None:
 PACKING = ("Magnified: at ratio 2 an entry packs 2 tokens into one (a learned, gated weighted sum of their rows); at "
            "ratio 1 an entry is one token's row. An entry exists once all its tokens have been read.")
 STEP_TITLES = ("Tokens", "Entries", "Index scores", "Pool", "Top-k", "Reads")
+STEP = url.choice("mstep", STEP_TITLES, STEP_TITLES[0], "a step of the picture",
+                  instead="the page's own choice is shown")
 
 
 def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
@@ -185,11 +186,9 @@ def mechanism_view(sess: Session, lt: LiveTrace, key: str = "mech") -> None:
     when the page's toggle is on (the default)."""
     pair = pair_toggle(key)
     # the picture opens on its first step and builds up one stage per click
-    seed(f"{key}_step", qp_choice("mstep", list(STEP_TITLES), None, "a step of the picture"), STEP_TITLES[0])
-    title = st.segmented_control("Step", STEP_TITLES, key=f"{key}_step", persist_state=KEEP,
-                                 help="Each step adds one stage of the mechanism to the picture.")
+    title = url.bound(st.segmented_control, f"{key}_step", STEP, "Step", STEP_TITLES,
+                      help="Each step adds one stage of the mechanism to the picture.")
     title = title if title in STEP_TITLES else STEP_TITLES[0]       # a second click on the chosen step clears it
-    qp_set(mstep=None if title == STEP_TITLES[0] else title)
     sides = None
     if pair:
         try:

@@ -26,7 +26,7 @@ from ui import url
 from ui.figures_memory import chart_config
 from ui.queue import heavy_run
 from ui.text import plain
-from ui.url import KEEP, arrived, qp_get, qp_set
+from ui.url import KEEP
 
 
 def _numbers(pc) -> dict:
@@ -75,6 +75,9 @@ def downloads(calc: Calculation, stem: str, key: str) -> None:
 
 
 # ---- knobs mirrored in the URL -------------------------------------------------------------------
+# The inputs travel as text and are read as one set by lessons.cache_calculator.parse_knobs (a group is checked
+# against the layers, and each message names the design's own default), so their widgets are seeded here together.
+KNOBS = {name: url.any_text(name) for name in list(LIMITS) + ["bits", "mode"]}
 
 def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = False) -> list[str]:
     """Seed every knob's widget value (ui.url rule: the URL's value on arrival, validated, then the session's,
@@ -83,8 +86,7 @@ def init_knobs(prefix: str, defaults: Knobs, force: bool = False, fresh: bool = 
     not the session's value for the previous design). Returns the URL's problems.
     Each knob is checked by its own key: Streamlit drops a widget's value while its page is not drawn, so a
     flag saying "already initialised" would outlive the values it speaks for."""
-    names = list(LIMITS) + ["bits", "mode"]
-    raw = {k: qp_get(k) for k in names} if arrived() and not force else {}
+    raw = {name: p.read() for name, p in KNOBS.items()} if not force else {}
     k, msgs = parse_knobs(raw, defaults)
     for name, v in dataclasses.asdict(k).items():
         key = f"{prefix}_{name}"
@@ -179,8 +181,8 @@ def read_knobs(prefix: str) -> Knobs:
 
 def mirror_knobs(k: Knobs, used: tuple[str, ...], defaults: Knobs) -> None:
     """Write the knobs a design uses into the URL (defaults left out to keep links short)."""
-    qp_set(**{f.name: (getattr(k, f.name) if f.name in used and getattr(k, f.name) != getattr(defaults, f.name)
-                       else None) for f in dataclasses.fields(Knobs)})
+    for name, p in KNOBS.items():
+        url.to_link(p.but(default=str(getattr(defaults, name))), str(getattr(k, name)) if name in used else None)
 
 
 def run_on_click(label: str, key: str, compute, text: str):

@@ -29,7 +29,7 @@ from ui.far_fact import far_fact_figure
 from ui.figures_run import selection_figure
 from ui.prompt import prompt_problem
 from ui.session import Session
-from ui.url import KEEP, qp_bool, qp_set, seed
+from ui.url import bound, flag
 
 TOGGLE = "Recall checkpoints beside the text model"
 TOGGLE_HELP = ("On: this view runs on the shipped sets of trained weights, side by side, whatever the sidebar "
@@ -41,10 +41,7 @@ MISSING = ("The side-by-side needs the text model and at least one shipped recal
 def pair_toggle(key: str, url: str = "pair") -> bool:
     """The page's side-by-side switch: on by default, kept for the browser session and in the link as `url`=0
     when off (a page with two switches gives each its own name)."""
-    seed(f"{key}_pair", qp_bool(url), True)
-    on = st.toggle(TOGGLE, key=f"{key}_pair", help=TOGGLE_HELP, persist_state=KEEP)
-    qp_set(**{url: None if on else "0"})
-    return on
+    return bound(st.toggle, f"{key}_pair", flag(url, True), TOGGLE, help=TOGGLE_HELP)
 
 
 def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:

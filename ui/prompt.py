@@ -15,22 +15,33 @@ from typing import Callable
 import streamlit as st
 
 from lessons.prompts import encode_prompt, first_tokens_text, text_problem
+from ui import url
 from ui.limits import URL_PROMPT_CHARS
 from ui.text import quoted
-from ui.url import KEEP, PAGE_TITLE, arrived, qp_get, qp_int_or_none, qp_set, seed, stop
+from ui.url import KEEP, PAGE_TITLE, stop
 
+# the reader's own text, in the link of every page that takes one (left out when longer than a link keeps)
+PROMPT = url.any_text("prompt", link_chars=URL_PROMPT_CHARS)
 _OWN = "_state_own_text"    # (text, page title): the reader's latest own prompt, offered by the other prompt pages
 _SEEN = "_state_own_seen"   # {page prompt key: the text that page showed last}: notes only what changed
 
 
-def prompt_to_url(text: str | None, default: str | None = None) -> None:
+def sample_param(n: int, default: int | None = None) -> url.Param[int]:
+    """`sample`: one of the page's `n` sample prompts by its 0-based index (written even at the page's default
+    when `default` is None, as sample_or_text needs: it has no Back to a bare link of its own)."""
+    return url.whole("sample", 0, n - 1, default, "showing the session's prompt")
+
+
+def prompt_to_url(text: str | None) -> None:
     """Put a typed prompt into the URL (also an empty or rejected one, so the link shows what the page
     shows); a prompt longer than URL_PROMPT_CHARS is left out, and the page says so."""
-    text = text or ""
-    if len(text) <= URL_PROMPT_CHARS:
-        qp_set(prompt=None if text == default else text)
-    else:
-        qp_set(prompt=None)
+    url.to_link(PROMPT, text or "")
+    left_out_note(text)
+
+
+def left_out_note(text: str | None) -> None:
+    """Under a prompt longer than a link keeps (URL_PROMPT_CHARS), a caption saying the link leaves it out."""
+    if len(text or "") > URL_PROMPT_CHARS:
         st.caption(f"This prompt ({len(text):,} characters) is longer than the links this page writes keep "
                    f"({URL_PROMPT_CHARS:,} characters): the address bar leaves it out, so a link copied from it opens "
                    "the default prompt instead.")
@@ -95,8 +106,9 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
     Returns (sample index or OWN_TEXT, text)."""
     skey, tkey = f"{prefix}_sample", f"{prefix}_prompt"
     n = len(samples)
-    url_prompt = qp_get("prompt") if arrived() else None
-    url_sample = qp_int_or_none("sample", 0, n - 1, "showing the session's prompt") if arrived() else None
+    sample_p = sample_param(n)
+    url_prompt = PROMPT.read()
+    url_sample = sample_p.read()
     if url_prompt is not None and len(url_prompt) > max_chars:
         st.warning(f"The prompt in the URL has {len(url_prompt):,} characters; the limit here is {max_chars:,}. "
                    "Showing a sample instead.")
@@ -132,9 +144,10 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
     note_own_text(text if own else None, prefix, tuple(s.text for s in samples))
     offer_own_text(text, max_chars, _use, f"{prefix}_use_own")
     if not own:
-        qp_set(sample=i, prompt=None)
+        url.to_link(sample_p, i)
+        url.leave_out(PROMPT)
     else:
-        qp_set(sample=None)
+        url.leave_out(sample_p)
         prompt_to_url(text)
     return i, text
 
@@ -175,10 +188,9 @@ def typed_prompt(key: str, default: str, max_chars: int, label: str = "Prompt", 
     kept for the session and written back into the link (left out at `default`); the reader's text is noted
     for the other prompt pages, and theirs offered here. Returns (text, problem or None), without stopping
     (`samples`: the page offers something else to pick, and the message for an empty text may say so)."""
-    seed(key, qp_get("prompt") if arrived() else None, default)
-    text = st.text_area(label, key=key, height=height, persist_state=KEEP, **kwargs)
+    text = url.bound(st.text_area, key, PROMPT.but(default=default), label, height=height, **kwargs)
     note_own_text(text if text != default else None, key)
     offer_own_text(text, max_chars, lambda own: st.session_state.update({key: own}), f"{key}_use_own")
-    prompt_to_url(text, default)
+    left_out_note(text)
     _, problem = clean_prompt(text, max_chars, samples)
     return text, problem

@@ -23,6 +23,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from lessons.sources import ONE_BASED
 from model import default_device, load, random_tiny, shipped_weights
+from ui import url
 from ui.checkpoints import (
     MAX_MODELS,
     NOT_OFFERED,
@@ -37,7 +38,7 @@ from ui.nav import sections
 from ui.sources import sources_footer
 from ui.text import plain
 from ui.tour import tour_bar
-from ui.url import arrived, begin_run, qp_choice, qp_get, qp_set, seed, stop, url_batch
+from ui.url import begin_run, stop, url_batch
 from ui.warmup import ensure
 
 # One intra-op thread per session: the server runs many sessions at once on few cores, and an OpenMP team that
@@ -50,8 +51,13 @@ TINY_DIR = shipped_weights("text")      # model/shipped.py lists the shipped set
 APP = ROOT / "app.py"
 WEIGHT_CHOICES = {"trained": "Trained tiny (shipped text model)", "random": "Random tiny",
                   "checkpoint": "Checkpoint directory"}
+NO_MODEL = "No model loaded: choose weights in the sidebar."
 NO_TRAINED = "The trained tiny weights (the text model) are not on this server yet; choose Random tiny."
 NUMBERING = {"0": "0-based (as the code and the report count)", "1": f"1-based ({ONE_BASED})"}
+NUMBERING_P = url.choice("numbering", list(NUMBERING), "0", "0 or 1", instead=f"showing {NUMBERING['0']} instead")
+# a label, or a path naming an offered checkpoint, checked by ui.checkpoints.resolve_choice (never refused here:
+# a checkpoint not offered empties the box and says so)
+CKPT = url.any_text("ckpt")
 NO_CHECKPOINTS = ("This server offers no checkpoint directories (its operator lists them in V41_CHECKPOINT_ROOTS or "
                   ".streamlit/secrets.toml; see the README). Choose another weights option.")
 
@@ -162,7 +168,7 @@ def _checkpoint_choice() -> tuple[str, Path | None, str | None]:
     """(label, directory, problem) for the checkpoint selectbox. The URL's ckpt (a label, or a path naming an
     offered checkpoint) is read on arrival; one that is not offered leaves the box empty with NOT_OFFERED."""
     found = find_checkpoints()
-    url_ckpt = qp_get("ckpt") if arrived() else None
+    url_ckpt = CKPT.read()
     if url_ckpt is not None:
         try:
             st.session_state["ckpt_choice"] = resolve_choice(url_ckpt)[0]
@@ -191,24 +197,25 @@ def _draw_sidebar() -> Session:
     default = "trained" if trained_available() else "random"
     with st.sidebar:
         st.markdown("**Weights**")
-        seed("weights_choice", qp_choice("weights", list(WEIGHT_CHOICES), WEIGHT_CHOICES[default],
-                                         "a weights choice (trained, random or checkpoint)"), default,
-             session_wide=True)
+        weights_p = url.choice("weights", list(WEIGHT_CHOICES), default,
+                               f"a weights choice ({url.either(WEIGHT_CHOICES)})",
+                               instead=f"showing {WEIGHT_CHOICES[default]} instead")
+        url.seeded("weights_choice", weights_p, session_wide=True)
         weights = st.radio("Weights", list(WEIGHT_CHOICES), format_func=WEIGHT_CHOICES.get,
                            label_visibility="collapsed", key="weights_choice")
         label, directory, problem = ("", None, None)
         if weights == "checkpoint":
             label, directory, problem = _checkpoint_choice()
-        seed("numbering_choice", qp_choice("numbering", list(NUMBERING), NUMBERING["0"], "0 or 1"), "0",
-             session_wide=True)
-        one_based = st.radio("Layer numbering", list(NUMBERING), format_func=NUMBERING.get,
-                             key="numbering_choice") == "1"
+        url.seeded("numbering_choice", NUMBERING_P, session_wide=True)
+        numbering = st.radio("Layer numbering", list(NUMBERING), format_func=NUMBERING.get, key="numbering_choice")
         dev = device_name()
         st.caption(f"Device: **{dev.upper()}**" + ("" if dev == "cuda" else " (no CUDA GPU found)"))
     refused = st.session_state.get("ckpt_refused") if weights == "checkpoint" and not label else None
     # left out at the server's default, as every other value is: a first visit then writes no link at all
-    qp_set(weights=None if weights == default else weights, ckpt=label or refused or None,
-           numbering="1" if one_based else None)
+    url.to_link(weights_p, weights)
+    url.to_link(CKPT, label or refused or None)
+    url.to_link(NUMBERING_P, numbering)
+    one_based = numbering == "1"
     model, err = None, None
     if weights == "trained" and not trained_available():
         err = NO_TRAINED
@@ -249,6 +256,6 @@ def page_header(title: str, intro: str | None = None) -> Session:
 def require_model(sess: Session):
     """Stop the page with a clear message when no model is loaded."""
     if sess.model is None:
-        st.info(sess.error or "No model loaded: choose weights in the sidebar.")
+        st.info(sess.error or NO_MODEL)
         stop()
     return sess.model

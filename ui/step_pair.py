@@ -33,14 +33,13 @@ from lessons.indexer_pools import reselect, row_detail
 from lessons.inspector import MAX_PROMPT_TOKENS, Run, layer_view, run_prompt
 from lessons.prompts import encode_prompt
 from model.shipped import RECALL_KINDS, SHIPPED
-from ui import weights
+from ui import url, weights
 from ui.cache import built, cached_with_progress
 from ui.far_fact import FACT
 from ui.figures import grouped_bars
 from ui.figures_run import attention_figure, pool_strip_figure
 from ui.live import live_trace
 from ui.session import Session
-from ui.url import KEEP, qp_choice, qp_set, seed
 
 EAGER_TOKENS = 1024       # longer prompts run on the other set only when the reader asks: a trace costs seconds
 
@@ -75,18 +74,18 @@ def other_kind(sess: Session, key: str, off: bool = False) -> str | None:
     options = kinds + ([NONE] if off else [])
     if len(options) == 1:
         return kinds[0]
-    seed(f"{key}_kind", qp_choice("beside", options, None, "what to draw beside (" + ", ".join(options) + ")"),
-         kinds[0])
+    beside = url.choice("beside", options, kinds[0], f"what to draw beside ({', '.join(options)})",
+                        instead="the page's own choice is shown")
     # one row: a word, then the choice (a page's first screen keeps its chart in view)
     said, choice = st.columns([1, 6], vertical_alignment="center")
     said.markdown("**Beside it**")
     with choice:
-        kind = st.segmented_control("Beside it", options, key=f"{key}_kind", label_visibility="collapsed",
-                                    format_func=SHORT.get, persist_state=KEEP,
-                                    help="Plain training learned far recall from the answers alone; the other was "
-                                         "also shown where to look. Each side says how it was trained.")
-    kind = kind if kind in options else kinds[0]
-    qp_set(beside=None if kind == kinds[0] else kind)
+        kind = url.bound(st.segmented_control, f"{key}_kind", beside, "Beside it", options,
+                         fit=lambda k: k if k in options else kinds[0], label_visibility="collapsed",
+                         format_func=SHORT.get,
+                         help="Plain training learned far recall from the answers alone; the other was "
+                              "also shown where to look. Each side says how it was trained.")
+    kind = kind if kind in options else kinds[0]        # a second click on the chosen one clears it
     return None if kind == NONE else kind
 
 

@@ -2,9 +2,10 @@
 
 A `Param` holds everything about one URL value: its name in the link, its default, a parser that refuses a bad
 value with a message (`Refused`), and how the link spells it. A page binds a widget to it in one statement,
-`bound(st.radio, "insp_mode", MODE, label=..., options=...)`, which seeds the widget, draws it and writes it
-back; `seeded` and `to_link` are the two halves for a widget that needs work in between (a clamp, a stepper).
-The layer's link form is decided in one place (`layer`).
+`bound(st.radio, "insp_mode", MODE, label=..., options=...)`, which seeds the widget (made to fit what the widget
+offers now, `fit=`), draws it and writes it back; `seeded` and `to_link` are the two halves for a widget that needs
+work in between (a stepper, a value written once the page has computed), and `leave_out` takes the values of a part
+of the page that is not drawn out of the link. The layer's link form is decided in one place (`layer`).
 
 The rules, for every bound widget: on arriving at a page (the first run of a session, the first run after
 another page was shown, or the browser's Back or Forward within the page) a value in the URL wins, then the
@@ -16,7 +17,7 @@ warnings are given on arrival only, since afterwards the URL holds what the page
 
 Streamlit forgets a page's widget values when another page is drawn; pages keep them by giving each keyed
 widget `persist_state="session"` (Streamlit's own mechanism, `KEEP`, which `bound` passes), and seed them
-(`seed`), never with a `value=`/`index=` that would fight the kept value. The session-wide choices (weights,
+(`seeded`), never with a `value=`/`index=` that would fight the kept value. The session-wide choices (weights,
 checkpoint, numbering) live in the sidebar that app.py draws around every page (ui.session).
 
 Why not Streamlit's `bind="query-params"` (1.67, measured on a two-page app in Chromium): a bound choice puts its
@@ -87,11 +88,9 @@ def arrived() -> bool:
     return bool(st.session_state.get(_ARRIVED, True))
 
 
-def seed(key: str, from_url: Any, default: Any, session_wide: bool = False) -> Any:
-    """Put a widget's starting value into session state: the URL's value on arrival (None: no value in the
-    URL), else what the session holds, else `default`. Returns the value now in session state.
-    `session_wide` (the sidebar's choices): a bare address keeps the session's value even after Back or
-    Forward, since it is also what a click in the navigation opens, and that keeps the session's choices."""
+def _seed(key: str, from_url: Any, default: Any, session_wide: bool = False) -> Any:
+    """Put a starting value into session state: the URL's value on arrival (None: no value in the
+    URL), else what the session holds, else `default`. Returns the value now in session state."""
     bare = session_wide and not st.query_params.to_dict()
     if from_url is not None and arrived():
         st.session_state[key] = from_url
@@ -185,13 +184,14 @@ def _raw(name: str) -> str | None:
     return None if v is None else str(v)
 
 
-def qp_get(name: str, default: str | None = None) -> str | None:
-    v = _raw(name)
-    return default if v is None else v
-
-
 class Refused(ValueError):
-    """A URL value a parser will not take; its message says what the value should be ("is not a whole number")."""
+    """A URL value a parser will not take; its message says what the value should be ("is not a whole number").
+    `kept`: what the page shows instead when it is not the session's value (the known names of a list, or
+    nothing opened), and `instead` what the warning then says in place of the parameter's own."""
+
+    def __init__(self, says: str, kept: Any = None, instead: str = ""):
+        super().__init__(says)
+        self.kept, self.instead = kept, instead
 
 
 T = TypeVar("T")
@@ -200,12 +200,13 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Param(Generic[T]):
     """One URL value, declared once: `name` in the link, its `default`, `parse` (text -> value, raising Refused
-    with what the value should be), `write` (value -> the link's text), and what the warning says is shown
-    instead of a refused value (`instead`; `unit` names what a number counts, "links count layers from 0")."""
+    with what the value should be), `write` (value -> the link's text; None leaves it out, as for a text longer
+    than a link keeps), and what the warning says is shown instead of a refused value (`instead`; `unit` names
+    what a number counts, "links count layers from 0")."""
     name: str
     default: T
     parse: Callable[[str], T]
-    write: Callable[[T], str] = str
+    write: Callable[[T], str | None] = str
     instead: str = ""
     unit: str = ""
 
@@ -213,9 +214,13 @@ class Param(Generic[T]):
         """How the link spells `v`; None (left out) at the default."""
         return None if v is None or v == self.default else self.write(v)
 
+    def given(self) -> bool:
+        """Whether this run arrived by a link that names the parameter (with any value, refused or not)."""
+        return arrived() and _raw(self.name) is not None
+
     def read(self) -> T | None:
         """The URL's value on arrival; None when there is none, after arrival, or (after a warning quoting it)
-        when the parser refuses it, so the session's value stays."""
+        when the parser refuses it, so the session's value stays (or what the refusal `kept`)."""
         if not arrived():         # the URL is read on arrival only; afterwards it holds what the page wrote
             return None
         raw = _raw(self.name)
@@ -224,13 +229,27 @@ class Param(Generic[T]):
         try:
             return self.parse(raw)
         except Refused as e:
-            tail = (f" ({self.unit})" if self.unit else "") + (f"; {self.instead}" if self.instead else "") + "."
+            instead = e.instead or self.instead
+            tail = (f" ({self.unit})" if self.unit else "") + (f"; {instead}" if instead else "") + "."
             st.warning(f"URL parameter {self.name} = {quoted(raw)} {e}{tail}")
-            return None
+            return e.kept
 
     def but(self, **changes) -> "Param[T]":
         """The same parameter with some fields changed (another default or `instead`, say)."""
         return dataclasses.replace(self, **changes)
+
+    def only(self, values, what: str) -> "Param[T]":
+        """The same parameter refusing what its parser takes but `values` does not hold (saying it is not `what`):
+        a layer number that is not a Reindex layer, a position that is not a query row."""
+        allowed, parse = list(values), self.parse
+
+        def narrowed(raw: str) -> T:
+            v = parse(raw)
+            if v not in allowed:
+                raise Refused(f"is not {what}")
+            return v
+
+        return self.but(parse=narrowed)
 
 
 def whole(name: str, lo: int, hi: int, default: int | None, instead: str = "", unit: str = "",
@@ -270,19 +289,46 @@ def decimal(name: str, lo: float, hi: float, default: float | None) -> Param[flo
     return Param(name, default, parse, instead="showing the session's value")
 
 
-def choice(name: str, options, default: Any, what: str = "a choice here", instead: str | None = None) -> Param:
-    """One of `options` (compared as text); the warning says the value is not `what`."""
+def either(options) -> str:
+    """Options as a reader lists them: "h100, h200 or b200"."""
+    said = [str(o) for o in options]
+    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1]
+
+
+def choice(name: str, options, default: Any, what: str = "a choice here", instead: str | None = None,
+           spell: Callable[[Any], str] = str) -> Param:
+    """One of `options`, spelled in the link by `spell` (its text, unless a shorter word says it); the warning
+    says the value is not `what`."""
     options = list(options)
 
     def parse(raw: str) -> Any:
         for c in options:
-            if str(c) == raw:
+            if spell(c) == raw:
                 return c
         raise Refused(f"is not {what}")
 
     if instead is None:
         instead = "the page's own choice is shown" if default is None else f"showing {default} instead"
-    return Param(name, default, parse, instead=instead)
+    return Param(name, default, parse, write=spell, instead=instead)
+
+
+def several(name: str, options, default: list, one: str, many: str, instead: str) -> Param[list]:
+    """Some of `options` in the reader's order, written with commas (none chosen: an empty value). Names that are
+    not options get a warning that quotes them (`one`/`many`: what an option is called) and the known ones are
+    shown; with none known, the default (`instead` says so)."""
+    options = list(options)
+
+    def parse(raw: str) -> list:
+        asked = [x for x in raw.split(",") if x]
+        bad = [x for x in asked if x not in options]
+        if not bad:
+            return asked
+        known = [x for x in asked if x in options]
+        said = ", ".join(map(quoted, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise Refused(f"names {'an unknown ' + one if len(bad) == 1 else 'unknown ' + many} {said}",
+                      kept=known or list(default), instead="showing the known ones" if known else instead)
+
+    return Param(name, list(default), parse, write=",".join, instead=instead)
 
 
 def flag(name: str, default: bool) -> Param[bool]:
@@ -296,9 +342,14 @@ def flag(name: str, default: bool) -> Param[bool]:
                  instead="the page's own choice is shown")
 
 
-def any_text(name: str, default: str | None = None, max_chars: int | None = None) -> Param[str]:
-    """Any text (a search, a label): never refused; cut to `max_chars` (the widget's own limit)."""
-    return Param(name, default, lambda raw: raw[:max_chars] if max_chars else raw)
+def any_text(name: str, default: str | None = None, max_chars: int | None = None,
+             link_chars: int | None = None) -> Param[str]:
+    """Any text (a search, a label, a story): never refused; cut to `max_chars` (the widget's own limit); a text
+    longer than `link_chars` is left out of the link (a link keeps so much)."""
+    def write(v: str) -> str | None:
+        return None if link_chars is not None and len(v) > link_chars else v
+
+    return Param(name, default, lambda raw: raw[:max_chars] if max_chars else raw, write=write)
 
 
 def layer(n_layers: int, default: int | None, instead: str = "", name: str = "layer",
@@ -312,47 +363,39 @@ PREFILL_MODES = ["bounded", "exact"]
 PREFILL_MODE = choice("mode", PREFILL_MODES, "bounded", "a prefill mode (bounded or exact)")   # two pages take it
 
 
-def seeded(key: str, p: Param[T]) -> T:
-    """Seed the widget `key` from `p` (URL on arrival, else the session, else the default) and return it."""
-    return seed(key, p.read(), p.default)
+def seeded(key: str, p: Param[T], fit: Callable[[T], T] | None = None, session_wide: bool = False) -> T:
+    """Seed the widget `key` from `p` (URL on arrival, else the session, else the default) and return it. `fit`
+    makes the value one the widget offers now (the session's from a longer prompt, another model's layer), written
+    every run: a widget whose range or options changed is a new widget to Streamlit, which would otherwise start it
+    at its first value. `session_wide` (the sidebar's choices): a bare address keeps the session's value even after
+    Back or Forward, since it is also what a click in the navigation opens, and that keeps the session's choices."""
+    v = _seed(key, p.read(), p.default, session_wide)
+    if fit is not None:
+        st.session_state[key] = v = fit(v)
+    return v
 
 
 def to_link(p: Param[T], v: T) -> None:
     """Write `v` into the URL with the run's other writes (left out at the default)."""
-    qp_set(**{p.name: p.link(v)})
+    _set(**{p.name: p.link(v)})
 
 
-def bound(widget: Callable[..., T], key: str, p: Param[T], *args, **kwargs) -> T:
-    """`widget(*args, key=key, persist_state=KEEP, **kwargs)` bound to `p`: seeded on arrival, kept for the
-    session, written back into the link. Returns the widget's value."""
-    seeded(key, p)
+def leave_out(*params: Param) -> None:
+    """Take these parameters out of the link: the part of the page they belong to is not drawn in this run."""
+    _set(**{p.name: None for p in params})
+
+
+def bound(widget: Callable[..., T], key: str, p: Param[T], *args, fit: Callable[[T], T] | None = None,
+          **kwargs) -> T:
+    """`widget(*args, key=key, persist_state=KEEP, **kwargs)` bound to `p`: seeded on arrival (`fit`, as for
+    `seeded`), kept for the session, written back into the link. Returns the widget's value."""
+    seeded(key, p, fit)
     v = widget(*args, key=key, persist_state=KEEP, **kwargs)
     to_link(p, v)
     return v
 
 
-def qp_int_or_none(name: str, lo: int, hi: int, instead: str = "", shown: Callable[[int], Any] | None = None,
-                   unit: str = "") -> int | None:
-    """An integer URL parameter in [lo, hi], read on arrival (a `whole` Param with no default)."""
-    return whole(name, lo, hi, None, instead, unit, shown).read()
-
-
-def qp_bool(name: str) -> bool | None:
-    """A yes/no URL parameter written as 1 or 0; None (after a warning) when it is something else."""
-    return flag(name, False).read()
-
-
-def qp_float_or_none(name: str, lo: float, hi: float) -> float | None:
-    """A decimal URL parameter in [lo, hi]; None (after a warning) when it is not one."""
-    return decimal(name, lo, hi, None).read()
-
-
-def qp_choice(name: str, choices, default=None, what: str = "a choice here") -> Any:
-    """A URL parameter that must be one of `choices` (compared as text); None when absent or unknown."""
-    return choice(name, choices, default, what).read()
-
-
-def qp_set(**kw) -> None:
+def _set(**kw) -> None:
     """Write values into the URL (None removes a parameter): collected until the end of a full run, at once in a
     fragment's own rerun or a page run on its own; unchanged values send nothing."""
     changes = {k: None if v is None else str(v) for k, v in kw.items()}
@@ -377,14 +420,14 @@ def link_value(name: str, default: Any, parse: Callable[[str], Any], what: str) 
     url = None if raw is None else parse(raw)
     if raw is not None and url is None:
         st.warning(f"URL parameter {name} = {quoted(raw)} is not {what}; showing the page's own choice.")
-    value = seed(_link_key(name), url, default)
-    qp_set(**{name: None if value == default else value})
+    value = _seed(_link_key(name), url, default)
+    _set(**{name: None if value == default else value})
     return value
 
 
 def set_link_value(name: str, value: Any, default: Any) -> None:
     """Change a `link_value` (from a button's callback or later in the run) and its URL parameter."""
     st.session_state[_link_key(name)] = value
-    qp_set(**{name: None if value == default else value})
+    _set(**{name: None if value == default else value})
 
 

@@ -38,7 +38,7 @@ from model.scenes import draw_scene, sample_scenes
 from ui import url
 from ui.axes import share_axis
 from ui.text import plain, quoted
-from ui.url import KEEP, qp_set
+from ui.url import KEEP
 
 KIND_COLORS = {"text": "#d9dde3", "image_start": "#2ca02c", "image": "#1f77b4", "image_newline": "#9467bd",
                "image_end": "#d62728"}
@@ -162,6 +162,9 @@ def sample_caption(i: int) -> str:
     return _sample_png(i)[1]
 
 
+IMAGE_SAMPLE = url.whole("imgsample", 0, 3, 0, "showing sample 1")    # one of the four generated samples
+
+
 def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Image.Image | None:
     """A picture chooser: none, one of four generated samples, or an upload (PNG/JPEG, checked by content).
 
@@ -172,12 +175,12 @@ def image_input(key: str, label: str = "Picture", allow_none: bool = True) -> Im
     choice = url.bound(st.radio, f"{key}_source", img, label, options, format_func=names.get, horizontal=True)
     st.session_state[f"{key}_caption"] = None
     if choice != "sample":
-        qp_set(imgsample=None)
+        url.leave_out(IMAGE_SAMPLE)
     if choice == "none":
         return None
     if choice == "sample":
-        i = url.bound(st.selectbox, f"{key}_sample", url.whole("imgsample", 0, 3, 0, "showing sample 1"), "Sample",
-                      range(4), format_func=lambda j: f"Sample {j + 1}: {sample_caption(j)}")
+        i = url.bound(st.selectbox, f"{key}_sample", IMAGE_SAMPLE, "Sample", range(4),
+                      format_func=lambda j: f"Sample {j + 1}: {sample_caption(j)}")
         png, caption = _sample_png(int(i))
         st.session_state[f"{key}_caption"] = caption
         image = load_image(png)

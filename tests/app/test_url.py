@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ui.url import LINK_LAYERS, Refused, any_text, choice, decimal, flag, layer, whole
+from ui.url import LINK_LAYERS, Refused, any_text, choice, decimal, either, flag, layer, several, whole
 
 
 def test_a_whole_number_is_read_back_and_refused_outside_its_bounds():
@@ -47,3 +47,35 @@ def test_flags_decimals_and_free_text():
     with pytest.raises(Refused):
         d.parse("nan")
     assert any_text("find").parse("<b>x</b>") == "<b>x</b>"
+
+
+def test_a_choice_can_be_spelled_by_a_shorter_word():
+    sources = ("The held-out sample", "Your own story")
+    p = choice("ff", sources, sources[0], "own or sample", spell={sources[0]: "sample", sources[1]: "own"}.get)
+    assert p.parse("own") == sources[1] and p.link(sources[1]) == "own" and p.link(sources[0]) is None
+    with pytest.raises(Refused, match="is not own or sample"):
+        p.parse(sources[1])                      # the label is not how the link spells it
+    assert either(["h100", "h200", "b200"]) == "h100, h200 or b200" and either(["x"]) == "x"
+
+
+def test_several_keep_the_known_names_and_say_which_are_not():
+    p = several("designs", ["a", "b", "c"], ["a", "b"], "design", "designs", "showing the default designs")
+    assert p.parse("c,a") == ["c", "a"] and p.link(["c", "a"]) == "c,a" and p.link(["a", "b"]) is None
+    assert p.parse("") == [] and p.link([]) == ""          # none chosen is a value of its own
+    with pytest.raises(Refused, match="names an unknown design .x.") as some:
+        p.parse("x,c")
+    assert some.value.kept == ["c"] and some.value.instead == "showing the known ones"
+    with pytest.raises(Refused, match="unknown designs .x., .y.") as none:
+        p.parse("x,y")
+    assert none.value.kept == ["a", "b"] and none.value.instead == "showing the default designs"
+
+
+def test_a_parameter_narrowed_to_some_values_and_a_text_too_long_for_a_link():
+    p = layer(8, 2).only([2, 5], "a Reindex layer")
+    assert p.parse("5") == 5
+    with pytest.raises(Refused, match="is not a Reindex layer"):
+        p.parse("3")
+    with pytest.raises(Refused, match="outside"):
+        p.parse("9")
+    t = any_text("prompt", link_chars=5)
+    assert t.link("short") == "short" and t.link("longer") is None

@@ -10,6 +10,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from lessons.bounded_replay import replay_tradeoff
 from lessons.cache_calculator import (
     LIMITS,
     MAX_BYTES,
@@ -18,7 +19,6 @@ from lessons.cache_calculator import (
     Knobs,
     calculate,
     parse_knobs,
-    replay_tradeoff,
     validate_knobs,
 )
 from lessons.design_inputs import digits_note, own_values, page_defaults, switch_design, what_moved
@@ -244,7 +244,7 @@ def test_replay_tradeoff_bytes_vs_work():
 def test_replay_work_counts_the_indexer_scans():
     """With the decoder's scans, the replay's work adds the broad scan of the candidate source over every entry each
     replayed row sees, and the Reindex layers' scans of at most the pool."""
-    from lessons.cache_calculator import decoder_scans
+    from lessons.bounded_replay import decoder_scans
     from model import count_params
 
     cfg = V41Config.preset("micro")          # decoder: 4 (candidate source), 5, 6 (Reindex), 7; pool 3 x 2 = 6

@@ -85,7 +85,7 @@ def test_persistent_figure_equals_the_engines_saved_prefix_state(mode):
 
 
 def test_replay_tab_compares_net_bytes():
-    from lessons.cache_calculator import replay_tradeoff, replay_verdict
+    from lessons.bounded_replay import replay_tradeoff, replay_verdict
     from lessons.designs import build, defaults
     from model import V41Config
 
@@ -110,7 +110,7 @@ def test_bounded_note_gives_the_reason():
 
 
 def test_inspector_agreement_is_measured_not_typed():
-    from lessons.inspector import bounded_agreement
+    from lessons.layers import bounded_agreement
     from model import prefill
 
     m = random_model("micro")
@@ -359,7 +359,8 @@ def test_recall_at_chance_at_every_distance_is_not_blamed_on_distance():
 def test_replay_input_and_windows_agree_with_the_persistent_figure(replay):
     import dataclasses
 
-    from lessons.cache_calculator import calculate, replay_tradeoff
+    from lessons.bounded_replay import replay_tradeoff
+    from lessons.cache_calculator import calculate
     from lessons.designs import build, defaults
     from model import V41Config
 

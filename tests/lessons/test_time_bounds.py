@@ -215,7 +215,7 @@ def test_peaks_per_precision():
 def test_a_replay_alone_reads_the_decoders_weights():
     """The bounded replay's 128 rows reach ~333 of 384 experts in each of the 20 decoder layers: ~130 GB of weights,
     which the calculator's replay rows now show beside the FLOPs."""
-    from lessons.cache_calculator import replay_tradeoff
+    from lessons.bounded_replay import replay_tradeoff
     from lessons.cost import replay_weight_bytes
     from lessons.designs import build, with_context
 
