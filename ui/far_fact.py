@@ -34,6 +34,7 @@ from model.shipped import KINDS
 from ui import url, weights
 from ui.cache import built, cached_with_progress
 from ui.checkpoints import find_checkpoints
+from ui.far_reading import far_reading
 from ui.figures_run import label
 from ui.limits import URL_PROMPT_CHARS
 from ui.live import forward
@@ -255,7 +256,6 @@ def panel_title(sess) -> str:
     if kind is not None:
         far = far_recall_of(weights.record(kind))
         try:
-            from ui.pair import far_reading  # the pair module draws with this one's figure: imported late
             pair = far_reading(sess)
         except Exception:  # no reading: the title says what it can from the record
             pair = None

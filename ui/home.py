@@ -2,7 +2,7 @@
 on the recall checkpoint beside the text model, a thumbnail of Figure 3, and the limits of the weights running here.
 
 The far-fact reading is one story traced on both shipped checkpoints, the same reading the pages' side-by-side
-panels draw (ui.pair.far_reading: stored with the weights, else computed once per server), so the page loads and runs
+panels draw (ui.far_reading: stored with the weights, else computed once per server), so the page loads and runs
 no recall checkpoint to draw it. The points come from lessons/whats_new.py, the sizes against the release from
 lessons/home.py.
 """
@@ -25,8 +25,9 @@ from model.shipped import RECALL_KINDS
 from ui import weights
 from ui.cache import built, held
 from ui.far_fact import far_fact_figure
+from ui.far_reading import far_reading
 from ui.figures import diagram_figure
-from ui.pair import MISSING, far_reading
+from ui.pair import MISSING
 from ui.session import Session
 from ui.sources import page_link
 from ui.tour import shows, start_button
@@ -41,7 +42,7 @@ def release() -> V41Config:
 
 def far_pair_reading(sess: Session):
     """The far-fact story read on the shipped sets (a FarPair), or None with a message drawn: the one reading the
-    pages' side-by-side panels draw too (ui.pair.far_reading), so a visitor's first picture and the pages after it
+    pages' side-by-side panels draw too (ui.far_reading), so a visitor's first picture and the pages after it
     show the same story with the same numbers."""
     if not any(weights.offered(k) for k in RECALL_KINDS):
         st.info("This server does not offer the recall checkpoints, so the far-fact picture cannot be drawn here.")

@@ -13,19 +13,15 @@ sidebar. When the server offers no recall checkpoint, the pair says so in one li
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import plotly.graph_objects as go
 import streamlit as st
 
-from lessons import far_store
-from lessons.far_compare import TITLES, FarPair, SideInput, brief_line, compare, learned_line
+from lessons.far_compare import TITLES, brief_line, learned_line
 from lessons.inspector import MAX_PROMPT_TOKENS, layer_view, run_prompt, selection_line, too_short_to_choose
-from model import shipped_weights
-from model.heldout import HELDOUT_STORIES_PATH
 from ui import weights
 from ui.cache import built, cached_with_progress
 from ui.far_fact import far_fact_figure
+from ui.far_reading import far_reading, pair_sessions
 from ui.figures_run import selection_figure
 from ui.prompt import prompt_problem
 from ui.session import Session
@@ -42,66 +38,6 @@ def pair_toggle(key: str, url: str = "pair") -> bool:
     """The page's side-by-side switch: on by default, kept for the browser session and in the link as `url`=0
     when off (a page with two switches gives each its own name)."""
     return bound(st.toggle, f"{key}_pair", flag(url, True), TOGGLE, help=TOGGLE_HELP)
-
-
-def pair_sessions(sess: Session) -> list[tuple[str, Session]] | None:
-    """[(kind, session), ...] for the shipped sets this server offers, recall checkpoints first (ui.weights builds
-    each session as the sidebar would, so every cache is shared with it); None without the text model and at
-    least one recall checkpoint."""
-    kinds = weights.offered_kinds()
-    if "text" not in kinds or len(kinds) < 2:
-        return None
-    return [(kind, weights.session_for(kind, sess)) for kind in kinds]
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _stored(kinds: tuple[str, ...], stamps: tuple) -> FarPair | None:
-    """The stored readings of `kinds` as one FarPair, once per server and change of the files (`stamps`), when every
-    one still matches its weights and the held-out stories (lessons/far_store.py); else None."""
-    datas = [far_store.read(shipped_weights(k)) for k in kinds]
-    if any(d is None for d in datas):
-        return None
-    try:
-        window = max(int(d["reading"]["window"]) for d in datas)
-        if not all(far_store.matches(d, far_store.fingerprint(shipped_weights(k), window))
-                   for k, d in zip(kinds, datas)):
-            return None
-        return far_store.stored_pair([(k, far_store.from_json(d), weights.record(k)) for k, d in zip(kinds, datas)])
-    except (KeyError, TypeError, ValueError, OSError):     # a file of another shape: compute instead
-        return None
-
-
-def _stamp(p: Path) -> tuple:
-    try:
-        st_ = p.stat()
-        return (str(p), st_.st_mtime_ns, st_.st_size)
-    except OSError:
-        return (str(p), None, None)
-
-
-def stored_reading() -> FarPair | None:
-    """The far reading stored with the shipped weights (`python -m lab far-readings`), when it matches them."""
-    kinds = tuple(weights.offered_kinds())
-    if "text" not in kinds or len(kinds) < 2:
-        return None
-    files = [shipped_weights(k) / name for k in kinds for name in (far_store.FILE, "model.safetensors")]
-    return _stored(kinds, tuple(_stamp(f) for f in files + [HELDOUT_STORIES_PATH]))
-
-
-def far_reading(sess: Session) -> FarPair | None:
-    """The far story read on the shipped sets, once per server: the home page's picture and every page's
-    side-by-side are this one reading, taken from the files stored with the weights when they match (no model is
-    loaded then), else computed. None when the server does not offer them; a load or model error is raised for the
-    caller to say in its place."""
-    stored = stored_reading()
-    if stored is not None:
-        return stored
-    sides = pair_sessions(sess)
-    if sides is None:
-        return None
-    inputs = [SideInput(f"weights/{kind}", kind, s.model, weights.record(kind)) for kind, s in sides]
-    return cached_with_progress("far_pair", tuple(s.label for _, s in sides), lambda progress: compare(inputs),
-                                "Reading one far story on each set of weights ...", max_entries=2)
 
 
 def selection_pair(sess: Session, key: str, prompt: str, mode: str, new_tokens: int, layer: int, pos: int,

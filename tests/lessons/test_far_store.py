@@ -60,13 +60,13 @@ def test_a_fresh_reading_equals_the_stored_one():
 
 
 def test_the_home_page_draws_the_stored_reading_without_loading_a_recall_checkpoint(monkeypatch):
-    import ui.pair
+    import ui.far_reading
     from tests.conftest import run_page
 
     def refuse(*a, **k):
         raise AssertionError("the home page loaded the recall checkpoints")
 
-    monkeypatch.setattr(ui.pair, "pair_sessions", refuse)
+    monkeypatch.setattr(ui.far_reading, "pair_sessions", refuse)
     at = run_page("home", weights="trained")
     assert not at.exception, [e.value for e in at.exception]
     keys = {c.key for c in at.get("plotly_chart")}
