@@ -141,31 +141,13 @@ class KeptFigure(go.Figure):
             self._kept = super().to_dict()
         return self._kept
 
-    def _changed(self) -> None:
+    def _changed(self, *a, **k) -> None:
         self._kept = None
 
     # every change made through Plotly's API reports itself through one of these (FigureWidget's messages to the
     # browser; no-ops on a Figure)
-    def _send_addTraces_msg(self, *a, **k):
-        self._changed()
-
-    def _send_moveTraces_msg(self, *a, **k):
-        self._changed()
-
-    def _send_deleteTraces_msg(self, *a, **k):
-        self._changed()
-
-    def _send_restyle_msg(self, *a, **k):
-        self._changed()
-
-    def _send_relayout_msg(self, *a, **k):
-        self._changed()
-
-    def _send_update_msg(self, *a, **k):
-        self._changed()
-
-    def _send_animate_msg(self, *a, **k):
-        self._changed()
+    _send_addTraces_msg = _send_moveTraces_msg = _send_deleteTraces_msg = _changed
+    _send_restyle_msg = _send_relayout_msg = _send_update_msg = _send_animate_msg = _changed
 
 
 def _kept(value):
