@@ -1,4 +1,4 @@
-"""python -m bench.load: many people at once. N concurrent sessions each open the Start page and run their
+"""python -m bench.load: many people at once. N concurrent sessions each open the home page and run their
 own prompt on the tiny model, against one app server started as the README starts it (loopback only).
 
 Each session speaks Streamlit's own browser protocol: a websocket to /_stcore/stream carrying the

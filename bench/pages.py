@@ -1,6 +1,6 @@
 """python -m bench.pages: every page's first draw for a new visitor, and its warm reruns, on a real app server.
 
-The server is started as the README starts it (bench/server.py, loopback only). One visit to the Start page
+The server is started as the README starts it (bench/server.py, loopback only). One visit to the home page
 loads the model (timed: the cold start a first visitor waits for). Then, for each page of the
 navigation (ui.nav), a fresh session (a new visitor) opens it over Streamlit's browser protocol (as bench.load does) and
 the time to its `script_finished` is the page's first draw; `--reruns` reruns in the same session give its
@@ -19,7 +19,7 @@ cold_start_s=... worst_page=... n_pages=... pages_with_errors=...`.
 left out (V41_HERO=0: the baseline), and optionally an earlier checkout (`--before DIR`, e.g. a `git archive` of
 an older commit). Cold: the first visit of `--colds` fresh servers per variant, taken in turn. Warm: after every
 warm-up is done, `--rounds` fresh visitors per server, interleaved, each with 2 reruns. A first draw is never under
-ui/state.ARRIVAL_WAIT_S (an arrival run waits that long before it writes the URL), so the rerun (no arrival) shows
+ui/url.ARRIVAL_WAIT_S (an arrival run waits that long before it writes the URL), so the rerun (no arrival) shows
 what the page itself costs (its unchanged pictures come back as references, as a browser gets them:
 bench.load.Client; reruns are tens of milliseconds: printed to the millisecond). Goal: with the picture within 1.1x
 of without. Last line: `pages: home_first_s=... home_no_hero_s=... home_ratio=... home_rerun_s=...

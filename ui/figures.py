@@ -17,7 +17,7 @@ def show_token(t: str) -> str:
 
 
 def top_tokens_bar(table, title: str = "Next-token probability") -> go.Figure:
-    """The Start page's bars. Built from one spec in one step (validated as usual): it is drawn after every batched
+    """The home page's bars. Built from one spec in one step (validated as usual): it is drawn after every batched
     prompt run, once per visitor, and the step-by-step form (update_layout) costs four times as long."""
     labels = [f"{show_token(t)}  ({i})" for t, i in zip(table.tokens, table.ids)]
     # the whole 0-100% (a 1% bar must not look full), with room for the top bar's label

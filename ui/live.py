@@ -230,7 +230,7 @@ def busy_message(e: Busy, what: str) -> None:
 
 
 def next_tokens(sess: Session, text: str, k: int = 12) -> NextTokens | None:
-    """The Start page's next-token table for `text`, batched with everyone's (None after a busy message)."""
+    """The home page's next-token table for `text`, batched with everyone's (None after a busy message)."""
     ids = prompt_ids(sess.model, text)
     logits = forward(sess, "next", ids, "scoring the next token")
     return None if logits is None else top_tokens(sess.model, logits, len(ids), k)

@@ -1,6 +1,6 @@
 """AppTest for the Figure 3 journey (Figure 3, layer map, CSA2 modes, attention shares, recurrence): each page
 renders on CPU with the random tiny weights, its main controls change what is shown, the URL reopens a view, bad
-input gives a message. The Start page and the weights choice are in tests/app/test_home.py."""
+input gives a message. The home page and the weights choice are in tests/app/test_home.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AppTest for the Start page and the weights choice every page shares: Start renders on CPU with the random
+"""AppTest for the home page and the weights choice every page shares: Home renders on CPU with the random
 tiny weights and answers an empty prompt with a message; an unknown weights choice, or a checkpoint chosen
 where the server offers none, gives a message on each page that needs a model, never a traceback."""
 

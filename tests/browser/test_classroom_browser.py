@@ -1,4 +1,4 @@
-"""Several visitors at once, in Chromium: four tabs type their own prompt on the Start page within a moment of each
+"""Several visitors at once, in Chromium: four tabs type their own prompt on the home page within a moment of each
 other; each tab gets its own next-token chart and token count (never another tab's), no tab shows an error, and
 the server ran prompts of that moment together (ui/queue.py's batch worker logs each batched forward)."""
 
