@@ -90,10 +90,12 @@ def far_fact_figure(ff, num=lambda i: i, title: str = "Where the answer token's 
     for lf in ff.layers:
         row = [None] * len(x)
         ylab.append(f"layer {num(lf.layer)} {lf.role} r{lf.ratio}")
-        hover.append([f"{p}: {label(ff.token_texts[p], 16)} (E{p // lf.ratio})" for p in x])
         for e, s in lf.entry_shares.items():
             for p in range(e * lf.ratio, min((e + 1) * lf.ratio, len(x))):
-                row[p] = s
+                row[p] = round(s, 4)        # the hover shows two decimals of a percent
+        # a blank cell shows no hover (hoverongaps=False): its text would only weigh down the page
+        hover.append(["" if row[p] is None else f"{p}: {label(ff.token_texts[p], 16)} (E{p // lf.ratio})"
+                      for p in x])
         z.append(row)
     fig = go.Figure()
     if z:
