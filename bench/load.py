@@ -218,7 +218,7 @@ async def session(i: int, port: int, query: str, prompts: int, timeout: float, r
             first = await c.rerun(timeout=timeout)
             res.open_s = first.seconds
             res.errors += _exceptions_and_errors(first)
-            box, fragment = _widget_id(first, "text_area", "start_prompt")
+            box, fragment = _widget_id(first, "text_area", "home_prompt")
             OPENED[0] += 1
             if start is not None:
                 await start.wait()          # every session has its page open: the prompts go in together

@@ -30,7 +30,7 @@ DEFAULT_PROMPT = "The key is in the blue box. The box is"
 def live_part() -> None:
     """The prompt and its next-token scores. A fragment: editing the prompt reruns only this part, so a
     classroom of visitors typing at once costs the server the chart, not the whole page, per edit."""
-    text, problem = typed_prompt("start_prompt", DEFAULT_PROMPT, PROMPT_CHARS)
+    text, problem = typed_prompt("home_prompt", DEFAULT_PROMPT, PROMPT_CHARS)
     if problem:
         st.warning(problem)
         return
@@ -41,7 +41,7 @@ def live_part() -> None:
         return
     if table is None:                         # the server is busy: the message says so
         return
-    st.plotly_chart(built(top_tokens_bar, table), width="stretch", key="start_bar")
+    st.plotly_chart(built(top_tokens_bar, table), width="stretch", key="home_bar")
     st.caption(f"{table.n_tokens} prompt tokens read by {sess.label} on {sess.device.upper()}. "
                "Bars show the probability the model gives each possible next token.")
     if len(text) <= URL_PROMPT_CHARS:   # the prompt travels in the link, so it must fit one

@@ -27,7 +27,7 @@ def test_start_renders():
 def test_start_empty_prompt():
     at = run_page("home", timeout=180)
     assert any("random weights" in i.value for i in at.info)
-    at.text_area(key="start_prompt").input("").run()
+    at.text_area(key="home_prompt").input("").run()
     no_errors(at)
     assert any("empty" in w.value for w in at.warning)
 

@@ -207,7 +207,7 @@ def test_home_snippet(tmp_path):
     out = run_snippet(snippet(at), tmp_path)
     cap = next(c.value for c in at.caption if "prompt tokens read by" in c.value)
     assert cap.startswith(f"{out['prompt tokens']} prompt tokens")
-    spec = json.loads(next(c for c in at.get("plotly_chart") if c.key == "start_bar").proto.spec)
+    spec = json.loads(next(c for c in at.get("plotly_chart") if c.key == "home_bar").proto.spec)
     bar = spec["data"][0]
     shown = list(zip(bar["y"], bar["text"]))[::-1]           # top token first
     for label, pct in shown:

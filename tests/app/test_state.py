@@ -156,12 +156,12 @@ def test_arriving_by_navigation_equals_a_fresh_open_of_the_url(page):
 
 def test_a_rejected_prompt_is_what_the_url_shows():
     at = app_at("home")
-    at.text_area(key="start_prompt").set_value("   ").run()
+    at.text_area(key="home_prompt").set_value("   ").run()
     assert "empty" in " ".join(w.value for w in at.warning)
     fresh = page_at("home", **url(at))
-    assert fresh.text_area(key="start_prompt").value == "   " and view(fresh) == view(at)
+    assert fresh.text_area(key="home_prompt").value == "   " and view(fresh) == view(at)
     long = "word " * 5000                              # 25,000 characters: over the page's limit and a link's
-    at.text_area(key="start_prompt").set_value(long).run()
+    at.text_area(key="home_prompt").set_value(long).run()
     assert "prompt" not in url(at)
     assert any("longer than the links this page writes keep" in c.value for c in at.caption)
 
@@ -265,7 +265,7 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
     mine = "The cat sat in the red box. The box is"
     at = app_at("home")
     assert not _offer(at)                                  # nothing typed yet: nothing offered
-    at.text_area(key="start_prompt").set_value(mine).run()
+    at.text_area(key="home_prompt").set_value(mine).run()
     assert not _offer(at)                                  # the page already shows it
     for page, key in (("inspector", "insp_prompt"), ("dspark", "ds_prompt"), ("indexer_pools", "pool_prompt")):
         go(at, page)
@@ -289,7 +289,7 @@ def test_text_typed_on_one_page_is_offered_on_the_other_prompt_pages():
     (button,) = _offer(at)
     assert button.label == "Use your text from Attention shares"
     button.click().run()
-    assert at.text_area(key="start_prompt").value == "A second text. The box is"
+    assert at.text_area(key="home_prompt").value == "A second text. The box is"
 
 
 def test_a_sample_is_never_offered_and_a_text_too_long_for_the_page_is_not():
@@ -309,7 +309,7 @@ def test_a_sample_is_never_offered_and_a_text_too_long_for_the_page_is_not():
 
 def test_the_offer_is_the_text_typed_last_not_the_page_seen_last():
     at = app_at("home")
-    at.text_area(key="start_prompt").set_value("Zebra job text.").run()
+    at.text_area(key="home_prompt").set_value("Zebra job text.").run()
     go(at, "inspector")
     at.text_area(key="insp_prompt").set_value("Giraffe inspector text.").run()
     assert not _offer(at)                                  # just typed here: nothing to offer
@@ -322,7 +322,7 @@ def test_the_offer_is_the_text_typed_last_not_the_page_seen_last():
     assert "Giraffe" in " ".join(as_shown(c.value) for c in at.caption)
     go(at, "home")
     _offer(at)[0].click().run()
-    assert at.text_area(key="start_prompt").value == "Giraffe inspector text." and not _offer(at)
+    assert at.text_area(key="home_prompt").value == "Giraffe inspector text." and not _offer(at)
     at2 = app_at("inspector")                              # "(your own text)" picked, nothing typed: not offered
     at2.selectbox(key="insp_sample").set_value(-1).run()
     go(at2, "indexer_pools")

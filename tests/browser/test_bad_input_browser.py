@@ -18,9 +18,9 @@ def _pwned(ui) -> bool:
 
 def test_hostile_prompt_is_shown_as_text_everywhere(ui):
     ui.open()
-    ui.type_into("start_prompt", HOSTILE)
-    assert ui.key("start_prompt").locator("textarea").input_value() == HOSTILE
-    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1         # the next-token chart
+    ui.type_into("home_prompt", HOSTILE)
+    assert ui.key("home_prompt").locator("textarea").input_value() == HOSTILE
+    assert ui.key("home_bar").locator(".js-plotly-plot").count() == 1         # the next-token chart
     assert not _pwned(ui)
     # the prompt inspector shows the tokens of the same text as literal code
     ui.open("inspector", gen=0, prompt=HOSTILE)
@@ -35,11 +35,11 @@ def test_hostile_prompt_is_shown_as_text_everywhere(ui):
 
 def test_empty_prompt_then_valid_in_the_same_tab(ui):
     ui.open()
-    ui.type_into("start_prompt", "   ")
+    ui.type_into("home_prompt", "   ")
     assert any("empty" in a for a in ui.alerts("Warning"))
-    assert ui.key("start_bar").count() == 0                                # no next-token chart
-    ui.type_into("start_prompt", "The key is in the blue box. The box is")
-    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1 and not ui.alerts("Warning")
+    assert ui.key("home_bar").count() == 0                                # no next-token chart
+    ui.type_into("home_prompt", "The key is in the blue box. The box is")
+    assert ui.key("home_bar").locator(".js-plotly-plot").count() == 1 and not ui.alerts("Warning")
     ui.assert_clean()
 
 

@@ -26,7 +26,7 @@ def test_several_tabs_at_once_each_get_their_own_result(app, browser):
         tabs.append(ui)
     before = app.log().count("Batched forward: kind=next")
     for ui, text in zip(tabs, prompts):           # typed one after another, without waiting for any run
-        box = ui.key("start_prompt").locator("textarea").first
+        box = ui.key("home_prompt").locator("textarea").first
         box.fill(text)
         box.press("Control+Enter")
     try:
@@ -35,7 +35,7 @@ def test_several_tabs_at_once_each_get_their_own_result(app, browser):
             n = len(tok.encode(text).ids)
             caption = ui.wait_text('[data-testid="stCaptionContainer"]', r"prompt tokens read")
             assert caption.startswith(f"{n} prompt tokens read"), (ui.name, caption, n)
-            assert ui.key("start_prompt").locator("textarea").input_value() == text
+            assert ui.key("home_prompt").locator("textarea").input_value() == text
             assert ui.charts() >= 1
             assert not ui.alerts("Error") and not ui.alerts("Warning"), ui.alerts()
             ui.assert_clean()

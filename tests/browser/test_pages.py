@@ -49,17 +49,17 @@ def test_every_listed_page_has_a_browser_test_and_a_sidebar_link(ui):
     ui.assert_clean()
 
 
-def test_start(ui):
+def test_home(ui):
     ui.open()
-    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1           # the next-token chart
+    assert ui.key("home_bar").locator(".js-plotly-plot").count() == 1           # the next-token chart
     for kind in ("unaided", "recall"):                                            # the far-fact pictures
         assert ui.key(f"home_far_fig_{kind}").locator(".js-plotly-plot").count() == 1, kind
     before = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
-    ui.type_into("start_prompt", "Anna put the silver key in the green box near the door. Later she opened the")
+    ui.type_into("home_prompt", "Anna put the silver key in the green box near the door. Later she opened the")
     after = number(ui.wait_text('[data-testid="stCaptionContainer"]', "prompt tokens read"))
     assert after > before
     assert "prompt=Anna" in ui.page.url                   # the prompt is mirrored in the URL
-    assert ui.key("start_bar").locator(".js-plotly-plot").count() == 1
+    assert ui.key("home_bar").locator(".js-plotly-plot").count() == 1
     ui.assert_clean()
     ui.shot("home")
     # the typed prompt follows the reader to the inspector, and the job keeps it when they come back
@@ -69,7 +69,7 @@ def test_start(ui):
     assert ui.key("insp_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
     ui.page.locator('[data-testid="stSidebarNavLink"]', has_text="Home").first.click()
     ui.settle()
-    assert ui.key("start_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
+    assert ui.key("home_prompt").locator("textarea").input_value().startswith("Anna put the silver key")
     ui.assert_clean()
 
 

@@ -187,7 +187,7 @@ def test_back_returns_to_each_page_as_it_was_left(ui):
     are one change now: Back shows each page as it was left, with at most one press that stays on it (the bare
     address Streamlit's navigation pushes); pressed on, it undoes the page's changes one by one."""
     ui.open("")
-    ui.type_into("start_prompt", "Start page prompt")
+    ui.type_into("home_prompt", "Start page prompt")
     nav_to(ui, "Prompt inspector", "inspector")
     ui.type_into("insp_prompt", "Inspector prompt typed by me")
     nav_to(ui, "Layer map", "layer_map")
@@ -197,7 +197,7 @@ def test_back_returns_to_each_page_as_it_was_left(ui):
         ui.page.go_back()
         ui.settle()
         title = ui.page.locator('[data-testid="stMain"] h1').first.inner_text()
-        prompt = ui.page.locator(".st-key-insp_prompt textarea, .st-key-start_prompt textarea")
+        prompt = ui.page.locator(".st-key-insp_prompt textarea, .st-key-home_prompt textarea")
         seen.append((title, prompt.first.input_value() if prompt.count() else None, params(ui).get("prompt")))
     titles = [t for t, _, _ in seen]
     pages = [t for i, t in enumerate(titles) if i == 0 or t != titles[i - 1]]
@@ -215,7 +215,7 @@ def test_back_returns_to_each_page_as_it_was_left(ui):
 
 def test_own_text_is_offered_on_the_next_prompt_page(ui):
     ui.open("")
-    ui.type_into("start_prompt", "Tom put the coin in the green jar. The jar is")
+    ui.type_into("home_prompt", "Tom put the coin in the green jar. The jar is")
     nav_to(ui, "DSpark draft & verify", "dspark")
     offer = ui.key("ds_use_own").locator("button").first
     assert offer.inner_text().strip().endswith("Use your text from Home")
