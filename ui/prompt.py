@@ -27,8 +27,8 @@ _SEEN = "_state_own_seen"   # {page prompt key: the text that page showed last}:
 
 
 def sample_param(n: int, default: int | None = None) -> url.Param[int]:
-    """`sample`: one of the page's `n` sample prompts by its 0-based index (written even at the page's default
-    when `default` is None, as sample_or_text needs: it has no Back to a bare link of its own)."""
+    """`sample`: one of the page's `n` sample prompts by its 0-based index, left out of the link at `default`
+    (written always when `default` is None)."""
     return url.whole("sample", 0, n - 1, default, "showing the session's prompt")
 
 
@@ -106,7 +106,7 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
     Returns (sample index or OWN_TEXT, text)."""
     skey, tkey = f"{prefix}_sample", f"{prefix}_prompt"
     n = len(samples)
-    sample_p = sample_param(n)
+    sample_p = sample_param(n, default if default >= 0 else None)
     url_prompt = PROMPT.read()
     url_sample = sample_p.read()
     if url_prompt is not None and len(url_prompt) > max_chars:
@@ -117,7 +117,8 @@ def sample_or_text(prefix: str, samples: list, default: int, max_chars: int, opt
         st.session_state[skey], st.session_state[tkey] = OWN_TEXT, url_prompt
     elif url_sample is not None:
         st.session_state[skey], st.session_state[tkey] = url_sample, samples[url_sample].text
-    elif skey not in st.session_state or tkey not in st.session_state:
+    elif skey not in st.session_state or tkey not in st.session_state or url.url_moved():
+        # nothing kept yet, or Back to a link that leaves both out: the page's default (left out of the link)
         st.session_state[skey], st.session_state[tkey] = default, samples[default].text if default >= 0 else ""
 
     def _pick() -> None:
