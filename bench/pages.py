@@ -168,7 +168,7 @@ def main() -> None:
     for r in rows:
         b = first_before.get(r.path)
         flag = ("" if r.first <= 3.0 else "  (first over 3 s)") + ("" if r.warm <= 1.0 else "  (warm over 1 s)")
-        print(f"  {r.path or '(start)':20s} first {r.first:6.2f} s"
+        print(f"  {r.path or '(home)':20s} first {r.first:6.2f} s"
               + (f" (without warm-up {b:6.2f} s)" if b is not None else "")
               + f"   warm {r.warm:5.2f} s{flag}" + (f"   PROBLEMS: {r.problems[:2]}" if r.problems else ""))
     worst_first = max(rows, key=lambda r: r.first)
