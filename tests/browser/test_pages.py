@@ -272,10 +272,10 @@ def test_lookback_heads(ui):
     ui.key("lb_pattern").scroll_into_view_if_needed()       # the picture: one head's diagonal over the first copy
     ui.shot("lookback_heads")
     thumb = ui.key("lb_gap").locator('input[type="range"]')
-    thumb.focus()
-    for _ in range(6):
+    for _ in range(6):          # one step at a time: a key pressed while the page reruns can be lost
+        thumb.focus()
         thumb.press("ArrowRight")
-    ui.settle()
+        ui.settle()
     ui.wait_text('[data-testid="stMarkdownContainer"]', r"has its match 34 tokens back.*beyond the")
     assert "gap=22" in ui.page.url
     ui.click("lb_best")
